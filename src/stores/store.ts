@@ -1,0 +1,94 @@
+import type { StoreRule } from '../rules/rule.js';
+
+/** A value, or a promise of it: the memory store answers synchronously, Redis asynchronously. */
+export type MaybePromise<T> = T | Promise<T>;
+
+/** Global concurrency slots wanted with an acquisition: one lease per granted job. */
+export interface LeaseRequest {
+  /** At most this many leases may be held for the id at once (counted in jobs, not cost). */
+  readonly limit: number;
+  /** Lease time-to-live in ms, counted from the store's clock at the acquisition. */
+  readonly ttl: number;
+}
+
+/** One granted global-concurrency lease. */
+export interface Lease {
+  /** Opaque, unique per id; pass it to renew() and release(). */
+  readonly token: string;
+  /** Fencing number: strictly increasing per id across all processes, for checks in the external system. */
+  readonly fence: number;
+  /** Store-clock epoch ms at which the lease expires unless renewed. */
+  readonly expiresAt: number;
+}
+
+/** One batch admission: ask for the longest prefix of `costs` that fits every rule (and a lease each). */
+export interface AcquireRequest {
+  /** The validated valve id (1..200 chars, no '{' or '}'). */
+  readonly id: string;
+  /** The rules, all checked and spent atomically. May be empty. */
+  readonly rules: readonly StoreRule[];
+  /**
+   * Cost of each queued job, in queue order. Only the first `count` entries are read,
+   * so a caller may reuse one array across calls.
+   */
+  readonly costs: readonly number[];
+  /** How many entries of `costs` to consider (1 ≤ count ≤ costs.length). */
+  readonly count: number;
+  /** Global concurrency: one lease per granted job, within `limit`. */
+  readonly lease?: LeaseRequest | undefined;
+}
+
+/** Why the store stopped granting before the end of the batch. */
+export type BlockReason = 'pause' | 'rate' | 'concurrency';
+
+/** The store's answer to one acquisition. */
+export interface AcquireResult {
+  /** Length of the granted prefix (0..count). Its cost is spent on every rule. */
+  granted: number;
+  /**
+   * When granted < count: ms until the first refused job could fit (rate: exact hint on the store's
+   * clock; pause: until the pause ends; concurrency: a hint, e.g. the earliest lease expiry).
+   * 0 when everything was granted. May carry a fraction.
+   */
+  retryAfter: number;
+  /** Why granting stopped, or null when the whole batch was granted. */
+  blocked: BlockReason | null;
+  /** The active shared pause's end (store-clock epoch ms), or null when not paused. */
+  pausedUntil: number | null;
+  /** With `lease`: one lease per granted job, in order. */
+  leases?: Lease[] | undefined;
+  /** The store's clock at the decision, epoch ms. */
+  now: number;
+}
+
+/** A notification from another valve: hints only, admission is always decided by acquire(). */
+export type WakeEvent =
+  | { readonly type: 'pause'; readonly until: number }
+  | { readonly type: 'resume' }
+  | { readonly type: 'release' };
+
+/**
+ * The contract between the scheduler and a store. The memory store and the Redis
+ * store implement it; users may write their own (run the conformance suite in
+ * test/contract/store-contract.ts against it). Every method is atomic on the
+ * store's own clock; each maps to one script call on Redis.
+ */
+export interface Store {
+  /** Checks the pause, then grants the longest prefix of jobs that fits every rule (and a lease each); spends it. */
+  acquire(request: AcquireRequest): MaybePromise<AcquireResult>;
+  /** Extends the shared pause to at least now + ms (never shortens). Resolves with the pause's end (epoch ms). */
+  pause(id: string, ms: number): MaybePromise<number>;
+  /** Deletes the shared pause. */
+  resume(id: string): MaybePromise<void>;
+  /**
+   * Extends each still-held lease to now + ttl. Returns, per token, whether it is still held.
+   * Never resurrects an expired or released lease.
+   */
+  renew(id: string, tokens: readonly string[], ttl: number): MaybePromise<boolean[]>;
+  /** Releases the given leases (only those tokens) and wakes waiters. */
+  release(id: string, tokens: readonly string[]): MaybePromise<void>;
+  /** Optional: wake-ups when another valve pauses, resumes or releases a slot for `id`. Returns an unsubscribe function. */
+  subscribe?(id: string, onWake: (event: WakeEvent) => void): () => void;
+  /** Optional: true when subscribe() delivers wake-ups right now (e.g. a connected Redis subscriber). */
+  readonly notifies?: boolean;
+}
