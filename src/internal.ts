@@ -1,0 +1,41 @@
+import type { Clock } from './clock.js';
+
+/**
+ * Internal seam between the scheduler (valve.ts) and the feedback module
+ * (feedback/observe.ts, feedback/fetch.ts). Not exported from the package root.
+ */
+
+/** Feedback settings, normalised by options.ts from `createValve({ feedback })`. */
+export interface FeedbackSettings {
+  /** No pause read from a header, or computed by backoff, is longer than this (ms). Default 3_600_000. */
+  readonly maxPause: number;
+  /** First backoff after a 429 with no usable header (ms). Default 1000. */
+  readonly backoffInitial: number;
+  /** Backoff doubles per consecutive header-less 429 up to this (ms). Default 60_000. */
+  readonly backoffMax: number;
+}
+
+/** Where a pause came from, carried on every 'pause' event. */
+export type PauseSource = 'manual' | 'retry-after' | 'ratelimit-header' | 'backoff' | 'remote';
+
+/** What the scheduler offers the feedback module. */
+export interface ValveInternals {
+  readonly id: string;
+  readonly clock: Clock;
+  readonly feedback: FeedbackSettings;
+  /**
+   * Enqueues a job like run(), but at a given queue position: `sequence` is the call-order
+   * number of an earlier attempt (so a retry goes ahead of later arrivals), or undefined
+   * for a fresh one. `onSequence` receives the sequence used, synchronously.
+   */
+  runAt<T>(
+    job: (ctx: { signal: AbortSignal }) => T | Promise<T>,
+    options: { cost?: number; priority?: number; signal?: AbortSignal | undefined; maxWait?: number },
+    sequence: number | undefined,
+    onSequence?: (sequence: number) => void,
+  ): Promise<T>;
+  /** Writes a shared pause of `ms` in the background; emits 'pause' with `source`; failures emit 'store-error'. */
+  pauseInBackground(ms: number, source: PauseSource, detail?: unknown): void;
+  /** Emits a typed event of the valve (e.g. 'retry', 'feedback-ignored'). */
+  emit(event: string, payload: unknown): void;
+}
