@@ -3,7 +3,7 @@ import type { ValveInternals } from '../internal.js';
 // biome-ignore lint/suspicious/noExplicitAny: fetch implementations (global, undici) differ in their argument types
 export type FetchLike = (input: any, init?: any) => Promise<any>;
 
-export interface WrapFetchOptions<I = RequestInfo | URL, N = RequestInit> {
+export interface WrapFetchOptions<I = string | URL | Request, N = RequestInit> {
   /** Retries after a 429 (or a 503 with Retry-After). Default 3. */
   retries?: number;
   /** Cost of each attempt: a number, or a function of the request. Default 1. */
