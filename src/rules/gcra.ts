@@ -1,0 +1,29 @@
+/**
+ * GCRA arithmetic in integer microseconds on the store's clock (see
+ * docs/architecture.md, "The arithmetic"). Pure functions on numbers, so the memory
+ * store can run them per job without allocating; the Redis Lua script mirrors them.
+ *
+ * State: `tat`, the theoretical arrival time (µs). Missing or expired state is `tat = now`.
+ * A job of cost c needs inc = ceil(c × emissionUs); next = max(tat, now) + inc.
+ * It fits when next − now ≤ burst × emissionUs, and then tat = next.
+ */
+
+/** GCRA time one job of `cost` consumes, in µs: ceil(cost × emissionUs), rounded up so the bound holds. */
+export function gcraIncrement(cost: number, emissionUs: number): number {
+  return Math.ceil(cost * emissionUs);
+}
+
+/** The `tat` the rule would have after granting a job of increment `inc` at `nowUs`. */
+export function gcraNext(tat: number, nowUs: number, inc: number): number {
+  return Math.max(tat, nowUs) + inc;
+}
+
+/**
+ * How long (µs) the job whose would-be tat is `next` must wait before it fits:
+ * next − now − burst × emissionUs, or 0 when it fits now. A positive result is exact:
+ * at now + wait (with no other spend meanwhile) the same job fits.
+ */
+export function gcraWait(next: number, nowUs: number, burst: number, emissionUs: number): number {
+  const over = next - nowUs - burst * emissionUs;
+  return Math.max(over, 0);
+}

@@ -1,0 +1,523 @@
+import { type Clock, systemClock } from '../clock.js';
+import { describe } from '../duration.js';
+import { windowCount, windowEnd, windowIndex, windowWait } from '../rules/fixed-window.js';
+import { gcraIncrement, gcraNext, gcraWait } from '../rules/gcra.js';
+import type { StoreRule } from '../rules/rule.js';
+import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from './store.js';
+
+/** Options of {@link memoryStore}. */
+export interface MemoryStoreOptions {
+  /** The store's own clock (default: the system clock). Time is read as integer µs. */
+  clock?: Clock;
+}
+
+/** State of one rule for one id. GCRA uses `tat`; a fixed window uses `window` and `count`. */
+class RuleState {
+  tat = 0;
+  window = 0;
+  count = 0;
+  /** µs from which this state equals a fresh one and may be dropped. */
+  expiresUs = 0;
+}
+
+/** Everything the store holds for one id. Dropped once it is all idle. */
+class IdState {
+  /** End of the shared pause in µs, or 0 when there is none. */
+  pauseUs = 0;
+  readonly rules = new Map<string, RuleState>();
+  /** Global-concurrency leases: token → expiry (µs). null when none are held. */
+  leases: Map<string, number> | null = null;
+  /** The last fencing number issued, or 0 once it is safe to forget (see `nextFence`). */
+  fence = 0;
+  constructor(readonly id: string) {}
+}
+
+/** How many other ids each store call examines for idle state (the amortised sweep). */
+const SWEEP_PER_CALL = 2;
+
+let storeCounter = 0;
+
+/** Test hook (not exported from the package root): counts of what a memory store holds. */
+export const inspectMemoryStore: unique symbol = Symbol('valve.inspectMemoryStore');
+
+/** What {@link inspectMemoryStore} reports. */
+export interface MemoryStoreContents {
+  ids: number;
+  rules: number;
+  leases: number;
+  pauses: number;
+  subscribers: number;
+}
+
+/** ms (finite, ≥ 0) → µs, rounded up (a float's error below 1 ns is ignored) so a duration is never shortened. */
+function msToUs(ms: number): number {
+  return Math.max(0, Math.ceil(ms * 1000 - 1e-6));
+}
+
+class MemoryStore implements Store {
+  readonly notifies = true;
+  private readonly clock: Clock;
+  private readonly ids = new Map<string, IdState>();
+  private readonly subscribers = new Map<string, Set<(event: WakeEvent) => void>>();
+  private readonly tokenPrefix: string;
+  private lastNowUs = 0;
+  private sweepCursor: Iterator<IdState> | null = null;
+  // Per-call scratch, reused so that a batch allocates nothing per job.
+  private readonly rs: (StoreRule | undefined)[] = [];
+  private readonly st: (RuleState | undefined)[] = [];
+  private readonly a: number[] = []; // GCRA tat / fixed-window count, as updated by this batch
+  private readonly k: number[] = []; // fixed-window index at `now`
+  private readonly cand: number[] = []; // the value `a` takes if the current job is granted
+
+  constructor(clock: Clock) {
+    this.clock = clock;
+    storeCounter += 1;
+    this.tokenPrefix = `m${storeCounter.toString(36)}${Math.random().toString(36).slice(2, 8)}:`;
+  }
+
+  /** The store's clock in integer µs; never goes backwards even if the Clock does. */
+  private nowUs(): number {
+    const us = Math.round(this.clock.now() * 1000);
+    if (us > this.lastNowUs) this.lastNowUs = us;
+    return this.lastNowUs;
+  }
+
+  acquire(request: AcquireRequest): AcquireResult {
+    if (typeof request !== 'object' || request === null) {
+      throw new TypeError(`Expected \`request\` to be an object, got ${describe(request)}`);
+    }
+    const { id, rules, costs, count, lease } = request;
+    checkId(id, 'request.id');
+    if (!Array.isArray(rules)) {
+      throw new TypeError(`Expected \`request.rules\` to be an array of rules, got ${describe(rules)}`);
+    }
+    if (!Array.isArray(costs)) {
+      throw new TypeError(`Expected \`request.costs\` to be an array of numbers, got ${describe(costs)}`);
+    }
+    if (!Number.isInteger(count) || count < 1 || count > costs.length) {
+      throw new RangeError(
+        `Expected \`request.count\` to be an integer from 1 to costs.length (${costs.length}), got ${describe(count)}`,
+      );
+    }
+    let leaseLimit = Number.POSITIVE_INFINITY;
+    let ttlUs = 0;
+    if (lease !== undefined) {
+      if (typeof lease !== 'object' || lease === null) {
+        throw new TypeError(`Expected \`request.lease\` to be { limit, ttl }, got ${describe(lease)}`);
+      }
+      if (!Number.isSafeInteger(lease.limit) || lease.limit < 1) {
+        throw new RangeError(
+          `Expected \`request.lease.limit\` to be a positive integer, got ${describe(lease.limit)}`,
+        );
+      }
+      checkMs(lease.ttl, 'request.lease.ttl', false);
+      leaseLimit = lease.limit;
+      ttlUs = Math.max(1, msToUs(lease.ttl));
+    }
+
+    // Distinct rules (a repeated digest is one quota, spent once).
+    const rs = this.rs;
+    let n = 0;
+    for (let i = 0; i < rules.length; i++) {
+      const rule = rules[i] as StoreRule;
+      if (typeof rule !== 'object' || rule === null || typeof rule.digest !== 'string') {
+        throw new TypeError(
+          `Expected \`request.rules[${i}]\` to be a normalised StoreRule, got ${describe(rule)}`,
+        );
+      }
+      let dup = false;
+      for (let j = 0; j < n; j++) if (rs[j]!.digest === rule.digest) dup = true;
+      if (!dup) rs[n++] = rule;
+    }
+    // Validate every cost before spending anything: the batch is atomic.
+    for (let j = 0; j < count; j++) {
+      const c = costs[j];
+      if (typeof c !== 'number' || !(c > 0) || c === Number.POSITIVE_INFINITY) {
+        throw new RangeError(
+          `Expected \`request.costs[${j}]\` to be a positive finite number, got ${describe(c)}`,
+        );
+      }
+      for (let i = 0; i < n; i++) {
+        if (c > rs[i]!.maxCost) {
+          throw new RangeError(
+            `\`request.costs[${j}]\` (${c}) exceeds the largest cost rule ${rs[i]!.label} can ever admit (${rs[i]!.maxCost})`,
+          );
+        }
+      }
+    }
+
+    const now = this.nowUs();
+    this.sweep(now);
+    let state = this.ids.get(id);
+
+    // 1. The shared pause.
+    if (state !== undefined && state.pauseUs !== 0) {
+      if (state.pauseUs > now) {
+        this.clearScratch(n);
+        return {
+          granted: 0,
+          retryAfter: (state.pauseUs - now) / 1000,
+          blocked: 'pause',
+          pausedUntil: state.pauseUs / 1000,
+          now: now / 1000,
+        };
+      }
+      state.pauseUs = 0;
+    }
+
+    // 2. Leases: purge expired, count free slots.
+    let free = Number.POSITIVE_INFINITY;
+    if (lease !== undefined) {
+      const held = state === undefined ? 0 : purgeLeases(state, now);
+      free = leaseLimit - held;
+    }
+
+    // 3. Rule states as of `now` (expired or missing = fresh).
+    const st = this.st;
+    const a = this.a;
+    const k = this.k;
+    const cand = this.cand;
+    for (let i = 0; i < n; i++) {
+      const rule = rs[i]!;
+      let s = state?.rules.get(rule.digest);
+      if (s !== undefined && now >= s.expiresUs) {
+        state!.rules.delete(rule.digest);
+        s = undefined;
+      }
+      st[i] = s;
+      if (rule.algorithm === 'gcra') {
+        a[i] = s === undefined ? now : s.tat;
+      } else {
+        const w = windowIndex(now, rule.intervalUs);
+        k[i] = w;
+        a[i] = s === undefined ? 0 : windowCount(s.window, s.count, w);
+      }
+    }
+
+    // 4. Jobs in order, each against every rule as updated by the grants before it.
+    let granted = 0;
+    let waitUs = 0;
+    let blocked: BlockReason | null = null;
+    for (let j = 0; j < count; j++) {
+      if (granted >= free) {
+        blocked = 'concurrency';
+        break;
+      }
+      const c = costs[j] as number;
+      let worst = 0;
+      for (let i = 0; i < n; i++) {
+        const rule = rs[i]!;
+        let w: number;
+        if (rule.algorithm === 'gcra') {
+          const next = gcraNext(a[i]!, now, gcraIncrement(c, rule.emissionUs));
+          cand[i] = next;
+          w = gcraWait(next, now, rule.burst, rule.emissionUs);
+        } else {
+          cand[i] = a[i]! + c;
+          w = windowWait(a[i]!, c, rule.limit, k[i]!, rule.intervalUs, now);
+        }
+        if (w > worst) worst = w;
+      }
+      if (worst > 0) {
+        blocked = 'rate';
+        waitUs = worst;
+        break;
+      }
+      for (let i = 0; i < n; i++) a[i] = cand[i]!;
+      granted++;
+    }
+
+    // 5. Spend: write the updated rule states and issue leases.
+    let leases: Lease[] | undefined;
+    if (granted > 0) {
+      if (state === undefined) {
+        state = new IdState(id);
+        this.ids.set(id, state);
+      }
+      for (let i = 0; i < n; i++) {
+        const rule = rs[i]!;
+        let s = st[i];
+        if (s === undefined) {
+          s = new RuleState();
+          state.rules.set(rule.digest, s);
+        }
+        if (rule.algorithm === 'gcra') {
+          s.tat = a[i]!;
+          s.expiresUs = a[i]!;
+        } else {
+          s.window = k[i]!;
+          s.count = a[i]!;
+          s.expiresUs = windowEnd(k[i]!, rule.intervalUs);
+        }
+      }
+      if (lease !== undefined) {
+        leases = new Array<Lease>(granted);
+        const expiresUs = now + ttlUs;
+        if (state.leases === null) state.leases = new Map();
+        for (let j = 0; j < granted; j++) {
+          const fence = nextFence(state, now);
+          const token = this.tokenPrefix + fence;
+          state.leases.set(token, expiresUs);
+          leases[j] = { token, fence, expiresAt: expiresUs / 1000 };
+        }
+      }
+    }
+    if (blocked === 'concurrency') {
+      // A hint: the earliest expiry. A release (with a wake-up) usually comes sooner.
+      let earliest = Number.POSITIVE_INFINITY;
+      if (state?.leases) for (const exp of state.leases.values()) if (exp < earliest) earliest = exp;
+      waitUs = earliest === Number.POSITIVE_INFINITY ? 0 : earliest - now;
+    }
+    this.clearScratch(n);
+    if (state !== undefined && isIdle(state)) this.ids.delete(id);
+
+    const result: AcquireResult = {
+      granted,
+      retryAfter: waitUs / 1000,
+      blocked,
+      pausedUntil: null,
+      now: now / 1000,
+    };
+    if (leases !== undefined) result.leases = leases;
+    return result;
+  }
+
+  /** Drops the scratch references to rules and states, so a finished call retains nothing. */
+  private clearScratch(n: number): void {
+    for (let i = 0; i < n; i++) {
+      this.rs[i] = undefined;
+      this.st[i] = undefined;
+    }
+  }
+
+  pause(id: string, ms: number): number {
+    checkId(id, 'id');
+    checkMs(ms, 'ms', true);
+    const now = this.nowUs();
+    this.sweep(now);
+    let state = this.ids.get(id);
+    if (state === undefined) {
+      state = new IdState(id);
+      this.ids.set(id, state);
+    }
+    const until = now + msToUs(ms);
+    if (until > state.pauseUs) state.pauseUs = until;
+    const end = state.pauseUs / 1000;
+    if (state.pauseUs <= now) {
+      // A zero-length pause records nothing.
+      state.pauseUs = 0;
+      if (isIdle(state)) this.ids.delete(id);
+      return now / 1000;
+    }
+    this.notify(id, { type: 'pause', until: end });
+    return end;
+  }
+
+  resume(id: string): void {
+    checkId(id, 'id');
+    const now = this.nowUs();
+    this.sweep(now);
+    const state = this.ids.get(id);
+    if (state !== undefined) {
+      state.pauseUs = 0;
+      if (isIdle(state)) this.ids.delete(id);
+    }
+    this.notify(id, { type: 'resume' });
+  }
+
+  renew(id: string, tokens: readonly string[], ttl: number): boolean[] {
+    checkId(id, 'id');
+    checkTokens(tokens);
+    checkMs(ttl, 'ttl', false);
+    const now = this.nowUs();
+    this.sweep(now);
+    const out = new Array<boolean>(tokens.length).fill(false);
+    const state = this.ids.get(id);
+    if (state === undefined || state.leases === null) return out;
+    purgeLeases(state, now);
+    const expiresUs = now + Math.max(1, msToUs(ttl));
+    const leases = state.leases;
+    if (leases !== null) {
+      for (let i = 0; i < tokens.length; i++) {
+        const token = tokens[i]!;
+        if (leases.has(token)) {
+          leases.set(token, expiresUs);
+          out[i] = true;
+        }
+      }
+    }
+    if (isIdle(state)) this.ids.delete(id);
+    return out;
+  }
+
+  release(id: string, tokens: readonly string[]): void {
+    checkId(id, 'id');
+    checkTokens(tokens);
+    const now = this.nowUs();
+    this.sweep(now);
+    const state = this.ids.get(id);
+    let removed = false;
+    if (state?.leases) {
+      for (let i = 0; i < tokens.length; i++) if (state.leases.delete(tokens[i]!)) removed = true;
+      purgeLeases(state, now);
+      if (isIdle(state)) this.ids.delete(id);
+    }
+    if (removed) this.notify(id, { type: 'release' });
+  }
+
+  subscribe(id: string, onWake: (event: WakeEvent) => void): () => void {
+    checkId(id, 'id');
+    if (typeof onWake !== 'function') {
+      throw new TypeError(`Expected \`onWake\` to be a function, got ${describe(onWake)}`);
+    }
+    let set = this.subscribers.get(id);
+    if (set === undefined) {
+      set = new Set();
+      this.subscribers.set(id, set);
+    }
+    // Wrap so that the same function can subscribe twice and unsubscribe each independently.
+    const entry = (event: WakeEvent) => onWake(event);
+    set.add(entry);
+    let active = true;
+    return () => {
+      if (!active) return;
+      active = false;
+      const current = this.subscribers.get(id);
+      if (current === undefined) return;
+      current.delete(entry);
+      if (current.size === 0) this.subscribers.delete(id);
+    };
+  }
+
+  /**
+   * Wakes the id's subscribers in a microtask, never inside the store call, so a
+   * subscriber cannot re-enter the store mid-operation. A throwing subscriber is
+   * ignored: wake-ups are hints, and the other subscribers still run.
+   */
+  private notify(id: string, event: WakeEvent): void {
+    const set = this.subscribers.get(id);
+    if (set === undefined || set.size === 0) return;
+    const targets = Array.from(set);
+    queueMicrotask(() => {
+      for (const fn of targets) {
+        try {
+          fn(event);
+        } catch {
+          // Hints only; the subscriber's own error handling is its business.
+        }
+      }
+    });
+  }
+
+  /** Amortised cleanup: examines up to SWEEP_PER_CALL ids round-robin and drops their idle state. */
+  private sweep(now: number): void {
+    for (let i = 0; i < SWEEP_PER_CALL; i++) {
+      if (this.sweepCursor === null) {
+        if (this.ids.size === 0) return;
+        this.sweepCursor = this.ids.values();
+      }
+      const next = this.sweepCursor.next();
+      if (next.done) {
+        this.sweepCursor = null;
+        continue;
+      }
+      const state = next.value;
+      if (state.pauseUs !== 0 && state.pauseUs <= now) state.pauseUs = 0;
+      for (const [digest, s] of state.rules) if (now >= s.expiresUs) state.rules.delete(digest);
+      purgeLeases(state, now);
+      if (isIdle(state)) this.ids.delete(state.id);
+    }
+  }
+
+  /** Test hook: what the store currently holds. */
+  [inspectMemoryStore](): MemoryStoreContents {
+    let rules = 0;
+    let leases = 0;
+    let pauses = 0;
+    for (const s of this.ids.values()) {
+      rules += s.rules.size;
+      leases += s.leases?.size ?? 0;
+      if (s.pauseUs !== 0) pauses++;
+    }
+    let subscribers = 0;
+    for (const set of this.subscribers.values()) subscribers += set.size;
+    return { ids: this.ids.size, rules, leases, pauses, subscribers };
+  }
+}
+
+/**
+ * Removes expired leases of `state` (and forgets the fence once that is safe). Returns how many are held.
+ */
+function purgeLeases(state: IdState, now: number): number {
+  const leases = state.leases;
+  if (leases !== null) {
+    for (const [token, exp] of leases) if (exp <= now) leases.delete(token);
+    if (leases.size > 0) return leases.size;
+    state.leases = null;
+  }
+  // The fence may be forgotten once the clock has passed it: the next one is at least `now`.
+  if (state.fence !== 0 && now > state.fence) state.fence = 0;
+  return 0;
+}
+
+/**
+ * The next fencing number for the id: max(last + 1, now µs). Seeding from the clock keeps
+ * the sequence strictly increasing even after the id's state was dropped while idle.
+ */
+function nextFence(state: IdState, now: number): number {
+  const fence = Math.max(state.fence + 1, now);
+  state.fence = fence;
+  return fence;
+}
+
+function isIdle(state: IdState): boolean {
+  return state.pauseUs === 0 && state.rules.size === 0 && state.leases === null && state.fence === 0;
+}
+
+function checkId(id: unknown, name: string): void {
+  if (typeof id !== 'string' || id.length === 0) {
+    throw new TypeError(`Expected \`${name}\` to be a non-empty string, got ${describe(id)}`);
+  }
+}
+
+function checkMs(ms: unknown, name: string, zeroOk: boolean): void {
+  if (typeof ms !== 'number') {
+    throw new TypeError(`Expected \`${name}\` to be a number of milliseconds, got ${describe(ms)}`);
+  }
+  if (!Number.isFinite(ms) || ms < 0 || (!zeroOk && ms === 0)) {
+    throw new RangeError(
+      `Expected \`${name}\` to be a ${zeroOk ? 'non-negative' : 'positive'} finite number of milliseconds, got ${String(ms)}`,
+    );
+  }
+}
+
+function checkTokens(tokens: unknown): void {
+  if (!Array.isArray(tokens)) {
+    throw new TypeError(`Expected \`tokens\` to be an array of lease tokens, got ${describe(tokens)}`);
+  }
+  for (let i = 0; i < tokens.length; i++) {
+    if (typeof tokens[i] !== 'string') {
+      throw new TypeError(`Expected \`tokens[${i}]\` to be a string, got ${describe(tokens[i])}`);
+    }
+  }
+}
+
+/**
+ * A store in this process's memory. Valves share a budget when they use the same
+ * instance, the same id and the same rules. Answers synchronously, on its own clock
+ * (integer µs, rounded to the nearest µs, never going backwards).
+ *
+ * Memory is bounded by live state, not by the number of jobs: expired rule state,
+ * ended pauses and empty lease sets are dropped when their id is next touched, and
+ * every call also examines two other ids round-robin (no timers, nothing to close).
+ */
+export function memoryStore(options?: MemoryStoreOptions): Store {
+  if (options !== undefined && (typeof options !== 'object' || options === null)) {
+    throw new TypeError(`Expected \`options\` to be an object, got ${describe(options)}`);
+  }
+  const clock = options?.clock ?? systemClock;
+  if (typeof clock !== 'object' || clock === null || typeof clock.now !== 'function') {
+    throw new TypeError(`Expected \`options.clock\` to be a Clock with now(), got ${describe(clock)}`);
+  }
+  return new MemoryStore(clock);
+}
