@@ -3,6 +3,7 @@ export { systemClock } from './clock.js';
 export type { ValveErrorCode } from './errors.js';
 export { isValveError, ValveError } from './errors.js';
 export type { Rule, StoreRule } from './rules/rule.js';
+export { memoryStore } from './stores/memory.js';
 export type {
   AcquireRequest,
   AcquireResult,
