@@ -1,22 +1,71 @@
 import type { ValveInternals } from '../internal.js';
+import { nextBackoff, resetBackoff } from './backoff.js';
+import {
+  type FeedbackReading,
+  type HeaderBag,
+  type ParsedFeedback,
+  readBag,
+  toHeaderBag,
+} from './headers.js';
 
-/** What observe() read from a response (placeholder; completed in headers.ts). */
-export interface FeedbackReading {
-  readonly waitMs: number;
-  readonly until: number;
-  readonly source: 'retry-after' | 'ratelimit-header' | 'backoff';
-  readonly header: string | undefined;
-  readonly raw: string | undefined;
-  readonly status: number | undefined;
-  readonly capped?: boolean;
-}
+export type { FeedbackIgnored, FeedbackReading, IgnoredReason } from './headers.js';
 
 /**
- * Reads provider feedback from a fetch Response, a Headers, or `{ status, headers }`,
- * returns what it read at once (or undefined) and writes the pause in the background.
+ * Reads provider feedback from a fetch `Response`, a `Headers`, `{ status, headers }`
+ * (or `{ statusCode, headers }`), or a bare header object, and returns what it read at
+ * once (or undefined). A usable wait is written as a shared pause in the background
+ * through `valve.pauseInBackground` (a failed write becomes 'store-error' in the engine
+ * and is not retried). Values that were not used as sent are reported one by one with
+ * the 'feedback-ignored' event. Never throws on header values; throws TypeError when
+ * `input` is not an object.
  */
 export function observe(valve: ValveInternals, input: unknown): FeedbackReading | undefined {
-  void valve;
-  void input;
-  return undefined;
+  let bag: HeaderBag;
+  try {
+    bag = toHeaderBag(input);
+  } catch (err) {
+    if (err instanceof TypeError && (input === null || typeof input !== 'object')) throw err;
+    valve.emit('feedback-ignored', {
+      header: '',
+      value: err instanceof Error ? err.message : String(err),
+      reason: 'unreadable-input',
+      status: undefined,
+    });
+    return undefined;
+  }
+  const settings = valve.feedback;
+  const now = valve.clock.now();
+  let parsed: ParsedFeedback;
+  try {
+    parsed = readBag(bag, { now, maxPause: settings.maxPause });
+  } catch (err) {
+    // The parser is written not to throw; this is a last line of defence.
+    valve.emit('feedback-ignored', {
+      header: '',
+      value: err instanceof Error ? err.message : String(err),
+      reason: 'unreadable-input',
+      status: bag.status,
+    });
+    parsed = { status: bag.status, reading: undefined, ignored: [], needsBackoff: bag.status === 429 };
+  }
+  for (const item of parsed.ignored) valve.emit('feedback-ignored', item);
+
+  let reading = parsed.reading;
+  const status = parsed.status;
+  if (parsed.needsBackoff) {
+    const step = nextBackoff(valve, settings, now);
+    reading = {
+      waitMs: step.waitMs,
+      until: now + step.waitMs,
+      source: 'backoff',
+      header: undefined,
+      raw: undefined,
+      status,
+      attempt: step.attempt,
+    };
+  } else if (status !== undefined && status >= 200 && status < 400) {
+    resetBackoff(valve);
+  }
+  if (reading && reading.waitMs > 0) valve.pauseInBackground(reading.waitMs, reading.source, reading);
+  return reading;
 }
