@@ -6,6 +6,6 @@ export default defineConfig({
     pool: 'forks',
     testTimeout: 30_000,
     hookTimeout: 120_000,
-    globalSetup: [],
+    globalSetup: ['./test/helpers/global-setup.ts'],
   },
 });
