@@ -1,25 +1,226 @@
 import type { ValveInternals } from '../internal.js';
+import type { FeedbackReading } from './headers.js';
+import { observe } from './observe.js';
 
+/** Any fetch implementation: Node's global fetch, undici's fetch, or a compatible function. */
 // biome-ignore lint/suspicious/noExplicitAny: fetch implementations (global, undici) differ in their argument types
 export type FetchLike = (input: any, init?: any) => Promise<any>;
 
 export interface WrapFetchOptions<I = string | URL | Request, N = RequestInit> {
-  /** Retries after a 429 (or a 503 with Retry-After). Default 3. */
+  /** Retries after a 429 (or a 503 with Retry-After), each at the request's original queue position. Default 3. */
   retries?: number;
-  /** Cost of each attempt: a number, or a function of the request. Default 1. */
+  /** Cost of each attempt: a positive number, or a function of the request (called once per call). Default 1. */
   cost?: number | ((input: I, init: N | undefined) => number);
-  /** Queue priority of every attempt. Default 0. */
+  /** Queue priority of every attempt (higher starts first). Default 0. */
   priority?: number;
 }
 
-/** Wraps fetch so that each attempt is a job of the valve (placeholder; retries to come). */
+/** Payload of the 'retry' event. */
+export interface FetchRetryEvent {
+  /** 1 for the first retry. */
+  readonly attempt: number;
+  /** Status of the response that caused the retry (429 or 503). */
+  readonly status: number;
+  /** The pause observe() wrote for it (ms); 0 when none. */
+  readonly waitMs: number;
+  readonly url: string;
+  readonly source: FeedbackReading['source'] | undefined;
+}
+
+interface BodyPlan {
+  /** Whether a retry can send the same body again. */
+  readonly replayable: boolean;
+  /** The arguments of one attempt. */
+  args(): [unknown, Record<string, unknown> | undefined];
+}
+
+function checkOptions(options: WrapFetchOptions<unknown, unknown> | undefined): void {
+  if (options === undefined) return;
+  if (options === null || typeof options !== 'object') {
+    throw new TypeError(`Expected wrapFetch \`options\` to be an object, got ${String(options)}`);
+  }
+  const { retries, cost, priority } = options;
+  if (retries !== undefined && (typeof retries !== 'number' || !Number.isInteger(retries) || retries < 0)) {
+    throw new RangeError(`Expected \`retries\` to be a non-negative integer, got ${String(retries)}`);
+  }
+  if (
+    cost !== undefined &&
+    typeof cost !== 'function' &&
+    (typeof cost !== 'number' || !Number.isFinite(cost) || cost <= 0)
+  ) {
+    throw new RangeError(
+      `Expected \`cost\` to be a positive finite number or a function of the request, got ${String(cost)}`,
+    );
+  }
+  if (priority !== undefined && (typeof priority !== 'number' || !Number.isFinite(priority))) {
+    throw new RangeError(`Expected \`priority\` to be a finite number, got ${String(priority)}`);
+  }
+}
+
+function tag(value: unknown): string {
+  return Object.prototype.toString.call(value);
+}
+
+/** Bodies fetch reads without consuming them, so the same object can be sent again. */
+function isReplayableBody(body: unknown): boolean {
+  if (body === undefined || body === null) return true;
+  if (typeof body === 'string') return true;
+  if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) return true;
+  if (typeof SharedArrayBuffer !== 'undefined' && body instanceof SharedArrayBuffer) return true;
+  const t = tag(body);
+  return (
+    t === '[object URLSearchParams]' ||
+    t === '[object Blob]' ||
+    t === '[object File]' ||
+    t === '[object FormData]'
+  );
+}
+
+interface RequestLike {
+  readonly url: string;
+  readonly body: unknown;
+  readonly bodyUsed: boolean;
+  readonly signal?: AbortSignal | null;
+  clone(): RequestLike;
+}
+
+function isRequestLike(input: unknown): input is RequestLike {
+  if (input === null || typeof input !== 'object') return false;
+  const r = input as Partial<RequestLike>;
+  return typeof r.url === 'string' && typeof r.clone === 'function' && 'bodyUsed' in r && 'method' in r;
+}
+
+function planBody(input: unknown, init: Record<string, unknown> | undefined): BodyPlan {
+  const initBody = init?.body;
+  if (initBody !== undefined && initBody !== null) {
+    // init.body replaces a Request's own body, which stays unread.
+    return { replayable: isReplayableBody(initBody), args: () => [input, init] };
+  }
+  if (isRequestLike(input) && input.body !== null && input.body !== undefined) {
+    if (input.bodyUsed) return { replayable: false, args: () => [input, init] };
+    // Keep the caller's Request unread and send a clone on every attempt.
+    const template = input;
+    return { replayable: true, args: () => [template.clone(), init] };
+  }
+  return { replayable: true, args: () => [input, init] };
+}
+
+function urlOf(input: unknown): string {
+  if (typeof input === 'string') return input;
+  if (isRequestLike(input)) return input.url;
+  if (input !== null && typeof input === 'object' && typeof (input as URL).href === 'string') {
+    return (input as URL).href;
+  }
+  return String(input);
+}
+
+/** The signal fetch itself would honour: init.signal when given (null means none), else the Request's. */
+function callerSignal(input: unknown, init: Record<string, unknown> | undefined): AbortSignal | undefined {
+  if (init && 'signal' in init && init.signal !== undefined)
+    return (init.signal as AbortSignal | null) ?? undefined;
+  if (isRequestLike(input)) return input.signal ?? undefined;
+  return undefined;
+}
+
+/** A signal that aborts when either aborts, with the first one's reason. */
+function anySignal(a: AbortSignal, b: AbortSignal | undefined): AbortSignal {
+  if (!b) return a;
+  const any = (AbortSignal as { any?: (signals: AbortSignal[]) => AbortSignal }).any;
+  if (typeof any === 'function') return any.call(AbortSignal, [b, a]);
+  const controller = new AbortController();
+  for (const s of [b, a]) {
+    if (s.aborted) {
+      controller.abort(s.reason);
+      return controller.signal;
+    }
+  }
+  const onAbort = (event: Event) => {
+    controller.abort((event.target as AbortSignal).reason);
+    a.removeEventListener('abort', onAbort);
+    b.removeEventListener('abort', onAbort);
+  };
+  a.addEventListener('abort', onAbort);
+  b.addEventListener('abort', onAbort);
+  return controller.signal;
+}
+
+/** Discards a response body that will not be returned, so its connection is released. */
+function discard(response: unknown): void {
+  try {
+    const body = (response as { body?: { cancel?: () => Promise<void>; locked?: boolean } | null }).body;
+    if (body && typeof body.cancel === 'function' && body.locked !== true) {
+      body.cancel().catch(() => {});
+    }
+  } catch {
+    // A body that cannot be cancelled is left to the garbage collector.
+  }
+}
+
+/**
+ * Wraps a fetch so that each attempt runs as one job of the valve, its response is
+ * observed (a pause is written for any usable rate-limit header), and a 429 (or a 503
+ * with Retry-After) is retried up to `retries` times at the call's original queue
+ * position: every attempt reuses the sequence number of the first, so a retry goes
+ * ahead of requests that arrived after it. The 429's body is cancelled before the
+ * retry. When retries run out, or the body cannot be sent again (a stream, a used
+ * Request), the last response is returned as fetch would return it: no throw.
+ *
+ * The caller's signal (init.signal, else the Request's) is honoured while queued (the
+ * call rejects with its reason) and while running (passed to fetch, combined with the
+ * job's own signal). Emits 'retry' ({ attempt, status, waitMs, url, source }).
+ */
 export function wrapFetch<F extends FetchLike = typeof fetch>(
   valve: ValveInternals,
   fetchFn?: F,
   options?: WrapFetchOptions<Parameters<F>[0], Parameters<F>[1]>,
 ): F {
-  const fn = (fetchFn ?? globalThis.fetch) as F;
-  const wrapped = (input: Parameters<F>[0], init?: Parameters<F>[1]) =>
-    valve.runAt(() => fn(input, init), { cost: 1, priority: options?.priority ?? 0 }, undefined);
+  const fn = (fetchFn ?? globalThis.fetch) as F | undefined;
+  if (typeof fn !== 'function') {
+    throw new TypeError(`Expected \`fetch\` to be a function, got ${fn === null ? 'null' : typeof fn}`);
+  }
+  checkOptions(options as WrapFetchOptions<unknown, unknown> | undefined);
+  const retries = options?.retries ?? 3;
+  const costOption = options?.cost ?? 1;
+  const priority = options?.priority ?? 0;
+
+  const wrapped = async (input: Parameters<F>[0], init?: Parameters<F>[1]): Promise<unknown> => {
+    const initRecord =
+      init === null || typeof init !== 'object' ? undefined : (init as Record<string, unknown>);
+    const signal = callerSignal(input, initRecord);
+    if (signal?.aborted) throw signal.reason;
+    const cost = typeof costOption === 'function' ? costOption(input, init) : costOption;
+    const plan: BodyPlan =
+      retries === 0 ? { replayable: false, args: () => [input, initRecord] } : planBody(input, initRecord);
+
+    let sequence: number | undefined;
+    for (let attempt = 0; ; attempt++) {
+      const [attemptInput, attemptInit] = plan.args();
+      const { response, reading } = await valve.runAt(
+        async ({ signal: jobSignal }) => {
+          const response = await fn(attemptInput, { ...attemptInit, signal: anySignal(jobSignal, signal) });
+          let reading: FeedbackReading | undefined;
+          if (response !== null && typeof response === 'object') reading = observe(valve, response);
+          return { response, reading };
+        },
+        { cost, priority, signal },
+        sequence,
+        (used) => {
+          sequence ??= used;
+        },
+      );
+      const status = (response as { status?: unknown } | null)?.status;
+      const retryable = status === 429 || (status === 503 && reading?.source === 'retry-after');
+      if (!retryable || attempt >= retries || !plan.replayable) return response;
+      discard(response);
+      const event: FetchRetryEvent = {
+        attempt: attempt + 1,
+        status,
+        waitMs: reading?.waitMs ?? 0,
+        url: urlOf(input),
+        source: reading?.source,
+      };
+      valve.emit('retry', event);
+    }
+  };
   return wrapped as unknown as F;
 }
