@@ -1,0 +1,2 @@
+export type { RedisStoreOptions } from './store.js';
+export { RedisStoreTimeoutError, redisStore } from './store.js';

@@ -1,0 +1,36 @@
+--[[
+pause.lua: extends the shared pause of one valve id to at least now + ms (never shortens it)
+and, when it was extended, publishes "pause:<until ms>" on the id's wake channel.
+
+KEYS[1]  <prefix>:{<id>}:pause   string, pausedUntil (epoch ms, 3 decimals)
+ARGV[1]  "" (use Redis TIME), or the time in µs (test-only virtual clock)
+ARGV[2]  the pause's length in µs (integer, > 0)
+ARGV[3]  the wake channel, <prefix>:{<id>}:wake
+ARGV[4]  publish mode: "p" PUBLISH, "s" SPUBLISH, "" none
+
+Reply: { pausedUntilUs, nowUs }, the pause's end after this call (epoch µs) and the store's clock
+]]
+
+-- @include common
+
+local clock = ARGV[1]
+local testing = test_mode(clock)
+local now = now_us(clock)
+local wanted = now + tonumber(ARGV[2])
+
+local current = 0
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  current = ms_str_to_us(raw)
+end
+if current >= wanted then
+  return { current, now }
+end
+if wanted <= now then
+  -- A zero-length pause records nothing.
+  return { now, now }
+end
+local until_ms = us_to_ms_str(wanted)
+redis.call('SET', KEYS[1], until_ms, 'PX', ttl_ms(wanted - now, testing))
+notify(ARGV[4], ARGV[3], 'pause:' .. until_ms)
+return { wanted, now }

@@ -1,0 +1,22 @@
+--[[
+release.lua: removes the given global-concurrency leases (only those tokens) and, when one was
+held, publishes "release" on the id's wake channel so waiting processes recheck at once.
+
+KEYS[1]  <prefix>:{<id>}:leases  sorted set, lease token -> expiresAt (epoch ms)
+ARGV[1]  the wake channel, <prefix>:{<id>}:wake
+ARGV[2]  publish mode: "p" PUBLISH, "s" SPUBLISH, "" none
+ARGV[3..] the lease tokens
+
+Reply: the number of leases removed
+]]
+
+-- @include common
+
+local removed = 0
+for i = 3, #ARGV do
+  removed = removed + redis.call('ZREM', KEYS[1], ARGV[i])
+end
+if removed > 0 then
+  notify(ARGV[2], ARGV[1], 'release')
+end
+return removed

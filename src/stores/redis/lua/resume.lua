@@ -1,0 +1,16 @@
+--[[
+resume.lua: deletes the shared pause of one valve id and publishes "resume" on its wake channel
+(always, so that a process still caching a pause that was lost or expired wakes too).
+
+KEYS[1]  <prefix>:{<id>}:pause   string, pausedUntil (epoch ms, 3 decimals)
+ARGV[1]  the wake channel, <prefix>:{<id>}:wake
+ARGV[2]  publish mode: "p" PUBLISH, "s" SPUBLISH, "" none
+
+Reply: 1 when a pause was deleted, else 0
+]]
+
+-- @include common
+
+local deleted = redis.call('DEL', KEYS[1])
+notify(ARGV[2], ARGV[1], 'resume')
+return deleted

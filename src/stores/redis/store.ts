@@ -1,0 +1,347 @@
+import { randomBytes } from 'node:crypto';
+import type { Clock } from '../../clock.js';
+import type { StoreRule } from '../../rules/rule.js';
+import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from '../store.js';
+import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
+import { type IdKeys, idKeys, validateId, validatePrefix } from './keys.js';
+import { ACQUIRE, type LuaScript, PAUSE, RELEASE, RENEW, RESUME } from './scripts.generated.js';
+import { type PubSubMode, WakeHub } from './subscriber.js';
+
+/** Options of {@link redisStore}. */
+export interface RedisStoreOptions {
+  /**
+   * The command connection: an ioredis or iovalkey `Redis` or `Cluster`, or a node-redis
+   * client or cluster (connected). valve never closes it.
+   */
+  client: object;
+  /**
+   * Optional second connection for pub/sub wake-ups (pause, resume, slot release), e.g.
+   * `client.duplicate()`. Without it everything still works, other processes' changes are
+   * only noticed later. On a cluster, pass an ioredis Cluster created with
+   * `shardedSubscribers: true`, or a node-redis cluster.
+   */
+  subscriber?: object | undefined;
+  /** Key prefix; two stores share state only with the same server and prefix. Default 'valve'. */
+  prefix?: string | undefined;
+  /**
+   * valve's own deadline per store call, in ms (default 2000). A call past it rejects; the
+   * scheduler treats that as a store failure. The command may still execute on the server.
+   */
+  timeout?: number | undefined;
+  /**
+   * Pub/sub flavour for wake-ups: 'classic' (PUBLISH/SUBSCRIBE) or 'sharded'
+   * (SPUBLISH/SSUBSCRIBE, Redis/Valkey 7+). Default: 'sharded' on a cluster client,
+   * 'classic' otherwise. Every process sharing an id must use the same flavour.
+   */
+  pubsub?: PubSubMode | undefined;
+  /**
+   * TEST ONLY. Makes the scripts take the time from this clock instead of Redis `TIME`, so a
+   * test can run the Lua on a virtual clock. Never set it in production: processes with
+   * different clocks would break every bound.
+   */
+  unsafeTestClock?: Clock | undefined;
+}
+
+/** A store call that did not answer within valve's deadline. */
+export class RedisStoreTimeoutError extends Error {
+  override readonly name = 'RedisStoreTimeoutError';
+  readonly code = 'VALVE_REDIS_TIMEOUT';
+}
+
+const BLOCKED: readonly (BlockReason | null)[] = [null, 'pause', 'rate', 'concurrency'];
+
+/** Per rule, its script arguments (kind and two numbers), computed once per rule object. */
+const ruleArgs = new WeakMap<StoreRule, readonly string[]>();
+function argsOf(rule: StoreRule): readonly string[] {
+  let args = ruleArgs.get(rule);
+  if (!args) {
+    args =
+      rule.algorithm === 'gcra'
+        ? ['g', String(rule.emissionUs), String(rule.burst)]
+        : ['w', String(rule.intervalUs), String(rule.limit)];
+    ruleArgs.set(rule, args);
+  }
+  return args;
+}
+
+/** ms (finite, ≥ 0) → µs, rounded up (a float's error below 1 ns is ignored) so a duration is never shortened. */
+function msToUs(ms: number): number {
+  return Math.max(0, Math.ceil(ms * 1000 - 1e-6));
+}
+
+function describeValue(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'object' && value !== null) return Array.isArray(value) ? 'an array' : 'an object';
+  return String(value);
+}
+
+function checkTokens(tokens: unknown): readonly string[] {
+  if (!Array.isArray(tokens)) {
+    throw new TypeError(`Expected \`tokens\` to be an array of lease tokens, got ${describeValue(tokens)}`);
+  }
+  for (let i = 0; i < tokens.length; i++) {
+    if (typeof tokens[i] !== 'string') {
+      throw new TypeError(`Expected \`tokens[${i}]\` to be a string, got ${describeValue(tokens[i])}`);
+    }
+  }
+  return tokens as readonly string[];
+}
+
+function positiveMs(value: unknown, what: string, allowZero: boolean): number {
+  if (typeof value !== 'number') {
+    throw new TypeError(`Expected \`${what}\` to be a number of ms, got ${typeof value}`);
+  }
+  if (!Number.isFinite(value) || value < 0 || (!allowZero && value === 0)) {
+    throw new RangeError(
+      `Expected \`${what}\` to be a ${allowZero ? 'non-negative' : 'positive'} finite number of ms, got ${value}`,
+    );
+  }
+  return value;
+}
+
+class RedisStore implements Store {
+  private readonly cmd: CommandAdapter;
+  private readonly prefix: string;
+  private readonly timeout: number;
+  /** 'p' PUBLISH or 's' SPUBLISH, passed to the scripts. */
+  private readonly publish: string;
+  private readonly hub: WakeHub | undefined;
+  private readonly testClock: Clock | undefined;
+  /** Keys per id, built once (ids are few and long-lived). */
+  private readonly keys = new Map<string, IdKeys>();
+  /** Random per store instance; with a counter it makes each call's lease tokens unique. */
+  private readonly nonceBase = randomBytes(6).toString('hex');
+  private nonceSeq = 0;
+
+  constructor(options: RedisStoreOptions) {
+    if (typeof options !== 'object' || options === null) {
+      throw new TypeError('Expected redisStore() options to be an object like { client }');
+    }
+    for (const key of Object.keys(options)) {
+      if (!['client', 'subscriber', 'prefix', 'timeout', 'pubsub', 'unsafeTestClock'].includes(key)) {
+        throw new TypeError(
+          `Unknown option \`${key}\`; redisStore takes \`client\`, \`subscriber\`, \`prefix\`, \`timeout\` and \`pubsub\``,
+        );
+      }
+    }
+    this.cmd = detectCommandClient(options.client);
+    this.prefix = validatePrefix(options.prefix ?? 'valve');
+    this.timeout = positiveMs(options.timeout ?? 2000, 'timeout', false);
+    const mode = options.pubsub ?? (this.cmd.cluster ? 'sharded' : 'classic');
+    if (mode !== 'classic' && mode !== 'sharded') {
+      throw new TypeError(`Expected \`pubsub\` to be 'classic' or 'sharded', got ${String(mode)}`);
+    }
+    this.publish = mode === 'sharded' ? 's' : 'p';
+    if (options.subscriber !== undefined) {
+      if (typeof options.subscriber !== 'object' || options.subscriber === null) {
+        throw new TypeError('Expected `subscriber` to be a Redis connection');
+      }
+      this.hub = new WakeHub(options.subscriber, mode);
+    }
+    const clock = options.unsafeTestClock;
+    if (clock !== undefined && (typeof clock !== 'object' || typeof clock.now !== 'function')) {
+      throw new TypeError('Expected `unsafeTestClock` to be a Clock');
+    }
+    this.testClock = clock;
+  }
+
+  get notifies(): boolean {
+    return this.hub?.live ?? false;
+  }
+
+  private keysOf(id: string): IdKeys {
+    let keys = this.keys.get(id);
+    if (!keys) {
+      keys = idKeys(this.prefix, validateId(id));
+      if (this.keys.size >= 10_000) this.keys.clear();
+      this.keys.set(id, keys);
+    }
+    return keys;
+  }
+
+  /** The test clock's last reading in µs: like the memory store's, it never goes backwards. */
+  private lastTestUs = 0;
+
+  /** ARGV[1] of the time-taking scripts: '' (Redis TIME) unless a test clock is set. */
+  private clockArg(): string {
+    if (!this.testClock) return '';
+    const us = Math.round(this.testClock.now() * 1000);
+    if (us > this.lastTestUs) this.lastTestUs = us;
+    return String(this.lastTestUs);
+  }
+
+  /** Runs a script under valve's deadline. */
+  private run(
+    script: LuaScript,
+    id: string,
+    keys: readonly string[],
+    args: readonly string[],
+  ): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        reject(
+          new RedisStoreTimeoutError(
+            `valve: Redis ${script.name} for id ${JSON.stringify(id)} did not answer within ${this.timeout} ms ` +
+              '(the command may still execute on the server)',
+          ),
+        );
+      }, this.timeout);
+      timer.unref?.();
+      this.cmd.run(script, keys, args).then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      );
+    });
+  }
+
+  async acquire(request: AcquireRequest): Promise<AcquireResult> {
+    if (typeof request !== 'object' || request === null) {
+      throw new TypeError(`Expected \`request\` to be an object, got ${describeValue(request)}`);
+    }
+    const { rules, costs, count, lease } = request;
+    const keys = this.keysOf(request.id);
+    if (!Array.isArray(rules)) {
+      throw new TypeError(`Expected \`request.rules\` to be an array of rules, got ${describeValue(rules)}`);
+    }
+    if (!Array.isArray(costs)) {
+      throw new TypeError(
+        `Expected \`request.costs\` to be an array of numbers, got ${describeValue(costs)}`,
+      );
+    }
+    if (!Number.isInteger(count) || count < 1 || count > costs.length) {
+      throw new RangeError(
+        `Expected \`request.count\` to be an integer from 1 to costs.length (${costs.length}), got ${describeValue(count)}`,
+      );
+    }
+    let leaseTtlUs = 0;
+    if (lease !== undefined) {
+      if (typeof lease !== 'object' || lease === null) {
+        throw new TypeError(`Expected \`request.lease\` to be { limit, ttl }, got ${describeValue(lease)}`);
+      }
+      if (!Number.isSafeInteger(lease.limit) || lease.limit < 1) {
+        throw new RangeError(
+          `Expected \`request.lease.limit\` to be a positive integer, got ${describeValue(lease.limit)}`,
+        );
+      }
+      leaseTtlUs = Math.max(1, msToUs(positiveMs(lease.ttl, 'request.lease.ttl', false)));
+    }
+    // Distinct rules: a repeated digest is one quota, spent once.
+    const distinct: StoreRule[] = [];
+    for (let i = 0; i < rules.length; i++) {
+      const rule = rules[i] as StoreRule;
+      if (typeof rule !== 'object' || rule === null || typeof rule.digest !== 'string') {
+        throw new TypeError(
+          `Expected \`request.rules[${i}]\` to be a normalised StoreRule, got ${describeValue(rule)}`,
+        );
+      }
+      if (!distinct.some((r) => r.digest === rule.digest)) distinct.push(rule);
+    }
+    // Validate every cost before anything is sent: the batch is atomic.
+    for (let j = 0; j < count; j++) {
+      const c = costs[j];
+      if (typeof c !== 'number' || !(c > 0) || c === Number.POSITIVE_INFINITY) {
+        throw new RangeError(
+          `Expected \`request.costs[${j}]\` to be a positive finite number, got ${describeValue(c)}`,
+        );
+      }
+      for (const rule of distinct) {
+        if (c > rule.maxCost) {
+          throw new RangeError(
+            `\`request.costs[${j}]\` (${c}) exceeds the largest cost rule ${rule.label} can ever admit (${rule.maxCost})`,
+          );
+        }
+      }
+    }
+    const keyList = [keys.pause, keys.leases, keys.fence];
+    const args = [
+      this.clockArg(),
+      String(count),
+      String(distinct.length),
+      lease ? String(lease.limit) : '0',
+      String(leaseTtlUs),
+      lease ? `${this.nonceBase}${(this.nonceSeq++).toString(36)}` : '',
+    ];
+    for (const rule of distinct) {
+      keyList.push(keys.rulePrefix + rule.digest);
+      args.push(...argsOf(rule));
+    }
+    for (let i = 0; i < count; i++) args.push(String(costs[i]));
+    const reply = replyArray(await this.run(ACQUIRE, request.id, keyList, args), 'acquire');
+    const granted = replyNumber(reply[0], 'acquire');
+    const blockedCode = replyNumber(reply[2], 'acquire');
+    const pausedUs = replyNumber(reply[3], 'acquire');
+    const result: AcquireResult = {
+      granted,
+      retryAfter: replyNumber(reply[1], 'acquire') / 1000,
+      blocked: BLOCKED[blockedCode] ?? null,
+      pausedUntil: pausedUs > 0 ? pausedUs / 1000 : null,
+      now: replyNumber(reply[4], 'acquire') / 1000,
+    };
+    if (lease) {
+      const expiresAt = replyNumber(reply[5], 'acquire') / 1000;
+      const leases: Lease[] = [];
+      for (let i = 0; i < granted; i++) {
+        leases.push({
+          token: replyString(reply[6 + 2 * i], 'acquire'),
+          fence: replyNumber(reply[7 + 2 * i], 'acquire'),
+          expiresAt,
+        });
+      }
+      result.leases = leases;
+    }
+    return result;
+  }
+
+  async pause(id: string, ms: number): Promise<number> {
+    const keys = this.keysOf(id);
+    const us = msToUs(positiveMs(ms, 'ms', true));
+    const reply = replyArray(
+      await this.run(PAUSE, id, [keys.pause], [this.clockArg(), String(us), keys.wake, this.publish]),
+      'pause',
+    );
+    return replyNumber(reply[0], 'pause') / 1000;
+  }
+
+  async resume(id: string): Promise<void> {
+    const keys = this.keysOf(id);
+    await this.run(RESUME, id, [keys.pause], [keys.wake, this.publish]);
+  }
+
+  async renew(id: string, tokens: readonly string[], ttl: number): Promise<boolean[]> {
+    const keys = this.keysOf(id);
+    checkTokens(tokens);
+    const us = Math.max(1, msToUs(positiveMs(ttl, 'ttl', false)));
+    if (tokens.length === 0) return [];
+    const reply = replyArray(
+      await this.run(RENEW, id, [keys.leases, keys.fence], [this.clockArg(), String(us), ...tokens]),
+      'renew',
+    );
+    return tokens.map((_, i) => replyNumber(reply[2 + i], 'renew') === 1);
+  }
+
+  async release(id: string, tokens: readonly string[]): Promise<void> {
+    const keys = this.keysOf(id);
+    checkTokens(tokens);
+    if (tokens.length === 0) return;
+    await this.run(RELEASE, id, [keys.leases], [keys.wake, this.publish, ...tokens]);
+  }
+
+  subscribe(id: string, onWake: (event: WakeEvent) => void): () => void {
+    if (!this.hub) return () => {};
+    return this.hub.subscribe(this.keysOf(id).wake, onWake);
+  }
+}
+
+/**
+ * A store shared by every process connected to the same Redis or Valkey (standalone or
+ * cluster) with the same key prefix. See docs/redis.md.
+ */
+export function redisStore(options: RedisStoreOptions): Store {
+  return new RedisStore(options);
+}

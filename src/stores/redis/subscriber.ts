@@ -1,0 +1,185 @@
+/**
+ * Wake-ups over pub/sub: one optional subscriber connection, shared by every id of a store.
+ * Messages on `<prefix>:{<id>}:wake` are "pause:<until ms>", "resume" and "release". They are
+ * hints only: admission is always decided by the acquire script.
+ *
+ * Classic pub/sub (SUBSCRIBE/PUBLISH) on a standalone server; sharded pub/sub
+ * (SSUBSCRIBE/SPUBLISH, Redis 7+) on a cluster, where the channel's hash tag puts it in the
+ * slot of the id's keys. ioredis Cluster needs `shardedSubscribers: true` for SSUBSCRIBE;
+ * iovalkey's Cluster cannot do it: then the store does without notifications (`notifies` is
+ * false), which is slower to notice but still correct.
+ */
+import type { WakeEvent } from '../store.js';
+
+export type PubSubMode = 'classic' | 'sharded';
+
+type Fn = (...args: unknown[]) => unknown;
+type Listener = (event: WakeEvent) => void;
+
+function call(target: object, name: string, ...args: unknown[]): unknown {
+  const fn = (target as Record<string, unknown>)[name];
+  if (typeof fn !== 'function') throw new TypeError(`valve: the subscriber has no ${name}()`);
+  return (fn as Fn).apply(target, args);
+}
+
+function text(value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (value instanceof Uint8Array) return Buffer.from(value).toString('utf8');
+  return String(value);
+}
+
+/** Parses a wake message; undefined for anything else. */
+export function parseWake(message: string): WakeEvent | undefined {
+  if (message === 'resume') return { type: 'resume' };
+  if (message === 'release') return { type: 'release' };
+  if (message.startsWith('pause:')) {
+    const until = Number(message.slice(6));
+    if (Number.isFinite(until)) return { type: 'pause', until };
+  }
+  return undefined;
+}
+
+interface Channel {
+  readonly listeners: Set<Listener>;
+  /** node-redis calls a listener per channel; kept to unsubscribe it. */
+  readonly nodeListener: (message: unknown) => void;
+}
+
+/** Manages the subscriptions of one store on one subscriber connection. */
+export class WakeHub {
+  /** channel name → its listeners; a channel is subscribed while it has listeners. */
+  private readonly channels = new Map<string, Channel>();
+  private readonly family: 'ioredis' | 'node-redis';
+  /** False when this client cannot subscribe in `mode` (iovalkey Cluster, ioredis Cluster without shardedSubscribers). */
+  readonly supported: boolean;
+  /** The last subscribe command failed (e.g. ACL); cleared by the next success. */
+  private failed = false;
+
+  constructor(
+    private readonly sub: object,
+    private readonly mode: PubSubMode,
+  ) {
+    const s = sub as Record<string, unknown>;
+    if (typeof s.sSubscribe === 'function' || (typeof s.subscribe === 'function' && 'isOpen' in s)) {
+      this.family = 'node-redis';
+      this.supported = mode === 'classic' || typeof s.sSubscribe === 'function';
+    } else if (typeof s.subscribe === 'function' && typeof s.on === 'function') {
+      this.family = 'ioredis';
+      if (mode === 'classic') {
+        this.supported = true;
+      } else if (s.isCluster === true) {
+        const options = s.options as { shardedSubscribers?: unknown } | undefined;
+        this.supported = typeof s.ssubscribe === 'function' && options?.shardedSubscribers === true;
+      } else {
+        this.supported = typeof s.ssubscribe === 'function';
+      }
+      if (this.supported) this.listenIoredis();
+    } else {
+      throw new TypeError(
+        'Expected `subscriber` to be an ioredis, iovalkey or node-redis connection (or cluster) with subscribe()',
+      );
+    }
+  }
+
+  /** True while wake-ups are being delivered: supported, connected, and no failed subscription. */
+  get live(): boolean {
+    if (!this.supported || this.failed) return false;
+    const s = this.sub as Record<string, unknown>;
+    if (this.family === 'ioredis') return s.status === 'ready';
+    if (typeof s.isReady === 'boolean') return s.isReady;
+    return s.isOpen === true;
+  }
+
+  private listenIoredis(): void {
+    const event = this.mode === 'sharded' ? 'smessage' : 'message';
+    call(this.sub, 'on', event, (channel: unknown, message: unknown) => this.deliver(text(channel), message));
+    // ioredis resubscribes after a reconnect unless autoResubscribe is off; then we do it.
+    const options = (this.sub as { options?: { autoResubscribe?: unknown } }).options;
+    if (options?.autoResubscribe === false) {
+      call(this.sub, 'on', 'ready', () => {
+        for (const name of this.channels.keys()) this.send(name, true);
+      });
+    }
+  }
+
+  private deliver(channel: string, message: unknown): void {
+    const entry = this.channels.get(channel);
+    if (!entry) return;
+    const event = parseWake(text(message));
+    if (!event) return;
+    for (const listener of [...entry.listeners]) {
+      try {
+        listener(event);
+      } catch {
+        // A listener's failure must not stop the others (and never reaches the connection).
+      }
+    }
+  }
+
+  private send(name: string, subscribe: boolean): void {
+    const entry = this.channels.get(name);
+    let result: unknown;
+    try {
+      if (this.family === 'ioredis') {
+        const command =
+          this.mode === 'sharded'
+            ? subscribe
+              ? 'ssubscribe'
+              : 'sunsubscribe'
+            : subscribe
+              ? 'subscribe'
+              : 'unsubscribe';
+        result = call(this.sub, command, name);
+      } else {
+        const command =
+          this.mode === 'sharded'
+            ? subscribe
+              ? 'sSubscribe'
+              : 'sUnsubscribe'
+            : subscribe
+              ? 'subscribe'
+              : 'unsubscribe';
+        result = subscribe
+          ? call(this.sub, command, name, entry?.nodeListener)
+          : call(this.sub, command, name, entry?.nodeListener);
+      }
+    } catch {
+      if (subscribe) this.failed = true;
+      return;
+    }
+    Promise.resolve(result).then(
+      () => {
+        if (subscribe) this.failed = false;
+      },
+      () => {
+        if (subscribe) this.failed = true;
+      },
+    );
+  }
+
+  /** Adds a listener for a channel; returns the function that removes it. */
+  subscribe(name: string, listener: Listener): () => void {
+    if (!this.supported) return () => {};
+    let entry = this.channels.get(name);
+    if (!entry) {
+      entry = { listeners: new Set(), nodeListener: (message: unknown) => this.deliver(name, message) };
+      this.channels.set(name, entry);
+      entry.listeners.add(listener);
+      this.send(name, true);
+    } else {
+      entry.listeners.add(listener);
+    }
+    let active = true;
+    return () => {
+      if (!active) return;
+      active = false;
+      const current = this.channels.get(name);
+      if (!current) return;
+      current.listeners.delete(listener);
+      if (current.listeners.size === 0) {
+        this.send(name, false);
+        this.channels.delete(name);
+      }
+    };
+  }
+}
