@@ -1,0 +1,275 @@
+/**
+ * One small interface for every limiter in the benchmark. Each adapter maps the same
+ * `LimiterOptions` onto its library's closest configuration and is documented with that mapping.
+ */
+import Bottleneck from 'bottleneck';
+import { Redis } from 'ioredis';
+import pLimit from 'p-limit';
+import PQueue from 'p-queue';
+import { RateLimiterMemory, RateLimiterRedis, type RateLimiterRes } from 'rate-limiter-flexible';
+import { nowMs } from './common.js';
+import { loadValve, type ValveLike } from './valve-module.js';
+
+export interface LimiterOptions {
+  /** Jobs per interval. */
+  readonly limit: number;
+  readonly intervalMs: number;
+  /** GCRA burst (jobs that may start at once); peers without a burst concept use burst 1 spacing. */
+  readonly burst: number;
+  /** Local concurrency; unlimited when absent. */
+  readonly concurrency?: number | undefined;
+  /** Redis-backed peers: the server's port and the shared limiter id. */
+  readonly redis?: { readonly port: number; readonly id: string } | undefined;
+  /** valve only: record each grant's store-clock time (epoch ms) here. */
+  readonly grantLog?: number[] | undefined;
+  /** valve only: jobs per store call (default 32). */
+  readonly batch?: number | undefined;
+}
+
+export interface Adapter {
+  readonly name: string;
+  setup(options: LimiterOptions): Promise<void>;
+  /** Runs `fn` under the limiter; resolves when it has run. */
+  schedule(fn: () => void): Promise<unknown>;
+  /** Stops the limiter: queued jobs are dropped (their promises may reject) and connections closed. */
+  teardown(): Promise<void>;
+}
+
+/** A never-binding rule in every library's terms (for throughput and overhead scenarios). */
+export const NEVER_BINDS: LimiterOptions = { limit: 1_000_000_000, intervalMs: 1000, burst: 1_000_000_000 };
+
+const redisClient = (port: number): Redis => {
+  const client = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 1 });
+  client.on('error', () => {});
+  return client;
+};
+
+// ---------------------------------------------------------------------------------------------- valve
+
+/** valve over its memory store, or (with `redis`) over redisStore through ioredis. */
+function valveAdapter(name: string, useRedis: boolean): Adapter {
+  let valve: ValveLike | undefined;
+  let client: Redis | undefined;
+  return {
+    name,
+    async setup(o) {
+      const mod = await loadValve();
+      let store: unknown;
+      if (useRedis) {
+        if (!o.redis) throw new Error(`${name} needs a Redis server`);
+        if (!mod.redisStore) throw new Error('redisStore is not exported yet');
+        client = redisClient(o.redis.port);
+        store = mod.redisStore({ client, prefix: 'bench' });
+      } else {
+        store = mod.memoryStore();
+      }
+      if (o.grantLog) store = logGrants(store as GrantSource, o.grantLog);
+      valve = mod.createValve({
+        id: o.redis?.id ?? 'bench',
+        rules: [{ limit: o.limit, interval: o.intervalMs, burst: o.burst }],
+        store,
+        ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}),
+        ...(o.batch !== undefined ? { batch: o.batch } : {}),
+      });
+    },
+    schedule: (fn) => valve!.run(fn),
+    async teardown() {
+      await valve?.close({ drain: false }).catch(() => {});
+      client?.disconnect();
+    },
+  };
+}
+
+interface GrantSource {
+  acquire(request: unknown): unknown;
+}
+
+/**
+ * Wraps a store so that every grant's time on the store's clock (`AcquireResult.now`) is logged:
+ * the times the Guarantees page measures bounds on. Everything else passes through unchanged.
+ */
+function logGrants(inner: GrantSource, log: number[]): unknown {
+  const record = (result: { granted: number; now: number }) => {
+    for (let k = 0; k < result.granted; k++) log.push(result.now);
+    return result;
+  };
+  const acquire = (request: unknown): unknown => {
+    const result = inner.acquire(request) as { granted: number; now: number } | PromiseLike<never>;
+    if (result && typeof (result as PromiseLike<unknown>).then === 'function') {
+      return (result as Promise<{ granted: number; now: number }>).then(record);
+    }
+    return record(result as { granted: number; now: number });
+  };
+  return new Proxy(inner as object, {
+    get(target, key) {
+      if (key === 'acquire') return acquire;
+      const value = Reflect.get(target, key, target) as unknown;
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
+// ---------------------------------------------------------------------------------------------- p-limit
+
+/** p-limit: concurrency only (rate options ignored): the floor of a promise scheduler's overhead. */
+function pLimitAdapter(): Adapter {
+  let limit: ReturnType<typeof pLimit> | undefined;
+  return {
+    name: 'p-limit',
+    async setup(o) {
+      limit = pLimit(o.concurrency ?? Number.POSITIVE_INFINITY);
+    },
+    schedule: (fn) => limit!(fn),
+    async teardown() {
+      limit?.clearQueue();
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------- p-queue
+
+/**
+ * p-queue, timer-spaced: `intervalCap = burst` jobs per `interval = burst × intervalMs / limit`
+ * (for burst 1 at 1000/s: one job per 1 ms window).
+ */
+function pQueueAdapter(): Adapter {
+  let queue: PQueue | undefined;
+  return {
+    name: 'p-queue',
+    async setup(o) {
+      queue = new PQueue({
+        concurrency: o.concurrency ?? Number.POSITIVE_INFINITY,
+        intervalCap: o.burst,
+        interval: (o.burst * o.intervalMs) / o.limit,
+      });
+    },
+    schedule: (fn) => queue!.add(fn),
+    async teardown() {
+      queue?.clear();
+      queue?.pause();
+    },
+  };
+}
+
+/** p-queue strict mode: `limit` jobs in any sliding `intervalMs` window (its own sliding-window algorithm). */
+function pQueueStrictAdapter(): Adapter {
+  let queue: PQueue | undefined;
+  return {
+    name: 'p-queue-strict',
+    async setup(o) {
+      queue = new PQueue({
+        concurrency: o.concurrency ?? Number.POSITIVE_INFINITY,
+        intervalCap: Math.min(o.limit, Number.MAX_SAFE_INTEGER),
+        interval: o.intervalMs,
+        strict: true,
+      });
+    },
+    schedule: (fn) => queue!.add(fn),
+    async teardown() {
+      queue?.clear();
+      queue?.pause();
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------- Bottleneck
+
+/**
+ * Bottleneck: `minTime = intervalMs / limit` (burst 1 spacing; Bottleneck has no burst), local or
+ * clustered through ioredis (`datastore: 'ioredis'`, all processes share `id`).
+ */
+function bottleneckAdapter(name: string, useRedis: boolean): Adapter {
+  let limiter: Bottleneck | undefined;
+  let connection: Bottleneck.IORedisConnection | undefined;
+  return {
+    name,
+    async setup(o) {
+      const base: Bottleneck.ConstructorOptions = {
+        maxConcurrent: o.concurrency ?? null,
+        minTime: o.intervalMs / o.limit,
+      };
+      if (useRedis) {
+        if (!o.redis) throw new Error(`${name} needs a Redis server`);
+        connection = new Bottleneck.IORedisConnection({ clientOptions: { port: o.redis.port, host: '127.0.0.1' } });
+        connection.on('error', () => {});
+        limiter = new Bottleneck({ ...base, id: o.redis.id, datastore: 'ioredis', connection });
+        await limiter.ready();
+      } else {
+        limiter = new Bottleneck(base);
+      }
+      limiter.on('error', () => {});
+    },
+    schedule: (fn) => limiter!.schedule(async () => fn()),
+    async teardown() {
+      await limiter?.stop({ dropWaitingJobs: true }).catch(() => {});
+      await connection?.disconnect(false).catch(() => {});
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------- rate-limiter-flexible
+
+/**
+ * rate-limiter-flexible: `limit` points per `intervalMs` (a fixed window per key), wrapped into a
+ * scheduler: a job consumes one point; when refused it waits `msBeforeNext` and tries again.
+ */
+function rlfAdapter(name: string, useRedis: boolean): Adapter {
+  let limiter: RateLimiterMemory | RateLimiterRedis | undefined;
+  let client: Redis | undefined;
+  let stopped = false;
+  const key = 'bench';
+  const attempt = async (fn: () => void): Promise<void> => {
+    for (;;) {
+      if (stopped) throw new Error('stopped');
+      try {
+        await limiter!.consume(key, 1);
+        fn();
+        return;
+      } catch (res) {
+        if (res instanceof Error) throw res;
+        await new Promise((r) => setTimeout(r, Math.max(0, (res as RateLimiterRes).msBeforeNext)));
+      }
+    }
+  };
+  return {
+    name,
+    async setup(o) {
+      stopped = false;
+      const base = { points: Math.min(o.limit, Number.MAX_SAFE_INTEGER), duration: o.intervalMs / 1000 };
+      if (useRedis) {
+        if (!o.redis) throw new Error(`${name} needs a Redis server`);
+        client = redisClient(o.redis.port);
+        limiter = new RateLimiterRedis({ ...base, storeClient: client, keyPrefix: o.redis.id });
+      } else {
+        limiter = new RateLimiterMemory(base);
+      }
+    },
+    schedule: attempt,
+    async teardown() {
+      stopped = true;
+      client?.disconnect();
+    },
+  };
+}
+
+const factories: Record<string, () => Adapter> = {
+  valve: () => valveAdapter('valve', false),
+  'valve-redis': () => valveAdapter('valve-redis', true),
+  'p-limit': pLimitAdapter,
+  'p-queue': pQueueAdapter,
+  'p-queue-strict': pQueueStrictAdapter,
+  bottleneck: () => bottleneckAdapter('bottleneck', false),
+  'bottleneck-redis': () => bottleneckAdapter('bottleneck-redis', true),
+  'rlf-memory': () => rlfAdapter('rlf-memory', false),
+  'rlf-redis': () => rlfAdapter('rlf-redis', true),
+};
+
+export const peerNames = Object.keys(factories);
+
+export function createAdapter(name: string): Adapter {
+  const make = factories[name];
+  if (!make) throw new Error(`unknown peer ${name}; known: ${peerNames.join(', ')}`);
+  return make();
+}
+
+export { nowMs };

@@ -1,0 +1,57 @@
+/** Ways of feeding jobs to an adapter. */
+import type { Adapter } from './adapters.js';
+import { nowMs, sleep } from './common.js';
+
+const ignore = (): void => {};
+
+export interface TimedRun {
+  /** Jobs that started before the deadline. */
+  readonly started: number;
+  readonly elapsedMs: number;
+}
+
+/**
+ * Keeps `window` jobs outstanding for `durationMs`: each finished job schedules the next, so the
+ * limiter is saturated the whole time. `log` (if given) receives each start time (epoch ms).
+ * Stops issuing at the deadline; jobs still queued are left for the adapter's teardown.
+ */
+export async function runFor(
+  adapter: Adapter,
+  options: { window: number; durationMs: number; log?: number[] | undefined },
+): Promise<TimedRun> {
+  const log = options.log;
+  let started = 0;
+  let stopped = false;
+  let issued = 0;
+  const t0 = nowMs();
+  const deadline = t0 + options.durationMs;
+  const job = log
+    ? () => {
+        started++;
+        log.push(nowMs());
+      }
+    : () => {
+        started++;
+      };
+  const next = (): void => {
+    // Checked every 256 jobs: a limiter that never yields to timers must still stop.
+    if (stopped || ((++issued & 255) === 0 && nowMs() >= deadline)) {
+      stopped = true;
+      return;
+    }
+    adapter.schedule(job).then(next, ignore);
+  };
+  for (let i = 0; i < options.window; i++) next();
+  await sleep(Math.max(0, deadline - nowMs()));
+  stopped = true;
+  return { started, elapsedMs: nowMs() - t0 };
+}
+
+/** Enqueues `n` jobs at once and waits for all of them; returns the elapsed ms. */
+export async function runBatch(adapter: Adapter, n: number, job: () => void): Promise<number> {
+  const promises = new Array<Promise<unknown>>(n);
+  const t0 = nowMs();
+  for (let i = 0; i < n; i++) promises[i] = adapter.schedule(job);
+  await Promise.all(promises);
+  return nowMs() - t0;
+}

@@ -1,0 +1,60 @@
+/**
+ * Scenario 2, precision: a saturated queue under one GCRA rule for 5 s, one process.
+ * Cases: 1000/s burst 1, 200/s burst 1, 1000/s burst 10. Per peer: achieved rate and utilisation
+ * (starts in the 5 s after the first start, over limit × 5 s), violations (starts that make some
+ * half-open 1 s window hold more than limit + burst - 1), and p50/p99 lateness of the k-th start
+ * against the ideal evenly spaced schedule anchored at the first start.
+ */
+import { createAdapter } from '../lib/adapters.js';
+import { emit, lateness, parseScenarioArgs, percentile, round, windowStats } from '../lib/common.js';
+import { runFor } from '../lib/drive.js';
+
+export const peers = ['valve', 'p-queue', 'p-queue-strict', 'bottleneck', 'rlf-memory'];
+export const cases: Record<string, { limit: number; burst: number }> = {
+  '1000/s b1': { limit: 1000, burst: 1 },
+  '200/s b1': { limit: 200, burst: 1 },
+  '1000/s b10': { limit: 1000, burst: 10 },
+};
+
+const args = parseScenarioArgs();
+const durationMs = args.quick ? 1000 : 5000;
+const intervalMs = 1000;
+
+async function measure(peer: string, name: string, limit: number, burst: number): Promise<void> {
+  const adapter = createAdapter(peer);
+  await adapter.setup({ limit, intervalMs, burst });
+  const log: number[] = [];
+  await runFor(adapter, { window: 1000, durationMs: durationMs + 250, log });
+  await adapter.teardown();
+  log.sort((a, b) => a - b);
+  const s0 = log[0] ?? 0;
+  const inRun = log.filter((t) => t < s0 + durationMs);
+  const bound = limit + burst - 1;
+  const w = windowStats(log, intervalMs, bound);
+  const late = lateness(inRun, intervalMs / limit, burst);
+  const achieved = inRun.length / (durationMs / 1000);
+  emit({
+    scenario: 'precision',
+    case: name,
+    peer,
+    metrics: {
+      achievedPerSec: round(achieved, 1),
+      utilisationPct: round((achieved / limit) * 100, 2),
+      violations: w.violations,
+      maxIn1s: w.maxInWindow,
+      bound,
+      latenessP50Ms: round(percentile(late, 50), 2),
+      latenessP99Ms: round(percentile(late, 99), 2),
+    },
+  });
+}
+
+async function main(): Promise<void> {
+  for (const [name, c] of Object.entries(cases)) {
+    if (args.case && args.case !== name) continue;
+    for (const peer of args.peer ? [args.peer] : peers) await measure(peer, name, c.limit, c.burst);
+  }
+  process.exit(0);
+}
+
+await main();
