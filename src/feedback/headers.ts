@@ -218,7 +218,9 @@ const RFC3339 =
 /** An HTTP date (IMF-fixdate, RFC 850 or asctime), in epoch ms. */
 export function parseHttpDate(text: string): number | undefined {
   if (!HTTP_DATE.test(text)) return undefined;
-  const t = Date.parse(text);
+  // asctime carries no zone; HTTP dates are always GMT.
+  const zoned = /\b(?:GMT|UTC|UT)\b|[+-]\d{4}\s*$/i.test(text) ? text : `${text.trim()} GMT`;
+  const t = Date.parse(zoned);
   return Number.isFinite(t) ? t : undefined;
 }
 
