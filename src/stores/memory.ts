@@ -61,6 +61,8 @@ class MemoryStore implements Store {
   private readonly subscribers = new Map<string, Set<(event: WakeEvent) => void>>();
   private readonly tokenPrefix: string;
   private lastNowUs = 0;
+  /** Tokens are unique across every id of the store (a token of one id can never match another's). */
+  private tokenSeq = 0;
   private sweepCursor: Iterator<IdState> | null = null;
   // Per-call scratch, reused so that a batch allocates nothing per job.
   private readonly rs: (StoreRule | undefined)[] = [];
@@ -154,13 +156,15 @@ class MemoryStore implements Store {
     if (state !== undefined && state.pauseUs !== 0) {
       if (state.pauseUs > now) {
         this.clearScratch(n);
-        return {
+        const paused: AcquireResult = {
           granted: 0,
           retryAfter: (state.pauseUs - now) / 1000,
           blocked: 'pause',
           pausedUntil: state.pauseUs / 1000,
           now: now / 1000,
         };
+        if (lease !== undefined) paused.leases = [];
+        return paused;
       }
       state.pauseUs = 0;
     }
@@ -228,7 +232,7 @@ class MemoryStore implements Store {
     }
 
     // 5. Spend: write the updated rule states and issue leases.
-    let leases: Lease[] | undefined;
+    const leases: Lease[] | undefined = lease === undefined ? undefined : new Array<Lease>(granted);
     if (granted > 0) {
       if (state === undefined) {
         state = new IdState(id);
@@ -250,13 +254,13 @@ class MemoryStore implements Store {
           s.expiresUs = windowEnd(k[i]!, rule.intervalUs);
         }
       }
-      if (lease !== undefined) {
-        leases = new Array<Lease>(granted);
+      if (leases !== undefined) {
         const expiresUs = now + ttlUs;
         if (state.leases === null) state.leases = new Map();
         for (let j = 0; j < granted; j++) {
           const fence = nextFence(state, now);
-          const token = this.tokenPrefix + fence;
+          this.tokenSeq += 1;
+          const token = this.tokenPrefix + this.tokenSeq.toString(36);
           state.leases.set(token, expiresUs);
           leases[j] = { token, fence, expiresAt: expiresUs / 1000 };
         }
