@@ -2,9 +2,26 @@ export type { Clock } from './clock.js';
 export { systemClock } from './clock.js';
 export type { ValveErrorCode } from './errors.js';
 export { isValveError, ValveError } from './errors.js';
+export type {
+  LeaseLostEvent,
+  PauseEvent,
+  ResumeEvent,
+  StoreErrorContext,
+  StoreOperation,
+  ValveEventName,
+  ValveEvents,
+  ValveListener,
+} from './events.js';
+export type { PauseSource } from './internal.js';
+export type {
+  ConcurrencyOption,
+  FeedbackOptions,
+  StoreErrorMode,
+  ValveOptions,
+} from './options.js';
 export type { Rule, StoreRule } from './rules/rule.js';
+export type { MemoryStoreOptions } from './stores/memory.js';
 export { memoryStore } from './stores/memory.js';
-export { type RedisStoreOptions, RedisStoreTimeoutError, redisStore } from './stores/redis/index.js';
 export type {
   AcquireRequest,
   AcquireResult,
@@ -15,3 +32,5 @@ export type {
   Store,
   WakeEvent,
 } from './stores/store.js';
+export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './valve.js';
+export { createValve } from './valve.js';

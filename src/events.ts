@@ -1,0 +1,133 @@
+import type { PauseSource } from './internal.js';
+
+/** Which store call failed, carried by every 'store-error' event. */
+export type StoreOperation = 'acquire' | 'pause' | 'resume' | 'renew' | 'release' | 'subscribe';
+
+/** The context of a 'store-error' event. */
+export interface StoreErrorContext {
+  /** The store method that threw or rejected. */
+  readonly operation: StoreOperation;
+  /** The valve's id. */
+  readonly id: string;
+  /** What the valve does about it: the `onStoreError` mode for acquisitions, 'lease-lost' for renewals, 'none' otherwise. */
+  readonly action?: 'wait' | 'throw' | 'open' | 'lease-lost' | 'none';
+}
+
+/** Payload of the 'pause' event. */
+export interface PauseEvent {
+  /** End of the pause, epoch ms (the store's answer when it confirmed the pause). */
+  readonly until: number;
+  /** Where the pause came from. */
+  readonly source: PauseSource;
+  /** What the feedback module read (for header and backoff pauses), if anything. */
+  readonly detail?: unknown;
+}
+
+/** Payload of the 'resume' event. */
+export interface ResumeEvent {
+  /** 'manual' for this valve's resume(); 'remote' when another valve's resume was noticed. */
+  readonly source: 'manual' | 'remote';
+}
+
+/** Payload of the 'lease-lost' event. */
+export interface LeaseLostEvent {
+  readonly token: string;
+  readonly fence: number;
+  /** Why: the store no longer held it, the renewal call failed, or no renewal answered before it expired. */
+  readonly reason: 'not-held' | 'renew-failed' | 'expired';
+  /** The renewal's error, for 'renew-failed'. */
+  readonly error?: unknown;
+}
+
+/** Every event of a valve and its listener arguments. There is deliberately no 'error' event. */
+export interface ValveEvents {
+  'store-error': [error: unknown, context: StoreErrorContext];
+  pause: [event: PauseEvent];
+  resume: [event: ResumeEvent];
+  'lease-lost': [event: LeaseLostEvent];
+  /** A wrapFetch retry (payload defined by the feedback module). */
+  retry: [event: Readonly<Record<string, unknown>>];
+  /** observe() read something it did not act on (nonsense, capped, or unusable headers). */
+  'feedback-ignored': [event: Readonly<Record<string, unknown>>];
+  /** The queue is empty and no job is running (emitted on each transition to idle). */
+  idle: [];
+}
+
+export type ValveEventName = keyof ValveEvents;
+export type ValveListener<E extends ValveEventName> = (...args: ValveEvents[E]) => void;
+
+type AnyListener = (...args: unknown[]) => void;
+
+/** A `once` wrapper remembers the original listener so off(original) removes it. */
+interface OnceWrapper extends AnyListener {
+  listener: AnyListener;
+}
+
+/**
+ * A tiny typed emitter. Listener arrays are copy-on-write, so a listener may add or
+ * remove listeners while an event is being delivered.
+ *
+ * A listener that throws does not disturb the valve or the other listeners: the
+ * exception is caught and reported with `process.emitWarning` (visible on stderr and
+ * through `process.on('warning')`), never rethrown into the scheduler and never
+ * turned into an uncaught exception.
+ */
+export class Emitter {
+  private readonly listeners = new Map<string, AnyListener[]>();
+
+  has(event: string): boolean {
+    return this.listeners.has(event);
+  }
+
+  on(event: string, listener: AnyListener): void {
+    const list = this.listeners.get(event);
+    this.listeners.set(event, list === undefined ? [listener] : [...list, listener]);
+  }
+
+  once(event: string, listener: AnyListener): void {
+    const wrapper = ((...args: unknown[]) => {
+      this.off(event, wrapper);
+      listener(...args);
+    }) as OnceWrapper;
+    wrapper.listener = listener;
+    this.on(event, wrapper);
+  }
+
+  off(event: string, listener: AnyListener): void {
+    const list = this.listeners.get(event);
+    if (list === undefined) return;
+    const i = list.findIndex((l) => l === listener || (l as Partial<OnceWrapper>).listener === listener);
+    if (i < 0) return;
+    if (list.length === 1) this.listeners.delete(event);
+    else
+      this.listeners.set(
+        event,
+        list.filter((_, j) => j !== i),
+      );
+  }
+
+  emit(event: string, a?: unknown, b?: unknown): void {
+    const list = this.listeners.get(event);
+    if (list === undefined) return;
+    for (const listener of list) {
+      try {
+        if (a === undefined) listener();
+        else if (b === undefined) listener(a);
+        else listener(a, b);
+      } catch (err) {
+        reportListenerError(event, err);
+      }
+    }
+  }
+}
+
+function reportListenerError(event: string, err: unknown): void {
+  try {
+    const warning = new Error(`A listener of the valve event '${event}' threw`, { cause: err });
+    warning.name = 'ValveListenerError';
+    const proc = (globalThis as { process?: { emitWarning?: (w: Error) => void } }).process;
+    if (typeof proc?.emitWarning === 'function') proc.emitWarning(warning);
+  } catch {
+    // Reporting must never throw into the scheduler.
+  }
+}

@@ -1,0 +1,329 @@
+import { type Clock, systemClock } from './clock.js';
+import { describe, parseDuration } from './duration.js';
+import type { FeedbackSettings } from './internal.js';
+import { normalizeRule, type Rule, type StoreRule } from './rules/rule.js';
+import type { Store } from './stores/store.js';
+
+/** Global or local concurrency, as the user writes it. */
+export type ConcurrencyOption =
+  | number
+  | { limit: number; scope?: 'local' }
+  | { limit: number; scope: 'global'; leaseTtl?: number | string };
+
+/** Feedback tuning (observe / wrapFetch). Durations in ms or strings such as '1h'. */
+export interface FeedbackOptions {
+  /** No pause read from a header or computed by backoff lasts longer than this. Default '1h'. */
+  maxPause?: number | string;
+  /** First backoff after a 429 with no usable header. Default 1000 ms. */
+  backoffInitial?: number | string;
+  /** Backoff doubles per consecutive header-less 429 up to this. Default 60_000 ms. */
+  backoffMax?: number | string;
+}
+
+/** What the scheduler does while the store fails. */
+export type StoreErrorMode = 'wait' | 'throw' | 'open';
+
+/** Options of createValve(). */
+export interface ValveOptions {
+  /** Names the shared budget: 1 to 200 characters, without '{' or '}'. */
+  id: string;
+  /** One rule or an array of rules (may be empty when only concurrency is wanted). */
+  rules?: Rule | readonly Rule[];
+  /** Where the budget lives. Default: a private memoryStore(). */
+  store?: Store;
+  /** Running jobs: a number (this instance), `{ limit, scope: 'local' }` or `{ limit, scope: 'global', leaseTtl }`. Default: unlimited. */
+  concurrency?: ConcurrencyOption;
+  /** Queued (not yet started) jobs; beyond it run() rejects QUEUE_FULL. Default Infinity. */
+  maxQueue?: number;
+  /** Milliseconds (or a duration string) a job may wait for its start; beyond it the job rejects MAX_WAIT. Default Infinity. */
+  maxWait?: number | string;
+  /** Jobs asked for in one store call. Default 32. */
+  batch?: number;
+  /** While the store fails: 'wait' (default), 'throw' or 'open'. */
+  onStoreError?: StoreErrorMode;
+  /** Feedback tuning for observe() and wrapFetch(). */
+  feedback?: FeedbackOptions;
+  /**
+   * Advanced, for tests: the clock of the valve's timers and wait arithmetic (default:
+   * the system clock). Give the same clock to memoryStore({ clock }) to drive both
+   * with a virtual clock.
+   */
+  clock?: Clock;
+}
+
+/** Options after validation. */
+export interface NormalizedOptions {
+  readonly id: string;
+  readonly rules: readonly StoreRule[];
+  /** The smallest maxCost over the rules and the rule that sets it, or Infinity / undefined. */
+  readonly maxCost: number;
+  readonly maxCostRule: StoreRule | undefined;
+  readonly store: Store | undefined;
+  /** Local slots (Infinity when unlimited). With global scope, the global limit also bounds this instance. */
+  readonly limit: number;
+  readonly global: boolean;
+  readonly leaseTtl: number;
+  readonly maxQueue: number;
+  readonly maxWait: number;
+  readonly batch: number;
+  readonly onStoreError: StoreErrorMode;
+  readonly feedback: FeedbackSettings;
+  readonly clock: Clock;
+}
+
+const OPTION_NAMES = new Set([
+  'id',
+  'rules',
+  'store',
+  'concurrency',
+  'maxQueue',
+  'maxWait',
+  'batch',
+  'onStoreError',
+  'feedback',
+  'clock',
+]);
+
+const STORE_METHODS = ['acquire', 'pause', 'resume', 'renew', 'release'] as const;
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function positiveInteger(value: unknown, option: string, allowInfinity = false): number {
+  const what = allowInfinity ? 'a positive integer or Infinity' : 'a positive integer';
+  if (typeof value !== 'number') {
+    throw new TypeError(`Expected \`${option}\` to be ${what}, got ${describe(value)}`);
+  }
+  if (allowInfinity && value === Number.POSITIVE_INFINITY) return value;
+  if (!Number.isSafeInteger(value) || value < 1) {
+    throw new RangeError(`Expected \`${option}\` to be ${what}, got ${String(value)}`);
+  }
+  return value;
+}
+
+/** A wait in ms: a positive number, a duration string, or Infinity. */
+export function waitOption(value: unknown, option: string): number {
+  if (value === Number.POSITIVE_INFINITY) return value;
+  if (typeof value === 'number' && !(value > 0 && Number.isFinite(value))) {
+    throw new RangeError(
+      `Expected \`${option}\` to be a positive number of milliseconds or Infinity, got ${String(value)}`,
+    );
+  }
+  if (typeof value !== 'number' && typeof value !== 'string') {
+    throw new TypeError(
+      `Expected \`${option}\` to be a positive number of milliseconds, a duration string such as '30s', or Infinity, got ${describe(value)}`,
+    );
+  }
+  return parseDuration(value, option);
+}
+
+/** Validates the id shared by createValve and the stores. */
+export function validateId(value: unknown, option = 'id'): string {
+  if (typeof value !== 'string') {
+    throw new TypeError(
+      `Expected \`${option}\` to be a string of 1 to 200 characters without '{' or '}', got ${describe(value)}`,
+    );
+  }
+  if (value.length < 1 || value.length > 200) {
+    throw new RangeError(
+      `Expected \`${option}\` to be 1 to 200 characters long, got ${value.length} characters`,
+    );
+  }
+  if (value.includes('{') || value.includes('}')) {
+    throw new TypeError(`Expected \`${option}\` to contain no '{' or '}', got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+function validateStore(value: unknown): Store | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'object' || value === null) {
+    throw new TypeError(
+      `Expected \`store\` to be a Store such as memoryStore() or redisStore({ client }), got ${describe(value)}`,
+    );
+  }
+  const store = value as Record<string, unknown>;
+  for (const method of STORE_METHODS) {
+    if (typeof store[method] !== 'function') {
+      throw new TypeError(
+        `Expected \`store\` to be a Store with ${STORE_METHODS.map((m) => `${m}()`).join(', ')}; \`store.${method}\` is ${describe(store[method])}`,
+      );
+    }
+  }
+  if (store.subscribe !== undefined && typeof store.subscribe !== 'function') {
+    throw new TypeError(
+      `Expected \`store.subscribe\` to be a function or absent, got ${describe(store.subscribe)}`,
+    );
+  }
+  return value as Store;
+}
+
+function validateClock(value: unknown): Clock {
+  if (value === undefined) return systemClock;
+  if (
+    typeof value !== 'object' ||
+    value === null ||
+    typeof (value as Clock).now !== 'function' ||
+    typeof (value as Clock).setTimeout !== 'function' ||
+    typeof (value as Clock).clearTimeout !== 'function'
+  ) {
+    throw new TypeError(
+      `Expected \`clock\` to be a Clock with now(), setTimeout() and clearTimeout(), got ${describe(value)}`,
+    );
+  }
+  return value as Clock;
+}
+
+function validateFeedback(value: unknown): FeedbackSettings {
+  if (value === undefined) return { maxPause: 3_600_000, backoffInitial: 1000, backoffMax: 60_000 };
+  if (!isPlainObject(value)) {
+    throw new TypeError(
+      `Expected \`feedback\` to be an object like { maxPause: '1h', backoffInitial: 1000, backoffMax: 60_000 }, got ${describe(value)}`,
+    );
+  }
+  for (const key of Object.keys(value)) {
+    if (key !== 'maxPause' && key !== 'backoffInitial' && key !== 'backoffMax') {
+      throw new TypeError(
+        `Unknown option \`feedback.${key}\`; feedback takes \`maxPause\`, \`backoffInitial\` and \`backoffMax\``,
+      );
+    }
+  }
+  const maxPause =
+    value.maxPause === undefined ? 3_600_000 : parseDuration(value.maxPause, 'feedback.maxPause');
+  const backoffInitial =
+    value.backoffInitial === undefined
+      ? 1000
+      : parseDuration(value.backoffInitial, 'feedback.backoffInitial');
+  const backoffMax =
+    value.backoffMax === undefined ? 60_000 : parseDuration(value.backoffMax, 'feedback.backoffMax');
+  if (backoffMax < backoffInitial) {
+    throw new RangeError(
+      `Expected \`feedback.backoffMax\` to be at least \`feedback.backoffInitial\` (${backoffInitial} ms), got ${backoffMax} ms`,
+    );
+  }
+  return { maxPause, backoffInitial, backoffMax };
+}
+
+function validateConcurrency(value: unknown): { limit: number; global: boolean; leaseTtl: number } {
+  if (value === undefined) return { limit: Number.POSITIVE_INFINITY, global: false, leaseTtl: 30_000 };
+  if (typeof value === 'number') {
+    return { limit: positiveInteger(value, 'concurrency', true), global: false, leaseTtl: 30_000 };
+  }
+  if (!isPlainObject(value)) {
+    throw new TypeError(
+      `Expected \`concurrency\` to be a positive integer, { limit, scope: 'local' } or { limit, scope: 'global', leaseTtl }, got ${describe(value)}`,
+    );
+  }
+  for (const key of Object.keys(value)) {
+    if (key !== 'limit' && key !== 'scope' && key !== 'leaseTtl') {
+      throw new TypeError(
+        `Unknown option \`concurrency.${key}\`; concurrency takes \`limit\`, \`scope\` and \`leaseTtl\``,
+      );
+    }
+  }
+  const scope = value.scope ?? 'local';
+  if (scope !== 'local' && scope !== 'global') {
+    throw new TypeError(`Expected \`concurrency.scope\` to be 'local' or 'global', got ${describe(scope)}`);
+  }
+  if (scope === 'local') {
+    if (value.leaseTtl !== undefined) {
+      throw new TypeError(
+        `\`concurrency.leaseTtl\` applies only to scope 'global', got scope 'local' with leaseTtl ${describe(value.leaseTtl)}`,
+      );
+    }
+    return {
+      limit: positiveInteger(value.limit, 'concurrency.limit', true),
+      global: false,
+      leaseTtl: 30_000,
+    };
+  }
+  const limit = positiveInteger(value.limit, 'concurrency.limit');
+  let leaseTtl = 30_000;
+  if (value.leaseTtl !== undefined) {
+    leaseTtl = parseDuration(value.leaseTtl, 'concurrency.leaseTtl');
+    if (leaseTtl < 1000) {
+      throw new RangeError(
+        `Expected \`concurrency.leaseTtl\` to be at least 1000 ms, got ${describe(value.leaseTtl)}`,
+      );
+    }
+  }
+  return { limit, global: true, leaseTtl };
+}
+
+/** Validates createValve() options. Throws TypeError/RangeError naming the option, the value and what is allowed. */
+export function normalizeOptions(options: unknown): NormalizedOptions {
+  if (!isPlainObject(options)) {
+    throw new TypeError(
+      `Expected createValve() options to be an object like { id: 'github:app-42', rules: { limit: 10, interval: '1s' } }, got ${describe(options)}`,
+    );
+  }
+  for (const key of Object.keys(options)) {
+    if (!OPTION_NAMES.has(key)) {
+      throw new TypeError(
+        `Unknown option \`${key}\`; createValve() takes ${[...OPTION_NAMES].map((k) => `\`${k}\``).join(', ')}`,
+      );
+    }
+  }
+  const id = validateId(options.id);
+
+  const rawRules = options.rules;
+  let rules: StoreRule[];
+  if (rawRules === undefined) rules = [];
+  else if (Array.isArray(rawRules)) rules = rawRules.map((rule, i) => normalizeRule(rule, `rules[${i}]`));
+  else if (isPlainObject(rawRules)) rules = [normalizeRule(rawRules, 'rules')];
+  else {
+    throw new TypeError(
+      `Expected \`rules\` to be a rule like { limit: 10, interval: '1s' } or an array of rules, got ${describe(rawRules)}`,
+    );
+  }
+  let maxCost = Number.POSITIVE_INFINITY;
+  let maxCostRule: StoreRule | undefined;
+  for (const rule of rules) {
+    if (rule.maxCost < maxCost) {
+      maxCost = rule.maxCost;
+      maxCostRule = rule;
+    }
+  }
+
+  const store = validateStore(options.store);
+  const { limit, global, leaseTtl } = validateConcurrency(options.concurrency);
+  const maxQueue =
+    options.maxQueue === undefined
+      ? Number.POSITIVE_INFINITY
+      : positiveInteger(options.maxQueue, 'maxQueue', true);
+  const maxWait =
+    options.maxWait === undefined ? Number.POSITIVE_INFINITY : waitOption(options.maxWait, 'maxWait');
+  const batch = options.batch === undefined ? 32 : positiveInteger(options.batch, 'batch');
+
+  const onStoreError = options.onStoreError ?? 'wait';
+  if (onStoreError !== 'wait' && onStoreError !== 'throw' && onStoreError !== 'open') {
+    throw new TypeError(
+      `Expected \`onStoreError\` to be 'wait', 'throw' or 'open', got ${describe(onStoreError)}`,
+    );
+  }
+  if (onStoreError === 'open' && global) {
+    throw new TypeError(
+      "`onStoreError: 'open'` cannot be combined with `concurrency.scope: 'global'`: global slots need the store; use 'wait' or 'throw'",
+    );
+  }
+  const feedback = validateFeedback(options.feedback);
+  const clock = validateClock(options.clock);
+
+  return {
+    id,
+    rules,
+    maxCost,
+    maxCostRule,
+    store,
+    limit,
+    global,
+    leaseTtl,
+    maxQueue,
+    maxWait,
+    batch,
+    onStoreError,
+    feedback,
+    clock,
+  };
+}

@@ -1,0 +1,237 @@
+/**
+ * The local queue: jobs ordered by (priority desc, sequence asc).
+ *
+ * One FIFO ring buffer per distinct priority, plus a sorted array of the distinct
+ * priorities that currently have a bucket. Enqueue and dequeue are O(1) for a known
+ * priority (a new priority costs one insertion into the short sorted array). Items
+ * are never removed from the middle: a cancelled item stays where it is and the
+ * owner skips it when it reaches the head (lazy deletion), so cancelling is O(1).
+ *
+ * An item returned to the queue (not granted by the store, or a retry that reuses
+ * an earlier sequence) goes back to its place by sequence: O(1) at the head of its
+ * bucket (the common case), a binary search and a shift otherwise.
+ */
+
+/** What the queue needs to know about an item. */
+export interface QueueItem {
+  readonly priority: number;
+  readonly seq: number;
+}
+
+/** A growable ring buffer of items, in sequence order. */
+class Bucket<T extends QueueItem> {
+  items: (T | undefined)[];
+  head = 0;
+  size = 0;
+  mask: number;
+
+  constructor(readonly priority: number) {
+    this.items = new Array(8);
+    this.mask = 7;
+  }
+
+  private grow(): void {
+    const old = this.items;
+    const cap = old.length;
+    const next: (T | undefined)[] = new Array(cap * 2);
+    for (let i = 0; i < this.size; i++) next[i] = old[(this.head + i) & this.mask];
+    this.items = next;
+    this.head = 0;
+    this.mask = cap * 2 - 1;
+  }
+
+  push(item: T): void {
+    if (this.size === this.items.length) this.grow();
+    this.items[(this.head + this.size) & this.mask] = item;
+    this.size++;
+  }
+
+  peek(): T | undefined {
+    return this.size === 0 ? undefined : this.items[this.head];
+  }
+
+  shift(): T | undefined {
+    if (this.size === 0) return undefined;
+    const item = this.items[this.head];
+    this.items[this.head] = undefined;
+    this.head = (this.head + 1) & this.mask;
+    this.size--;
+    return item;
+  }
+
+  /** Puts `item` at its place by sequence. */
+  insert(item: T): void {
+    if (this.size === this.items.length) this.grow();
+    const seq = item.seq;
+    const last = this.size === 0 ? undefined : this.items[(this.head + this.size - 1) & this.mask];
+    if (last === undefined || last.seq < seq) {
+      this.push(item);
+      return;
+    }
+    const first = this.items[this.head]!;
+    if (seq < first.seq) {
+      this.head = (this.head - 1) & this.mask;
+      this.items[this.head] = item;
+      this.size++;
+      return;
+    }
+    // Binary search for the first position whose sequence is greater.
+    let lo = 0;
+    let hi = this.size;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.items[(this.head + mid) & this.mask]!.seq < seq) lo = mid + 1;
+      else hi = mid;
+    }
+    for (let i = this.size; i > lo; i--) {
+      this.items[(this.head + i) & this.mask] = this.items[(this.head + i - 1) & this.mask];
+    }
+    this.items[(this.head + lo) & this.mask] = item;
+    this.size++;
+  }
+}
+
+/** The priority queue. `size` counts stored items, including cancelled ones not yet skipped. */
+export class JobQueue<T extends QueueItem> {
+  /** Distinct priorities that have a bucket, highest first. */
+  private priorities: number[] = [];
+  private readonly buckets = new Map<number, Bucket<T>>();
+  /** The bucket of the highest priority (fast path), or undefined when empty. */
+  private top: Bucket<T> | undefined;
+  size = 0;
+
+  private bucketFor(priority: number): Bucket<T> {
+    let bucket = this.buckets.get(priority);
+    if (bucket === undefined) {
+      bucket = new Bucket<T>(priority);
+      this.buckets.set(priority, bucket);
+      const ps = this.priorities;
+      // Insert keeping descending order; most queues have one or a few priorities.
+      let i = ps.length;
+      while (i > 0 && ps[i - 1]! < priority) i--;
+      ps.splice(i, 0, priority);
+      if (i === 0) this.top = bucket;
+    }
+    return bucket;
+  }
+
+  /** Appends a new item (its sequence is the largest so far for its priority). */
+  push(item: T): void {
+    const top = this.top;
+    if (top !== undefined && top.priority === item.priority) top.push(item);
+    else this.bucketFor(item.priority).push(item);
+    this.size++;
+  }
+
+  /** Puts an item back at its place by sequence (a refused batch, or a retry). */
+  insert(item: T): void {
+    this.bucketFor(item.priority).insert(item);
+    this.size++;
+  }
+
+  /** The head item (highest priority, lowest sequence), or undefined. */
+  peek(): T | undefined {
+    return this.top?.peek();
+  }
+
+  /** Removes and returns the head item, or undefined. */
+  shift(): T | undefined {
+    const top = this.top;
+    if (top === undefined) return undefined;
+    const item = top.shift();
+    this.size--;
+    if (top.size === 0) this.dropTop();
+    return item;
+  }
+
+  private dropTop(): void {
+    const ps = this.priorities;
+    const p = ps.shift()!;
+    this.buckets.delete(p);
+    this.top = ps.length === 0 ? undefined : this.buckets.get(ps[0]!);
+  }
+
+  /** Removes every item and returns them in queue order. */
+  drain(): T[] {
+    const out: T[] = [];
+    for (let item = this.shift(); item !== undefined; item = this.shift()) out.push(item);
+    return out;
+  }
+}
+
+/** What the deadline heap needs: a deadline and a slot for the item's position in the heap. */
+export interface DeadlineItem {
+  readonly deadline: number;
+  /** Position in the heap, or -1 when not in it. Maintained by the heap. */
+  heapIndex: number;
+}
+
+/**
+ * A binary min-heap of items by deadline, with O(log n) removal of any item (each
+ * item knows its index), so started or cancelled jobs leave it at once and hold no
+ * memory until their deadline.
+ */
+export class DeadlineHeap<T extends DeadlineItem> {
+  private readonly items: T[] = [];
+
+  get size(): number {
+    return this.items.length;
+  }
+
+  peek(): T | undefined {
+    return this.items[0];
+  }
+
+  push(item: T): void {
+    const items = this.items;
+    items.push(item);
+    item.heapIndex = items.length - 1;
+    this.up(items.length - 1);
+  }
+
+  remove(item: T): void {
+    const i = item.heapIndex;
+    if (i < 0) return;
+    const items = this.items;
+    const last = items.pop()!;
+    item.heapIndex = -1;
+    if (i === items.length) return;
+    items[i] = last;
+    last.heapIndex = i;
+    this.up(i);
+    this.down(last.heapIndex);
+  }
+
+  private up(i: number): void {
+    const items = this.items;
+    const item = items[i]!;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      const p = items[parent]!;
+      if (p.deadline <= item.deadline) break;
+      items[i] = p;
+      p.heapIndex = i;
+      i = parent;
+    }
+    items[i] = item;
+    item.heapIndex = i;
+  }
+
+  private down(i: number): void {
+    const items = this.items;
+    const n = items.length;
+    const item = items[i]!;
+    for (;;) {
+      let child = 2 * i + 1;
+      if (child >= n) break;
+      if (child + 1 < n && items[child + 1]!.deadline < items[child]!.deadline) child++;
+      const c = items[child]!;
+      if (c.deadline >= item.deadline) break;
+      items[i] = c;
+      c.heapIndex = i;
+      i = child;
+    }
+    items[i] = item;
+    item.heapIndex = i;
+  }
+}
