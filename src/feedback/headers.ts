@@ -613,7 +613,11 @@ class Reader {
         else if (reset > 0) this.offer('ratelimit-header', name, raw, reset * 1000);
       }
     }
-    // Draft-07+ list form: "policy";r=0;t=30 (several policies allowed).
+    // Draft-07+ list form: "policy";r=0;t=30 (several policies allowed). `r` is required.
+    if (!dict.has('remaining') && !members.some((m) => m.value === undefined && m.params.has('r'))) {
+      this.ignore(name, raw, 'unparseable');
+      return;
+    }
     let policies: SfMember[] | undefined | null = null;
     for (const m of members) {
       if (m.value !== undefined) continue;
