@@ -44,12 +44,33 @@ const redisClient = (port: number): Redis => {
   return client;
 };
 
+/** One connection per process and port, shared by every limiter of that process (many ids, one client). */
+const shared = new Map<number, { client: Redis; users: number }>();
+
+function sharedClient(port: number): Redis {
+  let entry = shared.get(port);
+  if (!entry) {
+    entry = { client: redisClient(port), users: 0 };
+    shared.set(port, entry);
+  }
+  entry.users++;
+  return entry.client;
+}
+
+function releaseClient(port: number): void {
+  const entry = shared.get(port);
+  if (entry && --entry.users === 0) {
+    shared.delete(port);
+    entry.client.disconnect();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------- valve
 
 /** valve over its memory store, or (with `redis`) over redisStore through ioredis. */
 function valveAdapter(name: string, useRedis: boolean): Adapter {
   let valve: ValveLike | undefined;
-  let client: Redis | undefined;
+  let port: number | undefined;
   return {
     name,
     async setup(o) {
@@ -58,8 +79,8 @@ function valveAdapter(name: string, useRedis: boolean): Adapter {
       if (useRedis) {
         if (!o.redis) throw new Error(`${name} needs a Redis server`);
         if (!mod.redisStore) throw new Error('redisStore is not exported yet');
-        client = redisClient(o.redis.port);
-        store = mod.redisStore({ client, prefix: 'bench' });
+        port = o.redis.port;
+        store = mod.redisStore({ client: sharedClient(port), prefix: 'bench' });
       } else {
         store = mod.memoryStore();
       }
@@ -75,9 +96,15 @@ function valveAdapter(name: string, useRedis: boolean): Adapter {
     schedule: (fn) => valve!.run(fn),
     async teardown() {
       await valve?.close({ drain: false }).catch(() => {});
-      client?.disconnect();
+      if (port !== undefined) releaseClient(port);
+      port = undefined;
     },
   };
+}
+
+interface Granted {
+  readonly granted: number;
+  readonly now: number;
 }
 
 interface GrantSource {
@@ -89,16 +116,16 @@ interface GrantSource {
  * the times the Guarantees page measures bounds on. Everything else passes through unchanged.
  */
 function logGrants(inner: GrantSource, log: number[]): unknown {
-  const record = (result: { granted: number; now: number }) => {
+  const record = (result: Granted): Granted => {
     for (let k = 0; k < result.granted; k++) log.push(result.now);
     return result;
   };
   const acquire = (request: unknown): unknown => {
-    const result = inner.acquire(request) as { granted: number; now: number } | PromiseLike<never>;
-    if (result && typeof (result as PromiseLike<unknown>).then === 'function') {
-      return (result as Promise<{ granted: number; now: number }>).then(record);
+    const result = inner.acquire(request) as Granted | PromiseLike<Granted>;
+    if (typeof (result as PromiseLike<Granted>).then === 'function') {
+      return (result as PromiseLike<Granted>).then(record);
     }
-    return record(result as { granted: number; now: number });
+    return record(result as Granted);
   };
   return new Proxy(inner as object, {
     get(target, key) {
@@ -190,7 +217,9 @@ function bottleneckAdapter(name: string, useRedis: boolean): Adapter {
       };
       if (useRedis) {
         if (!o.redis) throw new Error(`${name} needs a Redis server`);
-        connection = new Bottleneck.IORedisConnection({ clientOptions: { port: o.redis.port, host: '127.0.0.1' } });
+        connection = new Bottleneck.IORedisConnection({
+          clientOptions: { port: o.redis.port, host: '127.0.0.1' },
+        });
         connection.on('error', () => {});
         limiter = new Bottleneck({ ...base, id: o.redis.id, datastore: 'ioredis', connection });
         await limiter.ready();

@@ -1,6 +1,6 @@
 /** Ways of feeding jobs to an adapter. */
-import type { Adapter } from './adapters.js';
-import { nowMs, sleep } from './common.js';
+import { type Adapter, createAdapter } from './adapters.js';
+import { gcHeap, noop, nowMs, sleep } from './common.js';
 
 const ignore = (): void => {};
 
@@ -54,4 +54,31 @@ export async function runBatch(adapter: Adapter, n: number, job: () => void): Pr
   for (let i = 0; i < n; i++) promises[i] = adapter.schedule(job);
   await Promise.all(promises);
   return nowMs() - t0;
+}
+
+/** Keeps measured objects reachable until the process exits. */
+const retained: unknown[] = [];
+
+const never = (): Promise<never> => new Promise<never>(() => {});
+
+/**
+ * Heap bytes per queued job: a blocked limiter (one job per hour, one at a time, the first job
+ * never finishes) receives `n` no-op jobs; heapUsed after a full GC before and after, divided by n.
+ * The caller's array of returned promises is allocated before the first reading, so it is not
+ * counted; the promises themselves are (a caller holds them).
+ */
+export async function heapPerQueuedJob(peer: string, n: number): Promise<number> {
+  const adapter = createAdapter(peer);
+  await adapter.setup({ limit: 1, intervalMs: 3_600_000, burst: 1, concurrency: 1 });
+  adapter.schedule(never).catch(ignore);
+  await sleep(20);
+  const held: (Promise<unknown> | null)[] = [];
+  for (let i = 0; i < n; i++) held.push(null);
+  // Without this, V8 may find the limiter (and with it its queue) dead once the loop is done.
+  retained.push(adapter, held);
+  const before = gcHeap();
+  for (let i = 0; i < n; i++) held[i] = adapter.schedule(noop);
+  await sleep(100); // let deferred work (microtasks, the first store call) happen
+  const after = gcHeap();
+  return (after - before) / n;
 }

@@ -27,7 +27,18 @@ export async function startRedis(): Promise<RedisServer> {
   const port = await freePort();
   const child: ChildProcess = spawn(
     'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'],
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--loglevel',
+      'warning',
+    ],
     { stdio: ['ignore', 'ignore', 'inherit'] },
   );
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
@@ -82,7 +93,8 @@ export async function readCounters(client: Redis): Promise<RedisCounters> {
       const calls = Number(m[2]);
       if (name === 'info') continue;
       commands += calls;
-      if (name === 'evalsha' || name === 'eval' || name === 'fcall' || name.startsWith('evalsha_ro')) scripts += calls;
+      if (name === 'evalsha' || name === 'eval' || name === 'fcall' || name.startsWith('evalsha_ro'))
+        scripts += calls;
       continue;
     }
     const cpu = /^used_cpu_(sys|user):([\d.]+)/.exec(line);
@@ -94,9 +106,10 @@ export async function readCounters(client: Redis): Promise<RedisCounters> {
   return { commands, scripts, cpuSec, usedMemory, keys };
 }
 
-export function diffCounters(before: RedisCounters, after: RedisCounters): RedisCounters {
+/** `readings`: how many readCounters() calls happened before `after` (each adds one DBSIZE). */
+export function diffCounters(before: RedisCounters, after: RedisCounters, readings = 1): RedisCounters {
   return {
-    commands: after.commands - before.commands - 1, // the DBSIZE of the first reading
+    commands: after.commands - before.commands - readings,
     scripts: after.scripts - before.scripts,
     cpuSec: after.cpuSec - before.cpuSec,
     usedMemory: after.usedMemory - before.usedMemory,

@@ -4,9 +4,9 @@
  * limiter before any runs; heapUsed after a full GC before and after, divided).
  * Run with --expose-gc.
  */
-import { type Adapter, createAdapter, NEVER_BINDS } from '../lib/adapters.js';
-import { emit, gcHeap, noop, parseScenarioArgs, peakRssMb, round, sleep } from '../lib/common.js';
-import { runBatch } from '../lib/drive.js';
+import { createAdapter, NEVER_BINDS } from '../lib/adapters.js';
+import { emit, noop, parseScenarioArgs, peakRssMb, round } from '../lib/common.js';
+import { heapPerQueuedJob, runBatch } from '../lib/drive.js';
 
 export const peers = ['valve', 'p-limit', 'p-queue', 'bottleneck', 'rlf-memory'];
 
@@ -21,25 +21,6 @@ async function throughput(peer: string, n: number): Promise<number> {
   const ms = await runBatch(adapter, n, noop);
   await adapter.teardown();
   return (n / ms) * 1000;
-}
-
-const never = (): Promise<never> => new Promise<never>(() => {});
-
-async function heapPerQueuedJob(peer: string, n: number): Promise<number> {
-  const adapter: Adapter = createAdapter(peer);
-  // Blocked: one job per hour and one at a time, the first job never finishes.
-  await adapter.setup({ limit: 1, intervalMs: 3_600_000, burst: 1, concurrency: 1 });
-  adapter.schedule(never).catch(() => {});
-  await sleep(20);
-  const held: (Promise<unknown> | null)[] = [];
-  for (let i = 0; i < n; i++) held.push(null);
-  const before = gcHeap();
-  for (let i = 0; i < n; i++) held[i] = adapter.schedule(noop);
-  await sleep(50); // let deferred work (microtasks, first store calls) happen
-  const after = gcHeap();
-  if (process.env.BENCH_DEBUG) console.error(peer, before, after);
-  if (held.length !== n) throw new Error('unreachable');
-  return (after - before) / n;
 }
 
 async function main(): Promise<void> {

@@ -1,0 +1,113 @@
+/** Runs one peer in several worker processes against one Redis server, started together. */
+import { type ChildProcess, fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import type { LimiterOptions } from './adapters.js';
+import { nowMs } from './common.js';
+import { diffCounters, type RedisCounters, readCounters } from './redis-server.js';
+import type { WorkerDone, WorkerSetup } from './worker.js';
+
+const workerPath = fileURLToPath(new URL('./worker.ts', import.meta.url));
+
+export interface FleetResult {
+  readonly started: number;
+  readonly elapsedMs: number;
+  /** Every worker's observed start times, sorted. */
+  readonly starts: number[];
+  /** valve only: grant times on the store's clock, sorted. */
+  readonly grants: number[];
+  readonly redis: RedisCounters;
+  /** Keys and used memory sampled halfway through the run (keys with a TTL may be gone at the end). */
+  readonly mid: { readonly keys: number; readonly usedMemoryDelta: number };
+}
+
+export interface FleetOptions {
+  readonly processes: number;
+  readonly peer: string;
+  readonly port: number;
+  readonly options: LimiterOptions;
+  readonly ids: readonly string[];
+  readonly window: number;
+  readonly durationMs: number;
+  readonly logStarts?: boolean;
+  readonly logGrants?: boolean;
+}
+
+type Reply = { type: 'ready' } | WorkerDone | { type: 'error'; message: string };
+
+function waitFor<T extends Reply['type']>(
+  child: ChildProcess,
+  type: T,
+): Promise<Extract<Reply, { type: T }>> {
+  return new Promise((resolve, reject) => {
+    const onMessage = (reply: Reply) => {
+      if (reply.type === type) {
+        cleanup();
+        resolve(reply as Extract<Reply, { type: T }>);
+      } else if (reply.type === 'error') {
+        cleanup();
+        reject(new Error(`worker failed: ${reply.message}`));
+      }
+    };
+    const onExit = (code: number | null) => {
+      cleanup();
+      reject(new Error(`worker exited (${code}) while waiting for ${type}`));
+    };
+    const cleanup = () => {
+      child.off('message', onMessage);
+      child.off('exit', onExit);
+    };
+    child.on('message', onMessage);
+    child.on('exit', onExit);
+  });
+}
+
+export async function runFleet(o: FleetOptions): Promise<FleetResult> {
+  const children: ChildProcess[] = [];
+  const admin = new Redis({ port: o.port, host: '127.0.0.1' });
+  try {
+    for (let i = 0; i < o.processes; i++) {
+      children.push(
+        fork(workerPath, [], {
+          execArgv: ['--import', 'tsx'],
+          stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+        }),
+      );
+    }
+    const setup: WorkerSetup = {
+      type: 'setup',
+      peer: o.peer,
+      options: { ...o.options, redis: { port: o.port, id: o.ids[0] ?? 'bench' } },
+      ids: o.ids,
+      window: o.window,
+      durationMs: o.durationMs,
+      logStarts: o.logStarts ?? false,
+      logGrants: o.logGrants ?? false,
+    };
+    const ready = children.map((c) => waitFor(c, 'ready'));
+    for (const c of children) c.send(setup);
+    await Promise.all(ready);
+    const before = await readCounters(admin);
+    const done = children.map((c) => waitFor(c, 'done'));
+    const at = nowMs() + 300;
+    for (const c of children) c.send({ type: 'go', at });
+    await new Promise((r) => setTimeout(r, Math.max(0, at + o.durationMs / 2 - nowMs())));
+    const midway = await readCounters(admin);
+    const results = await Promise.all(done);
+    const after = await readCounters(admin);
+    const exited = children.map((c) => new Promise((r) => c.once('exit', r)));
+    for (const c of children) c.send({ type: 'exit' });
+    await Promise.race([Promise.all(exited), new Promise((r) => setTimeout(r, 5000))]);
+    return {
+      started: results.reduce((s, r) => s + r.started, 0),
+      elapsedMs: Math.max(...results.map((r) => r.elapsedMs)),
+      starts: results.flatMap((r) => r.starts).sort((a, b) => a - b),
+      grants: results.flatMap((r) => r.grants).sort((a, b) => a - b),
+      redis: diffCounters(before, after, 2),
+      mid: { keys: midway.keys, usedMemoryDelta: midway.usedMemory - before.usedMemory },
+    };
+  } finally {
+    for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+    admin.disconnect();
+  }
+}

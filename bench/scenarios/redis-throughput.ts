@@ -1,0 +1,58 @@
+/**
+ * Scenario 3, Redis throughput: a limit that never binds, 1 process and 4 processes sharing one
+ * id, each keeping 1000 jobs outstanding for 3 s. Per peer: jobs/s over all processes, Redis
+ * commands per job and script calls per job (INFO commandstats deltas, INFO itself excluded), and
+ * Redis server CPU per job (used_cpu_user + used_cpu_sys delta).
+ */
+import { NEVER_BINDS } from '../lib/adapters.js';
+import { emit, parseScenarioArgs, round } from '../lib/common.js';
+import { runFleet } from '../lib/fleet.js';
+import { startRedis } from '../lib/redis-server.js';
+
+export const peers = ['valve-redis', 'bottleneck-redis', 'rlf-redis'];
+export const cases: Record<string, { processes: number }> = {
+  '1 process': { processes: 1 },
+  '4 processes': { processes: 4 },
+};
+
+const args = parseScenarioArgs();
+const durationMs = args.quick ? 1000 : 3000;
+
+async function measure(peer: string, name: string, processes: number): Promise<void> {
+  const server = await startRedis();
+  try {
+    const r = await runFleet({
+      processes,
+      peer,
+      port: server.port,
+      options: NEVER_BINDS,
+      ids: ['bench-throughput'],
+      window: 1000,
+      durationMs,
+    });
+    const jobs = Math.max(1, r.started);
+    emit({
+      scenario: 'redis-throughput',
+      case: name,
+      peer,
+      metrics: {
+        jobsPerSec: round((r.started / r.elapsedMs) * 1000),
+        commandsPerJob: round(r.redis.commands / jobs, 3),
+        scriptsPerJob: round(r.redis.scripts / jobs, 4),
+        redisCpuUsPerJob: round((r.redis.cpuSec * 1e6) / jobs, 2),
+      },
+    });
+  } finally {
+    await server.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  for (const [name, c] of Object.entries(cases)) {
+    if (args.case && args.case !== name) continue;
+    for (const peer of args.peer ? [args.peer] : peers) await measure(peer, name, c.processes);
+  }
+  process.exit(0);
+}
+
+await main();
