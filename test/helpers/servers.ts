@@ -54,6 +54,8 @@ export interface StartRedisOptions {
   tls?: boolean;
   /** How long to wait for "Ready to accept connections" (default 15 s). */
   readyTimeoutMs?: number;
+  /** Try this port first; if it is taken, a free one is used instead (check `port`). */
+  preferredPort?: number;
 }
 
 export interface RedisServer extends Address {
@@ -415,7 +417,7 @@ async function startNode(
   let args: string[] = [];
   let proc: Spawned | undefined;
   for (let attempt = 0; ; attempt++) {
-    port = await freePort();
+    port = attempt === 0 && opts.preferredPort ? opts.preferredPort : await freePort();
     args = [...baseArgs(port, tls), ...configArgs, ...(await extraArgs(dir)), ...(opts.args ?? [])];
     try {
       proc = await spawnServer(bin, args, dir, port, readyTimeoutMs);

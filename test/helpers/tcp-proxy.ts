@@ -188,3 +188,53 @@ export function startProxy(opts: StartProxyOptions): Promise<TcpProxy> {
     });
   });
 }
+
+export interface ClusterProxies {
+  /** One proxy per cluster node, in the order of `nodes`. */
+  readonly proxies: readonly TcpProxy[];
+  /** Seed addresses for a cluster client: the proxies. */
+  readonly seeds: { host: string; port: number }[];
+  /**
+   * `"host:port"` of each real node → its proxy. Pass as ioredis Cluster `natMap`, or as
+   * node-redis `nodeAddressMap`, so that the addresses the cluster announces (MOVED, CLUSTER
+   * SLOTS) are reached through the proxies too.
+   */
+  readonly natMap: Record<string, { host: string; port: number }>;
+  setLatency(ms: number): void;
+  blackhole(on: boolean): void;
+  dropAll(): void;
+  refuse(on: boolean): void;
+  close(): Promise<void>;
+}
+
+/**
+ * A proxy in front of every node of a cluster (client traffic only: the cluster bus between
+ * nodes is not proxied). The group methods act on every proxy; use `proxies[i]` for one node.
+ */
+export async function startClusterProxies(nodes: readonly ProxyTarget[]): Promise<ClusterProxies> {
+  const proxies = await Promise.all(nodes.map((target) => startProxy({ target })));
+  const natMap: Record<string, { host: string; port: number }> = {};
+  for (const [i, n] of nodes.entries()) {
+    natMap[`${n.host}:${n.port}`] = { host: proxies[i]!.host, port: proxies[i]!.port };
+  }
+  return {
+    proxies,
+    seeds: proxies.map((p) => ({ host: p.host, port: p.port })),
+    natMap,
+    setLatency(ms) {
+      for (const p of proxies) p.setLatency(ms);
+    },
+    blackhole(on) {
+      for (const p of proxies) p.blackhole(on);
+    },
+    dropAll() {
+      for (const p of proxies) p.dropAll();
+    },
+    refuse(on) {
+      for (const p of proxies) p.refuse(on);
+    },
+    close: async () => {
+      await Promise.all(proxies.map((p) => p.close()));
+    },
+  };
+}

@@ -1,3 +1,4 @@
+import net from 'node:net';
 import { Cluster, Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RespError } from '../helpers/resp.js';
@@ -110,6 +111,19 @@ describe.each(kinds)('startRedis (%s)', (kind) => {
     const reply = await server.command(['EVALSHA', String(sha), 0]);
     expect(reply).toBeInstanceOf(RespError);
     expect(String((reply as RespError).message)).toMatch(/^NOSCRIPT/);
+  });
+
+  it('moves to another port when its port is taken', async () => {
+    const blocker = net.createServer();
+    await new Promise<void>((res) => blocker.listen({ host: '127.0.0.1', port: 0 }, () => res()));
+    const taken = (blocker.address() as net.AddressInfo).port;
+    try {
+      server = await startRedis({ kind, preferredPort: taken });
+      expect(server.port).not.toBe(taken);
+      expect(await server.command(['PING'])).toBe('PONG');
+    } finally {
+      blocker.close();
+    }
   });
 
   it('kill(SIGKILL) ends the process; restart brings it back on the same port', async () => {
