@@ -1,0 +1,361 @@
+import { describe, expect, expectTypeOf, it } from 'vitest';
+import { type FetchRetryEvent, wrapFetch } from '../../src/feedback/fetch.js';
+import { FakeInternals } from '../feedback/fake-internals.js';
+import { FakeClock, flushMicrotasks } from '../helpers/fake-clock.js';
+
+const NOW = 1_700_000_000_000;
+
+interface Call {
+  input: unknown;
+  init: RequestInit | undefined;
+  at: number;
+}
+
+type Reply = { status: number; headers?: Record<string, string>; body?: string };
+
+/** A scripted fetch: answers with the replies in order (the last one repeats), records every call. */
+function scripted(clock: FakeClock, replies: Reply[], cancelled: number[] = []) {
+  const calls: Call[] = [];
+  let n = 0;
+  const fn = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
+    calls.push({ input, init, at: clock.now() });
+    if (init?.signal?.aborted) throw init.signal.reason;
+    const reply = replies[Math.min(n++, replies.length - 1)]!;
+    const index = n;
+    const body = new ReadableStream<Uint8Array>({
+      start(c) {
+        c.enqueue(new TextEncoder().encode(reply.body ?? `reply ${index}`));
+        c.close();
+      },
+      cancel() {
+        cancelled.push(index);
+      },
+    });
+    return new Response(reply.status === 204 ? null : body, { status: reply.status, headers: reply.headers });
+  };
+  return { fn, calls };
+}
+
+function setup(concurrency = Number.POSITIVE_INFINITY) {
+  const clock = new FakeClock(NOW);
+  const valve = new FakeInternals(
+    clock,
+    { maxPause: 3_600_000, backoffInitial: 1000, backoffMax: 60_000 },
+    concurrency,
+  );
+  return { clock, valve };
+}
+
+describe('wrapFetch: retries', () => {
+  it('retries a 429 after the pause it wrote, at the original sequence, and cancels the 429 body', async () => {
+    const { clock, valve } = setup();
+    const cancelled: number[] = [];
+    const { fn, calls } = scripted(
+      clock,
+      [{ status: 429, headers: { 'retry-after': '2' } }, { status: 200 }],
+      cancelled,
+    );
+    const f = wrapFetch(valve, fn);
+    const p = f('https://api.example/x');
+    await clock.runAllAsync();
+    const res = await p;
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe('reply 2');
+    expect(calls.map((c) => c.at - NOW)).toEqual([0, 2000]);
+    expect(valve.pauses.map((p) => [p.ms, p.source])).toEqual([[2000, 'retry-after']]);
+    expect(clock.requested).toEqual([2000]);
+    expect(valve.enqueued.map((e) => [e.sequence, e.reused])).toEqual([
+      [1, false],
+      [1, true],
+    ]);
+    expect(cancelled).toEqual([1]);
+    expect(valve.eventsOf('retry')).toEqual([
+      { attempt: 1, status: 429, waitMs: 2000, url: 'https://api.example/x', source: 'retry-after' },
+    ] satisfies FetchRetryEvent[]);
+  });
+
+  it('after `retries` retries returns the last 429 as fetch would, body intact; bare 429s back off 1s, 2s, 4s', async () => {
+    const { clock, valve } = setup();
+    const cancelled: number[] = [];
+    const { fn, calls } = scripted(clock, [{ status: 429, body: 'slow down' }], cancelled);
+    const f = wrapFetch(valve, fn);
+    const p = f(new URL('https://api.example/y'));
+    await clock.runAllAsync();
+    const res = await p;
+    expect(res.status).toBe(429);
+    expect(await res.text()).toBe('slow down');
+    expect(calls).toHaveLength(4);
+    // Each 429 pauses; the last one too (the caller may not retry, but others must wait).
+    expect(valve.pauses.map((p) => p.ms)).toEqual([1000, 2000, 4000, 8000]);
+    expect(clock.requested).toEqual([1000, 2000, 4000]);
+    expect(calls.map((c) => c.at - NOW)).toEqual([0, 1000, 3000, 7000]);
+    expect(cancelled).toEqual([1, 2, 3]);
+    expect(valve.eventsOf('retry').map((e) => (e as FetchRetryEvent).attempt)).toEqual([1, 2, 3]);
+    expect((valve.eventsOf('retry')[0] as FetchRetryEvent).url).toBe('https://api.example/y');
+  });
+
+  it('honours `retries`, including 0', async () => {
+    for (const retries of [0, 1, 5]) {
+      const { clock, valve } = setup();
+      const { fn, calls } = scripted(clock, [{ status: 429 }]);
+      const p = wrapFetch(valve, fn, { retries })('https://a.example');
+      await clock.runAllAsync();
+      expect((await p).status).toBe(429);
+      expect(calls).toHaveLength(retries + 1);
+    }
+  });
+
+  it('retries a 503 only with Retry-After; never other statuses', async () => {
+    const cases: [Reply, number][] = [
+      [{ status: 503, headers: { 'retry-after': '1' } }, 2],
+      [{ status: 503 }, 1],
+      [{ status: 500, headers: { 'retry-after': '1' } }, 1],
+      [{ status: 403, headers: { 'retry-after': '1' } }, 1],
+      [{ status: 404 }, 1],
+      [{ status: 200, headers: { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '5' } }, 1],
+    ];
+    for (const [reply, expected] of cases) {
+      const { clock, valve } = setup();
+      const { fn, calls } = scripted(clock, [reply, { status: 200 }]);
+      const p = wrapFetch(valve, fn)('https://a.example');
+      await clock.runAllAsync();
+      await p;
+      expect(calls, JSON.stringify(reply)).toHaveLength(expected);
+    }
+  });
+
+  it('a retry goes ahead of requests that arrived after the first attempt', async () => {
+    const { clock, valve } = setup(1);
+    const { fn, calls } = scripted(clock, [
+      { status: 429, headers: { 'retry-after': '1' } },
+      { status: 200 },
+    ]);
+    const f = wrapFetch(valve, fn);
+    const a = f('https://a.example/first');
+    await flushMicrotasks();
+    const b = f('https://a.example/second');
+    const c = f('https://a.example/third');
+    await clock.runAllAsync();
+    await Promise.all([a, b, c]);
+    expect(calls.map((x) => String(x.input))).toEqual([
+      'https://a.example/first',
+      'https://a.example/first',
+      'https://a.example/second',
+      'https://a.example/third',
+    ]);
+    expect(calls.map((x) => x.at - NOW)).toEqual([0, 1000, 1000, 1000]);
+    expect(valve.starts.map((s) => s.sequence)).toEqual([1, 1, 2, 3]);
+  });
+
+  it('passes cost (number or function of the request) and priority to every attempt', async () => {
+    const { clock, valve } = setup();
+    const { fn } = scripted(clock, [{ status: 429, headers: { 'retry-after': '1' } }, { status: 200 }]);
+    const seen: unknown[] = [];
+    const f = wrapFetch(valve, fn, {
+      cost: (input, init) => {
+        seen.push([input, init?.method]);
+        return 3;
+      },
+      priority: 7,
+    });
+    const p = f('https://a.example', { method: 'POST', body: 'x' });
+    await clock.runAllAsync();
+    await p;
+    expect(seen).toEqual([['https://a.example', 'POST']]);
+    expect(valve.enqueued.map((e) => [e.cost, e.priority])).toEqual([
+      [3, 7],
+      [3, 7],
+    ]);
+    const g = wrapFetch(valve, fn, { cost: 2 });
+    const q = g('https://a.example');
+    await clock.runAllAsync();
+    await q;
+    expect(valve.enqueued.at(-1)?.cost).toBe(2);
+  });
+
+  it('validates its options', () => {
+    const { valve } = setup();
+    const fn = async () => new Response();
+    expect(() => wrapFetch(valve, fn, { retries: -1 })).toThrow(RangeError);
+    expect(() => wrapFetch(valve, fn, { retries: 1.5 })).toThrow(/retries/);
+    expect(() => wrapFetch(valve, fn, { cost: 0 })).toThrow(/cost/);
+    expect(() => wrapFetch(valve, fn, { priority: Number.NaN })).toThrow(/priority/);
+    expect(() => wrapFetch(valve, 'fetch' as never)).toThrow(TypeError);
+  });
+});
+
+describe('wrapFetch: bodies', () => {
+  const replayable: [string, () => BodyInit][] = [
+    ['string', () => 'hello'],
+    ['URLSearchParams', () => new URLSearchParams({ a: '1', b: '2' })],
+    ['Blob', () => new Blob(['blob body'])],
+    ['ArrayBuffer', () => new TextEncoder().encode('ab').buffer as ArrayBuffer],
+    ['Uint8Array', () => new TextEncoder().encode('u8')],
+    [
+      'FormData',
+      () => {
+        const f = new FormData();
+        f.append('k', 'v');
+        return f;
+      },
+    ],
+  ];
+  for (const [name, make] of replayable) {
+    it(`retries with the same ${name} body`, async () => {
+      const { clock, valve } = setup();
+      const { fn, calls } = scripted(clock, [
+        { status: 429, headers: { 'retry-after': '1' } },
+        { status: 200 },
+      ]);
+      const body = make();
+      const p = wrapFetch(valve, fn)('https://a.example', { method: 'POST', body });
+      await clock.runAllAsync();
+      expect((await p).status).toBe(200);
+      expect(calls).toHaveLength(2);
+      expect(calls[0]?.init?.body).toBe(body);
+      expect(calls[1]?.init?.body).toBe(body);
+    });
+  }
+
+  it('does not retry a stream body: the 429 is returned (and still observed)', async () => {
+    const { clock, valve } = setup();
+    const { fn, calls } = scripted(clock, [
+      { status: 429, headers: { 'retry-after': '1' } },
+      { status: 200 },
+    ]);
+    const body = new ReadableStream({
+      start(c) {
+        c.enqueue(new Uint8Array([1]));
+        c.close();
+      },
+    });
+    const p = wrapFetch(valve, fn)('https://a.example', {
+      method: 'POST',
+      body,
+      duplex: 'half',
+    } as RequestInit);
+    await clock.runAllAsync();
+    expect((await p).status).toBe(429);
+    expect(calls).toHaveLength(1);
+    expect(valve.pauses.map((x) => x.ms)).toEqual([1000]);
+    expect(valve.eventsOf('retry')).toEqual([]);
+  });
+
+  it('retries a Request with a body by sending clones; the caller’s Request stays unread', async () => {
+    const { clock, valve } = setup();
+    const { fn, calls } = scripted(clock, [
+      { status: 429, headers: { 'retry-after': '1' } },
+      { status: 200 },
+    ]);
+    const request = new Request('https://a.example/post', { method: 'POST', body: 'payload' });
+    const p = wrapFetch(valve, fn)(request);
+    await clock.runAllAsync();
+    expect((await p).status).toBe(200);
+    expect(calls).toHaveLength(2);
+    for (const call of calls) {
+      expect(call.input).toBeInstanceOf(Request);
+      expect(call.input).not.toBe(request);
+      expect(await (call.input as Request).text()).toBe('payload');
+    }
+    expect(request.bodyUsed).toBe(false);
+    expect((valve.eventsOf('retry')[0] as FetchRetryEvent).url).toBe('https://a.example/post');
+  });
+
+  it('does not retry a Request whose body was already used', async () => {
+    const { clock, valve } = setup();
+    const { fn, calls } = scripted(clock, [
+      { status: 429, headers: { 'retry-after': '1' } },
+      { status: 200 },
+    ]);
+    const request = new Request('https://a.example/post', { method: 'POST', body: 'payload' });
+    await request.text();
+    const p = wrapFetch(valve, fn)(request);
+    await clock.runAllAsync();
+    expect((await p).status).toBe(429);
+    expect(calls).toHaveLength(1);
+  });
+});
+
+describe('wrapFetch: signals', () => {
+  it('rejects at once with the reason when the signal is already aborted; fetch is never called', async () => {
+    const { clock, valve } = setup();
+    const { fn, calls } = scripted(clock, [{ status: 200 }]);
+    const reason = new Error('gone');
+    await expect(
+      wrapFetch(valve, fn)('https://a.example', { signal: AbortSignal.abort(reason) }),
+    ).rejects.toBe(reason);
+    expect(calls).toHaveLength(0);
+  });
+
+  it('honours init.signal while queued for a retry', async () => {
+    const { clock, valve } = setup();
+    const { fn, calls } = scripted(clock, [
+      { status: 429, headers: { 'retry-after': '10' } },
+      { status: 200 },
+    ]);
+    const controller = new AbortController();
+    const p = wrapFetch(valve, fn)('https://a.example', { signal: controller.signal });
+    const settled = p.then(
+      () => 'resolved',
+      (e: unknown) => e,
+    );
+    await clock.tickAsync(5000);
+    controller.abort(new Error('stop'));
+    await flushMicrotasks();
+    expect(await settled).toMatchObject({ message: 'stop' });
+    await clock.runAllAsync();
+    expect(calls).toHaveLength(1);
+  });
+
+  it('honours a Request’s signal while queued', async () => {
+    const { clock, valve } = setup(1);
+    const { fn, calls } = scripted(clock, [
+      { status: 429, headers: { 'retry-after': '10' } },
+      { status: 200 },
+    ]);
+    const f = wrapFetch(valve, fn);
+    const first = f('https://a.example/1');
+    await flushMicrotasks();
+    const controller = new AbortController();
+    const second = f(new Request('https://a.example/2', { signal: controller.signal }));
+    const settled = second.then(
+      () => 'resolved',
+      (e: unknown) => e,
+    );
+    await clock.tickAsync(1000);
+    controller.abort(new Error('request aborted'));
+    expect(await settled).toMatchObject({ message: 'request aborted' });
+    await clock.runAllAsync();
+    await first;
+    expect(calls.map((c) => String(c.input))).toEqual(['https://a.example/1', 'https://a.example/1']);
+  });
+
+  it('passes a signal to fetch that aborts with the caller’s reason while running', async () => {
+    const { valve, clock } = setup();
+    let seen: AbortSignal | undefined;
+    const fn = (_input: string | URL | Request, init?: RequestInit) =>
+      new Promise<Response>((_resolve, reject) => {
+        seen = init?.signal ?? undefined;
+        seen?.addEventListener('abort', () => reject(seen?.reason));
+      });
+    const controller = new AbortController();
+    const p = wrapFetch(valve, fn)('https://a.example', { signal: controller.signal });
+    await clock.tickAsync(0);
+    expect(seen).toBeDefined();
+    expect(seen).not.toBe(controller.signal);
+    const reason = new Error('cancelled by caller');
+    controller.abort(reason);
+    await expect(p).rejects.toBe(reason);
+    expect(seen?.aborted).toBe(true);
+  });
+});
+
+describe('wrapFetch: types', () => {
+  it('has fetch’s exact signature', () => {
+    const { valve } = setup();
+    expectTypeOf(wrapFetch(valve)).toEqualTypeOf<typeof fetch>();
+    const custom = async (input: string, init?: { method?: string }) =>
+      new Response(`${input}${init?.method}`);
+    expectTypeOf(wrapFetch(valve, custom)).toEqualTypeOf<typeof custom>();
+  });
+});
