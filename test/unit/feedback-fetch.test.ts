@@ -185,7 +185,7 @@ describe('wrapFetch: retries', () => {
 });
 
 describe('wrapFetch: bodies', () => {
-  const replayable: [string, () => BodyInit][] = [
+  const replayable: [string, () => NonNullable<RequestInit['body']>][] = [
     ['string', () => 'hello'],
     ['URLSearchParams', () => new URLSearchParams({ a: '1', b: '2' })],
     ['Blob', () => new Blob(['blob body'])],
