@@ -39,9 +39,11 @@ export function progressBar(done: number, total: number, width: number): string 
 export function renderLines(s: Snapshot, ansi: boolean): string[] {
   const pct = s.total === 0 ? 100 : Math.floor((100 * s.done) / s.total);
   const paused =
-    s.pausedFor > 0
-      ? color(`PAUSED ${s.pausedFor.toFixed(1)} s (${s.pauseSource}); every caller waits`, 33, ansi)
-      : color('running', 32, ansi);
+    s.done >= s.total
+      ? color('finished', 32, ansi)
+      : s.pausedFor > 0
+        ? color(`PAUSED ${s.pausedFor.toFixed(1)} s (${s.pauseSource}); every caller waits`, 33, ansi)
+        : color('running', 32, ansi);
   const quota = s.quota429 === 0 ? color('0', 32, ansi) : color(String(s.quota429), 31, ansi);
   return [
     `${progressBar(s.done, s.total, 40)}  ${bold(`${s.done}/${s.total}`, ansi)}  ${pct}%  ${s.elapsed.toFixed(1)} s`,
@@ -55,7 +57,12 @@ export function renderLines(s: Snapshot, ansi: boolean): string[] {
 
 /** One plain line, for logs. */
 export function renderPlain(s: Snapshot): string {
-  const pause = s.pausedFor > 0 ? `paused ${s.pausedFor.toFixed(1)}s (${s.pauseSource})` : 'running';
+  const pause =
+    s.done >= s.total
+      ? 'finished'
+      : s.pausedFor > 0
+        ? `paused ${s.pausedFor.toFixed(1)}s (${s.pauseSource})`
+        : 'running';
   return (
     `[${s.elapsed.toFixed(1).padStart(5)}s] ${s.done}/${s.total} done, ` +
     `${s.lastSecond}/s (limit ${s.rate}), ${s.lastWindow}/10s (limit ${s.windowLimit}), ` +
