@@ -126,6 +126,14 @@ describe.each(kinds)('startRedis (%s)', (kind) => {
     }
   });
 
+  it('stop() also ends a frozen (SIGSTOPped) server', async () => {
+    server = await startRedis({ kind });
+    const { pid } = server;
+    server.kill('SIGSTOP');
+    await server.stop();
+    expect(alive(pid)).toBe(false);
+  });
+
   it('kill(SIGKILL) ends the process; restart brings it back on the same port', async () => {
     server = await startRedis({ kind });
     const { port } = server;
@@ -152,5 +160,14 @@ describe('startCluster', () => {
     expect(slots).toHaveLength(3);
     await cluster.stop();
     expect(pids.some(alive)).toBe(false);
+  });
+
+  it('a restarted node keeps its slots (nodes.conf) and the cluster is ok again', async () => {
+    cluster = await startCluster({ kind: 'valkey' });
+    const node = cluster.servers[1]!;
+    const before = await node.command(['CLUSTER', 'MYID']);
+    await node.restart();
+    expect(await node.command(['CLUSTER', 'MYID'])).toBe(before);
+    await cluster.waitForOk();
   });
 });
