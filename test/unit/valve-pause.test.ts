@@ -1,0 +1,164 @@
+import { describe, expect, it, vi } from 'vitest';
+import { memoryStore } from '../../src/stores/memory.js';
+import { createValve } from '../../src/valve.js';
+import { count, FakeClock, flushMicrotasks, setup, spyStore, track } from './harness.js';
+
+describe('pause() and resume()', () => {
+  it('blocks new starts until the pause ends, emits pause {until, source: manual}, resolves once recorded', async () => {
+    const { valve, clock, store } = setup({ rules: [] });
+    const events: unknown[] = [];
+    valve.on('pause', (e) => events.push(e));
+    const t0 = clock.now();
+    await valve.pause(1000);
+    expect(count(store, 'pause')).toBe(1);
+    expect(events).toEqual([{ until: t0 + 1000, source: 'manual' }]);
+    expect(valve.stats().pausedUntil).toBe(t0 + 1000);
+    let started = 0;
+    const job = valve.run(() => {
+      started = clock.now();
+    });
+    await clock.tickAsync(999);
+    expect(started).toBe(0);
+    await clock.tickAsync(1);
+    await job;
+    expect(started).toBe(t0 + 1000);
+    expect(valve.stats().pausedUntil).toBeNull();
+  });
+
+  it('does not call the store during a known pause (cached) and wakes at its end', async () => {
+    const { valve, clock, store } = setup({ rules: { limit: 100, interval: '1s' } });
+    await valve.pause(5000);
+    const all = Array.from({ length: 10 }, (_, i) => valve.run(() => i));
+    await clock.tickAsync(4999);
+    expect(count(store, 'acquire')).toBe(0);
+    await clock.tickAsync(1);
+    expect(count(store, 'acquire')).toBe(1);
+    await clock.tickAsync(100);
+    await Promise.all(all);
+  });
+
+  it('learns a pause from an acquisition and caches it', async () => {
+    const clock = new FakeClock();
+    const shared = memoryStore({ clock });
+    const store = spyStore(shared, clock);
+    // Another writer without notifications: the valve learns only from acquire.
+    const noSub = { ...store, subscribe: undefined, notifies: false } as typeof store;
+    const valve = createValve({ id: 'p', clock, store: noSub });
+    shared.pause('p', 3000);
+    const events: unknown[] = [];
+    valve.on('pause', (e) => events.push(e));
+    const all = [1, 2, 3].map((i) => valve.run(() => i));
+    await flushMicrotasks();
+    expect(store.acquires.length).toBe(1);
+    expect(events).toEqual([{ until: clock.now() + 3000, source: 'remote' }]);
+    await clock.tickAsync(2999);
+    expect(store.acquires.length).toBe(1);
+    await clock.tickAsync(1);
+    expect(await Promise.all(all)).toEqual([1, 2, 3]);
+    expect(store.acquires.length).toBe(2);
+  });
+
+  it('only extends: a shorter pause does not shorten a longer one', async () => {
+    const { valve, clock } = setup({});
+    const t0 = clock.now();
+    const events: { until: number }[] = [];
+    valve.on('pause', (e) => events.push(e));
+    await valve.pause(2000);
+    await valve.pause(500);
+    expect(events.map((e) => e.until - t0)).toEqual([2000, 2000]);
+    expect(valve.stats().pausedUntil).toBe(t0 + 2000);
+    const job = track(valve.run(() => 1));
+    await clock.tickAsync(1999);
+    expect(job.done).toBe(false);
+    await clock.tickAsync(1);
+    expect(job.value).toBe(1);
+  });
+
+  it('accepts { until: Date | number } and duration strings; a past until is a no-op', async () => {
+    const { valve, clock, store } = setup({});
+    const t0 = clock.now();
+    await valve.pause({ until: new Date(t0 + 1500) });
+    expect(valve.stats().pausedUntil).toBe(t0 + 1500);
+    await valve.pause({ until: t0 + 2500 });
+    expect(valve.stats().pausedUntil).toBe(t0 + 2500);
+    await valve.pause('3s');
+    expect(valve.stats().pausedUntil).toBe(t0 + 3000);
+    await valve.pause({ until: t0 - 5 });
+    expect(count(store, 'pause')).toBe(3);
+  });
+
+  it('rejects bad pause arguments with TypeError/RangeError', async () => {
+    const { valve } = setup({});
+    await expect(valve.pause(-1)).rejects.toBeInstanceOf(RangeError);
+    await expect(valve.pause(Number.NaN)).rejects.toBeInstanceOf(RangeError);
+    await expect(valve.pause('soon')).rejects.toBeInstanceOf(RangeError);
+    await expect(valve.pause({ until: 'x' } as never)).rejects.toBeInstanceOf(TypeError);
+    await expect(valve.pause({ until: new Date(Number.NaN) })).rejects.toBeInstanceOf(RangeError);
+    await expect(valve.pause(null as never)).rejects.toBeInstanceOf(TypeError);
+  });
+
+  it('resume() deletes the pause, emits resume, and queued jobs start at once', async () => {
+    const { valve, clock } = setup({});
+    const resumed = vi.fn();
+    valve.on('resume', resumed);
+    await valve.pause(60_000);
+    const job = track(valve.run(() => 'go'));
+    await clock.tickAsync(100);
+    expect(job.done).toBe(false);
+    await valve.resume();
+    expect(resumed).toHaveBeenCalledWith({ source: 'manual' });
+    await clock.tickAsync(0);
+    expect(job.value).toBe('go');
+    expect(valve.stats().pausedUntil).toBeNull();
+  });
+
+  it("another valve's pause and resume wake this one through the store's subscriber", async () => {
+    const clock = new FakeClock();
+    const store = memoryStore({ clock });
+    const a = createValve({ id: 'shared', clock, store });
+    const b = createValve({ id: 'shared', clock, store });
+    const bEvents: unknown[] = [];
+    b.on('pause', (e) => bEvents.push(e));
+    b.on('resume', (e) => bEvents.push(e));
+    await b.run(() => 0); // subscribes on first use
+    await a.pause(10_000);
+    await flushMicrotasks();
+    expect(bEvents).toEqual([{ until: clock.now() + 10_000, source: 'remote' }]);
+    const job = track(b.run(() => 'b'));
+    await clock.tickAsync(100);
+    expect(job.done).toBe(false);
+    await a.resume();
+    await flushMicrotasks();
+    expect(bEvents.at(-1)).toEqual({ source: 'remote' });
+    expect(job.value).toBe('b');
+  });
+
+  it('unsubscribes on close', async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const unsubscribe = vi.fn();
+    const store = { ...spyStore(inner, clock), subscribe: vi.fn(() => unsubscribe), notifies: true };
+    const valve = createValve({ id: 'u', clock, store });
+    expect(store.subscribe).not.toHaveBeenCalled();
+    await valve.run(() => 1);
+    expect(store.subscribe).toHaveBeenCalledTimes(1);
+    await valve.run(() => 2);
+    expect(store.subscribe).toHaveBeenCalledTimes(1);
+    await valve.close();
+    expect(unsubscribe).toHaveBeenCalledTimes(1);
+  });
+
+  it('a grant issued before a pause still starts', async () => {
+    const { valve, store } = setup({});
+    store.async = { delay: 0 };
+    const job = track(valve.run(() => 'granted'));
+    await Promise.resolve();
+    await Promise.resolve();
+    expect(count(store, 'acquire')).toBe(1);
+    // The pause is written while the acquisition is in flight (granted before it).
+    store.async = null;
+    await valve.pause(1000);
+    await flushMicrotasks();
+    expect(job.value).toBe('granted');
+  });
+});
