@@ -1,0 +1,429 @@
+/**
+ * The benchmark runner: `npm run bench -- [--scenario name] [--quick] [--full] [--repeat N]`.
+ *
+ * Every measurement runs in its own child process (one scenario, one case, one peer). Peers are
+ * interleaved (A B C, A B C, ...) `repeat` times, so drift in the machine's load hits every peer
+ * alike. The runner prints the medians and valve/peer ratios as markdown tables, checks the
+ * targets of issue 6, and writes everything to bench/results/.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { median, type ResultLine } from './lib/common.js';
+
+interface ScenarioSpec {
+  readonly script: string;
+  /** Cases run as separate child processes (`--case`); [undefined] runs the script's own set once. */
+  readonly cases: readonly (string | undefined)[];
+  /** Peers per case. */
+  readonly peers: (caseName: string | undefined) => readonly string[];
+  readonly valve: string;
+  readonly exposeGc?: boolean;
+  readonly repeat: number;
+  /** Metrics shown as valve ÷ peer. */
+  readonly ratios: readonly string[];
+  readonly timeoutMs: number;
+}
+
+const scenarios: Record<string, ScenarioSpec> = {
+  overhead: {
+    script: 'overhead.ts',
+    cases: ['never-binds'],
+    peers: () => ['valve', 'p-limit', 'p-queue', 'bottleneck', 'rlf-memory'],
+    valve: 'valve',
+    exposeGc: true,
+    repeat: 3,
+    ratios: ['jobsPerSec', 'bytesPerQueuedJob'],
+    timeoutMs: 180_000,
+  },
+  precision: {
+    script: 'precision.ts',
+    cases: ['1000/s b1', '200/s b1', '1000/s b10'],
+    peers: () => ['valve', 'p-queue', 'p-queue-strict', 'bottleneck', 'rlf-memory'],
+    valve: 'valve',
+    repeat: 2,
+    ratios: [],
+    timeoutMs: 60_000,
+  },
+  'redis-throughput': {
+    script: 'redis-throughput.ts',
+    cases: ['1 process', '4 processes'],
+    peers: () => ['valve-redis', 'bottleneck-redis', 'rlf-redis'],
+    valve: 'valve-redis',
+    repeat: 3,
+    ratios: ['jobsPerSec', 'commandsPerJob', 'redisCpuUsPerJob'],
+    timeoutMs: 60_000,
+  },
+  'shared-limit': {
+    script: 'shared-limit.ts',
+    cases: ['burst 1', 'burst 20'],
+    peers: (c) => (c === 'burst 20' ? ['valve-redis'] : ['valve-redis', 'bottleneck-redis', 'rlf-redis']),
+    valve: 'valve-redis',
+    repeat: 2,
+    ratios: [],
+    timeoutMs: 90_000,
+  },
+  memory: {
+    script: 'memory.ts',
+    cases: ['1M queued', 'through'],
+    peers: () => ['valve', 'p-limit', 'p-queue'],
+    valve: 'valve',
+    exposeGc: true,
+    repeat: 1,
+    ratios: ['bytesPerQueuedJob', 'jobsPerSec'],
+    timeoutMs: 600_000,
+  },
+  scale: {
+    script: 'scale.ts',
+    cases: [undefined],
+    peers: () => ['valve-redis'],
+    valve: 'valve-redis',
+    repeat: 1,
+    ratios: [],
+    timeoutMs: 900_000,
+  },
+};
+
+// ---------------------------------------------------------------------------------------------- arguments
+
+const argv = process.argv.slice(2);
+const option = (name: string): string | undefined => {
+  const i = argv.indexOf(`--${name}`);
+  return i >= 0 ? argv[i + 1] : undefined;
+};
+if (argv.includes('--help')) {
+  process.stdout.write(
+    [
+      'npm run bench -- [options]',
+      '  --scenario <name>   one of: ' + Object.keys(scenarios).join(', ') + ' (repeatable with commas)',
+      '  --quick             short runs (smoke-tests the harness; figures are not meaningful)',
+      '  --full              scenario 5 with 10 million jobs, scenario 6 with 10k ids and 16 processes',
+      '  --repeat <N>        interleaved repetitions per scenario (default: per scenario, 1-3)',
+      '',
+    ].join('\n'),
+  );
+  process.exit(0);
+}
+const quick = argv.includes('--quick');
+const full = argv.includes('--full');
+const repeatArg = option('repeat');
+const repeatOverride = repeatArg === undefined ? undefined : Number(repeatArg);
+if (repeatOverride !== undefined && !(Number.isInteger(repeatOverride) && repeatOverride > 0)) {
+  throw new RangeError(`--repeat must be a positive integer, got ${repeatArg}`);
+}
+const selected = (option('scenario') ?? Object.keys(scenarios).join(',')).split(',');
+for (const name of selected) {
+  if (!scenarios[name])
+    throw new RangeError(`unknown scenario ${name}; known: ${Object.keys(scenarios).join(', ')}`);
+}
+
+// ---------------------------------------------------------------------------------------------- running
+
+const benchDir = fileURLToPath(new URL('.', import.meta.url));
+
+function runChild(spec: ScenarioSpec, caseName: string | undefined, peer: string): Promise<ResultLine[]> {
+  const nodeArgs = [
+    ...(spec.exposeGc ? ['--expose-gc'] : []),
+    '--import',
+    'tsx',
+    `${benchDir}scenarios/${spec.script}`,
+  ];
+  const scriptArgs = ['--peer', peer, ...(caseName ? ['--case', caseName] : [])];
+  if (quick) scriptArgs.push('--quick');
+  if (full) scriptArgs.push('--full');
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [...nodeArgs, ...scriptArgs], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    const timer = setTimeout(() => {
+      err += `\n(timed out after ${spec.timeoutMs} ms)`;
+      child.kill('SIGKILL');
+    }, spec.timeoutMs);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      const lines: ResultLine[] = [];
+      for (const line of out.split('\n')) {
+        if (line.startsWith('{')) lines.push(JSON.parse(line) as ResultLine);
+      }
+      if (code !== 0 || lines.length === 0) {
+        process.stderr.write(
+          `  ! ${spec.script} ${caseName ?? ''} ${peer}: exit ${code}\n${err.slice(-2000)}\n`,
+        );
+      }
+      resolve(lines);
+    });
+  });
+}
+
+interface Aggregate {
+  readonly scenario: string;
+  readonly case: string;
+  readonly peer: string;
+  readonly runs: number;
+  readonly median: Record<string, number | null>;
+  readonly max: Record<string, number | null>;
+  readonly notes?: string | undefined;
+}
+
+function aggregate(lines: readonly ResultLine[]): Aggregate[] {
+  const groups = new Map<string, ResultLine[]>();
+  for (const line of lines) {
+    const key = `${line.scenario}\u0000${line.case}\u0000${line.peer}`;
+    const group = groups.get(key) ?? [];
+    group.push(line);
+    groups.set(key, group);
+  }
+  const out: Aggregate[] = [];
+  for (const group of groups.values()) {
+    const first = group[0]!;
+    const med: Record<string, number | null> = {};
+    const max: Record<string, number | null> = {};
+    for (const metric of Object.keys(first.metrics)) {
+      const values = group.map((l) => l.metrics[metric]).filter((v): v is number => typeof v === 'number');
+      med[metric] = values.length ? median(values) : null;
+      max[metric] = values.length ? Math.max(...values) : null;
+    }
+    out.push({
+      scenario: first.scenario,
+      case: first.case,
+      peer: first.peer,
+      runs: group.length,
+      median: med,
+      max,
+      notes: first.notes,
+    });
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------- reporting
+
+const fmt = (v: number | null | undefined): string => {
+  if (v === null || v === undefined || Number.isNaN(v)) return '–';
+  const abs = Math.abs(v);
+  if (abs >= 1000) return Math.round(v).toLocaleString('en-US');
+  if (abs >= 100) return v.toFixed(0);
+  if (abs >= 10) return v.toFixed(1);
+  if (abs >= 1) return v.toFixed(2);
+  if (v === 0) return '0';
+  return v.toPrecision(2);
+};
+
+function table(name: string, spec: ScenarioSpec, rows: readonly Aggregate[]): string {
+  const metrics = [...new Set(rows.flatMap((r) => Object.keys(r.median)))];
+  const header = ['case', 'peer', 'runs', ...metrics, ...spec.ratios.map((m) => `valve÷peer ${m}`)];
+  const lines = [`### ${name}`, '', `| ${header.join(' | ')} |`, `|${header.map(() => '---').join('|')}|`];
+  for (const r of rows) {
+    const valveRow = rows.find((v) => v.case === r.case && v.peer === spec.valve);
+    const ratios = spec.ratios.map((m) => {
+      if (r.peer === spec.valve || !valveRow) return '';
+      const a = valveRow.median[m];
+      const b = r.median[m];
+      return typeof a === 'number' && typeof b === 'number' && b !== 0 ? `${fmt(a / b)}×` : '–';
+    });
+    const cells = [
+      r.case,
+      r.peer + (r.notes ? ` (${r.notes})` : ''),
+      String(r.runs),
+      ...metrics.map((m) => fmt(r.median[m])),
+      ...ratios,
+    ];
+    lines.push(`| ${cells.join(' | ')} |`);
+  }
+  return lines.join('\n');
+}
+
+interface Target {
+  readonly text: string;
+  readonly value: string;
+  readonly met: boolean | null;
+}
+
+function targets(rows: readonly Aggregate[]): Target[] {
+  const get = (scenario: string, c: string, peer: string) =>
+    rows.find((r) => r.scenario === scenario && r.case === c && r.peer === peer);
+  const out: Target[] = [];
+  const add = (text: string, value: number | null | undefined, ok: (v: number) => boolean, unit = '') => {
+    if (value === null || value === undefined || Number.isNaN(value)) return;
+    out.push({ text, value: `${fmt(value)}${unit}`, met: ok(value) });
+  };
+  const ratio = (a: number | null | undefined, b: number | null | undefined) =>
+    typeof a === 'number' && typeof b === 'number' && b !== 0 ? a / b : null;
+
+  const ov = (p: string) => get('overhead', 'never-binds', p);
+  add(
+    'overhead: jobs/s ≥ 1.0× p-limit',
+    ratio(ov('valve')?.median.jobsPerSec, ov('p-limit')?.median.jobsPerSec),
+    (v) => v >= 1,
+    '×',
+  );
+  add(
+    'overhead: jobs/s ≈ 2× p-queue',
+    ratio(ov('valve')?.median.jobsPerSec, ov('p-queue')?.median.jobsPerSec),
+    (v) => v >= 2,
+    '×',
+  );
+  add('overhead: ≤ 400 B per queued job', ov('valve')?.median.bytesPerQueuedJob, (v) => v <= 400, ' B');
+
+  const want: Record<string, number> = { '1000/s b1': 95, '200/s b1': 99, '1000/s b10': 99.5 };
+  for (const [c, pct] of Object.entries(want)) {
+    const r = get('precision', c, 'valve');
+    add(`precision ${c}: 0 violations (worst run)`, r?.max.violations, (v) => v === 0);
+    add(`precision ${c}: utilisation ≥ ${pct}%`, r?.median.utilisationPct, (v) => v >= pct, '%');
+  }
+
+  const rt = (p: string) => get('redis-throughput', '1 process', p);
+  add(
+    'Redis 1 process: ≥ 20× Bottleneck jobs/s',
+    ratio(rt('valve-redis')?.median.jobsPerSec, rt('bottleneck-redis')?.median.jobsPerSec),
+    (v) => v >= 20,
+    '×',
+  );
+  add(
+    'Redis 1 process: ≥ 3× rate-limiter-flexible jobs/s',
+    ratio(rt('valve-redis')?.median.jobsPerSec, rt('rlf-redis')?.median.jobsPerSec),
+    (v) => v >= 3,
+    '×',
+  );
+  add(
+    'Redis 1 process: ≤ 1/16 script call per job',
+    rt('valve-redis')?.median.scriptsPerJob,
+    (v) => v <= 1 / 16,
+  );
+  add(
+    'Redis 1 process: Redis CPU per job ≤ 1/10 of rate-limiter-flexible',
+    ratio(rt('valve-redis')?.median.redisCpuUsPerJob, rt('rlf-redis')?.median.redisCpuUsPerJob),
+    (v) => v <= 0.1,
+    '×',
+  );
+
+  for (const [c, pct] of [
+    ['burst 1', 90],
+    ['burst 20', 99],
+  ] as const) {
+    const r = get('shared-limit', c, 'valve-redis');
+    add(
+      `shared ${c}: 0 windows above the bound on the store's clock (worst run)`,
+      r?.max.grantViolations,
+      (v) => v === 0,
+    );
+    const excess =
+      r && typeof r.max.maxIn1s === 'number' && typeof r.max.bound === 'number'
+        ? r.max.maxIn1s - r.max.bound
+        : null;
+    add(`shared ${c}: observed starts at most +1 over the bound (worst run)`, excess, (v) => v <= 1);
+    add(`shared ${c}: utilisation ≥ ${pct}%`, r?.median.utilisationPct, (v) => v >= pct, '%');
+  }
+
+  const scale = rows.filter((r) => r.scenario === 'scale');
+  for (const kind of ['ids', 'processes']) {
+    const steps = scale.filter((r) => r.case.startsWith(kind));
+    const cmds = steps.map((r) => r.median.commandsPerJob).filter((v): v is number => typeof v === 'number');
+    if (cmds.length > 1)
+      add(
+        `scale (${kind}): commands per job flat (max ÷ min ≤ 1.5)`,
+        Math.max(...cmds) / Math.min(...cmds),
+        (v) => v <= 1.5,
+        '×',
+      );
+    const keys = steps.map((r) => r.median.keysPerId).filter((v): v is number => typeof v === 'number');
+    if (keys.length > 1) add(`scale (${kind}): keys per id constant (max)`, Math.max(...keys), (v) => v <= 2);
+  }
+  return out;
+}
+
+function machine(): Record<string, string | number> {
+  const tryRun = (cmd: string, args: string[]): string => {
+    try {
+      return execFileSync(cmd, args, { encoding: 'utf8' }).trim();
+    } catch {
+      return 'unknown';
+    }
+  };
+  return {
+    nproc: Number(tryRun('nproc', [])) || os.availableParallelism(),
+    cpu: os.cpus()[0]?.model ?? 'unknown',
+    memoryGb: Math.round(os.totalmem() / 2 ** 30),
+    node: process.version,
+    platform: `${os.platform()} ${os.release()}`,
+    redis: tryRun('redis-server', ['--version']),
+    commit: tryRun('git', ['rev-parse', '--short', 'HEAD']),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------- main
+
+async function main(): Promise<void> {
+  const started = new Date();
+  const lines: ResultLine[] = [];
+  for (const name of selected) {
+    const spec = scenarios[name]!;
+    const repeat = repeatOverride ?? spec.repeat;
+    process.stderr.write(`# ${name} (${repeat}×, interleaved)\n`);
+    for (let rep = 1; rep <= repeat; rep++) {
+      for (const caseName of spec.cases) {
+        for (const peer of spec.peers(caseName)) {
+          const t0 = Date.now();
+          const got = await runChild(spec, caseName, peer);
+          lines.push(...got);
+          process.stderr.write(
+            `  ${rep}/${repeat} ${caseName ?? ''} ${peer}: ${got.length} line(s), ${((Date.now() - t0) / 1000).toFixed(1)} s\n`,
+          );
+        }
+      }
+    }
+  }
+  const rows = aggregate(lines);
+  const info = machine();
+  const md: string[] = [
+    `## valve benchmark, ${started.toISOString()}`,
+    '',
+    `Machine: ${info.nproc} CPUs (${info.cpu}), ${info.memoryGb} GB, Node ${info.node}, ${String(info.redis).split(' ').slice(0, 3).join(' ')}, commit ${info.commit}${quick ? ', **--quick (not meaningful)**' : ''}${full ? ', --full' : ''}.`,
+    'Figures are medians over interleaved runs; each run is a fresh process.',
+    '',
+  ];
+  for (const name of selected) {
+    const spec = scenarios[name]!;
+    const own = rows.filter((r) => r.scenario === name);
+    if (own.length) md.push(table(name, spec, own), '');
+  }
+  const checks = targets(rows);
+  if (checks.length) {
+    md.push('### targets (issue 6)', '', '| target | valve | met |', '|---|---|---|');
+    for (const t of checks) md.push(`| ${t.text} | ${t.value} | ${t.met ? 'met' : '**missed**'} |`);
+    md.push('');
+  }
+  const text = md.join('\n');
+  process.stdout.write(`${text}\n`);
+  const dir = `${benchDir}results`;
+  mkdirSync(dir, { recursive: true });
+  const stamp = started.toISOString().replace(/[:.]/g, '-');
+  const json = JSON.stringify(
+    {
+      started: started.toISOString(),
+      finished: new Date().toISOString(),
+      machine: info,
+      argv,
+      rows,
+      lines,
+      targets: checks,
+    },
+    null,
+    2,
+  );
+  writeFileSync(`${dir}/${stamp}.json`, json);
+  writeFileSync(`${dir}/latest.json`, json);
+  writeFileSync(`${dir}/latest.md`, text);
+  process.stderr.write(`results: bench/results/${stamp}.json (and latest.json, latest.md)\n`);
+}
+
+await main();
