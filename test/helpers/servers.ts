@@ -148,18 +148,24 @@ export function binaries(kind: ServerKind): Binaries {
 // Cleanup: kill every server when this process exits, even when it is killed.
 
 const live = new Set<ChildProcess>();
+const liveDirs = new Set<string>();
 let watchdog: ChildProcess | undefined;
 
-// Reads "+pid" / "-pid" lines; when stdin closes (this process died), SIGKILLs what is left.
+// Reads "+pid" / "-pid" (kill at the end, or not) and "Ddir" / "ddir" (remove at the end, or
+// not) lines; when stdin closes (this process ended, however), SIGKILLs and removes what is left.
 const WATCHDOG = `
-pids=' '
+pids=' '; dirs=' '
 while IFS= read -r l; do
+  v="\${l#?}"
   case "$l" in
-    +*) pids="$pids\${l#+} " ;;
-    -*) n=' '; for p in $pids; do [ "$p" = "\${l#-}" ] || n="$n$p "; done; pids="$n" ;;
+    +*) pids="$pids$v " ;;
+    -*) n=' '; for p in $pids; do [ "$p" = "$v" ] || n="$n$p "; done; pids="$n" ;;
+    D*) dirs="$dirs$v " ;;
+    d*) n=' '; for p in $dirs; do [ "$p" = "$v" ] || n="$n$p "; done; dirs="$n" ;;
   esac
 done
 for p in $pids; do kill -KILL "$p" 2>/dev/null; done
+for d in $dirs; do rm -rf "$d"; done
 `;
 
 function tellWatchdog(line: string): void {
@@ -184,6 +190,21 @@ function track(child: ChildProcess): void {
   });
 }
 
+const SAFE_PATH = /^[\w./-]+$/;
+
+/** A temp dir removed by removeDir(), else when this process ends (even when killed). */
+function tempDir(prefix: string): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), prefix));
+  liveDirs.add(dir);
+  if (SAFE_PATH.test(dir)) tellWatchdog(`D${dir}`);
+  return dir;
+}
+
+function removeDir(dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+  if (liveDirs.delete(dir) && SAFE_PATH.test(dir)) tellWatchdog(`d${dir}`);
+}
+
 process.once('exit', () => {
   for (const child of live) {
     try {
@@ -192,6 +213,7 @@ process.once('exit', () => {
       // already gone
     }
   }
+  for (const dir of liveDirs) rmSync(dir, { recursive: true, force: true });
 });
 
 // ---------------------------------------------------------------------------------------
@@ -238,8 +260,7 @@ function openssl(args: string[], cwd: string): void {
 /** A CA and a server certificate for localhost/127.0.0.1, made once per process. */
 export function tlsFiles(): TlsFiles {
   if (tlsCache) return tlsCache;
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'valve-tls-'));
-  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir('valve-tls-');
   openssl(
     ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=valve test CA'].concat([
       '-keyout',
@@ -404,7 +425,7 @@ async function startNode(
   const tls = opts.tls ? tlsFiles() : undefined;
   const users = opts.aclUser === undefined ? [] : Array.isArray(opts.aclUser) ? opts.aclUser : [opts.aclUser];
   const readyTimeoutMs = opts.readyTimeoutMs ?? 15_000;
-  const dir = mkdtempSync(path.join(os.tmpdir(), `valve-${kind}-`));
+  const dir = tempDir(`valve-${kind}-`);
   const configArgs: string[] = [];
   if (users.length > 0 || opts.defaultUserOff) {
     const lines = users.map(aclLine);
@@ -424,7 +445,7 @@ async function startNode(
       break;
     } catch (err) {
       if (!(err instanceof PortInUse) || attempt >= 10) {
-        rmSync(dir, { recursive: true, force: true });
+        removeDir(dir);
         throw err;
       }
     }
@@ -458,7 +479,7 @@ async function startNode(
       stopped = true;
       await stopProcess(proc);
       handedOut.delete(port);
-      rmSync(dir, { recursive: true, force: true });
+      removeDir(dir);
     },
     async restart() {
       if (stopped) throw new Error('restart() after stop()');

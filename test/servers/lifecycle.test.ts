@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -29,40 +29,45 @@ async function until(check: () => boolean, timeoutMs: number): Promise<boolean> 
 }
 
 /** Runs a child Node process that starts a server, prints its pid, then ends as `how` says. */
-async function orphanTest(how: 'SIGKILL' | 'exit'): Promise<number> {
+async function orphanTest(how: 'SIGKILL' | 'exit'): Promise<{ pid: number; dir: string; tls: string }> {
   const helper = path.join(REPO_ROOT, 'test', 'helpers', 'servers.ts');
   const code = `
     const { startRedis } = await import(${JSON.stringify(helper)});
-    const s = await startRedis();
-    console.log('pid=' + s.pid);
+    const s = await startRedis({ tls: true });
+    console.log('pid=' + s.pid + ' dir=' + s.dir + ' tls=' + s.tls.caFile);
     ${how === 'exit' ? 'process.exit(0);' : 'setInterval(() => {}, 1000);'}
   `;
   const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
     cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  const pid = await new Promise<number>((resolve, reject) => {
+  const found = await new Promise<{ pid: number; dir: string; tls: string }>((resolve, reject) => {
     let out = '';
     child.stdout.on('data', (c: Buffer) => {
       out += c.toString();
-      const m = /pid=(\d+)/.exec(out);
-      if (m) resolve(Number(m[1]));
+      const m = /pid=(\d+) dir=(\S+) tls=(\S+)/.exec(out);
+      if (m) resolve({ pid: Number(m[1]), dir: m[2]!, tls: path.dirname(m[3]!) });
     });
     child.once('exit', () => setTimeout(() => reject(new Error(`child exited early: ${out}`)), 50));
   });
-  if (how === 'SIGKILL') child.kill('SIGKILL');
-  return pid;
+  if (how === 'SIGKILL') {
+    expect(existsSync(found.dir) && existsSync(found.tls)).toBe(true);
+    child.kill('SIGKILL');
+  }
+  return found;
 }
 
 describe('servers die with the test process', () => {
   it('when it is SIGKILLed (watchdog)', async () => {
-    const pid = await orphanTest('SIGKILL');
+    const { pid, dir, tls } = await orphanTest('SIGKILL');
     expect(await until(() => !running(pid), 5_000)).toBe(true);
+    expect(await until(() => !existsSync(dir) && !existsSync(tls), 5_000)).toBe(true);
   });
 
   it('when it exits without stopping them', async () => {
-    const pid = await orphanTest('exit');
+    const { pid, dir, tls } = await orphanTest('exit');
     expect(await until(() => !running(pid), 5_000)).toBe(true);
+    expect(await until(() => !existsSync(dir) && !existsSync(tls), 5_000)).toBe(true);
   });
 });
 
