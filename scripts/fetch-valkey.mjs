@@ -148,6 +148,12 @@ function main(force) {
       'APT::Sandbox::User=root',
       '-o',
       'Debug::NoLocking=1',
+      '-o',
+      'Acquire::Retries=2',
+      '-o',
+      'Acquire::http::Timeout=20',
+      '-o',
+      'Acquire::https::Timeout=20',
     ];
     console.error(`fetch-valkey: reading ${suite} from the machine's Debian mirror`);
     run('apt-get', [...aptOpts, 'update'], { cwd: work });

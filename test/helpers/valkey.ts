@@ -71,8 +71,16 @@ export async function ensureValkey(): Promise<string | undefined> {
     child.stderr.on('data', (c: Buffer) => {
       out += c.toString('utf8');
     });
+    // apt has its own timeouts; this one only guards against a hung download.
+    const timer = setTimeout(() => {
+      out += '\n(fetch-valkey.mjs stopped after 180 s)';
+      child.kill('SIGKILL');
+    }, 180_000);
     child.once('error', (err) => resolve(`cannot run ${FETCH_SCRIPT}: ${err.message}`));
-    child.once('exit', () => resolve(out));
+    child.once('exit', () => {
+      clearTimeout(timer);
+      resolve(out);
+    });
   });
   try {
     valkeyBinaries();
