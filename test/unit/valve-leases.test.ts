@@ -1,6 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { isValveError } from '../../src/errors.js';
 import { memoryStore } from '../../src/stores/memory.js';
+import type { AcquireResult } from '../../src/stores/store.js';
 import type { JobContext } from '../../src/valve.js';
 import { createValve } from '../../src/valve.js';
 import { count, FakeClock, flushMicrotasks, spyStore, track } from './harness.js';
@@ -202,7 +203,7 @@ describe('global concurrency', () => {
       expect(g).toBeGreaterThanOrEqual(50);
       expect(g).toBeLessThanOrEqual(76);
     }
-    inner.release('g', [other.leases![0]!.token]);
+    inner.release('g', [(other as AcquireResult).leases![0]!.token]);
     await clock.tickAsync(100);
     expect(job.value).toBe('mine');
   });

@@ -88,7 +88,7 @@ describe('run()', () => {
       valve.run(async () => {
         running++;
         peak = Math.max(peak, running);
-        await new Promise((r) => clock.setTimeout(r, 10));
+        await new Promise<void>((r) => clock.setTimeout(r, 10));
         running--;
       }),
     );

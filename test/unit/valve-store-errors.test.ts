@@ -96,7 +96,7 @@ for (const style of ['sync throw', 'async reject'] as const) {
           valve.run(async () => {
             running++;
             peak = Math.max(peak, running);
-            await new Promise((r) => clock.setTimeout(r, 10));
+            await new Promise<void>((r) => clock.setTimeout(r, 10));
             running--;
             return i;
           }),
