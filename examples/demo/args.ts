@@ -15,6 +15,8 @@ export interface DemoOptions {
   retryAfter: number;
   /** Provider processing time per request, ms. */
   latency: number;
+  /** Arrival jitter the provider tolerates, ms. */
+  grace: number;
   /** Where to write the SVG timeline. */
   out: string;
   /** Force periodic plain lines even on a terminal. */
@@ -36,6 +38,7 @@ Options:
   --no-induced-429     do not induce the provider's one burst of 429 + Retry-After
   --retry-after <s>    Retry-After of the induced burst, in seconds (default 2)
   --latency <ms>       provider processing time per request (default 120)
+  --grace <ms>         arrival jitter the provider tolerates (default 50)
   --out <file>         where to write the SVG timeline (default ./demo-output/timeline.svg)
   --plain              print plain progress lines even on a terminal
   -h, --help           show this help
@@ -49,6 +52,7 @@ const INTEGER_OPTIONS = {
   '--window-limit': 'windowLimit',
   '--retry-after': 'retryAfter',
   '--latency': 'latency',
+  '--grace': 'grace',
 } as const;
 
 /** Parses argv (without node and the script). Throws an Error with a readable message on bad input. */
@@ -61,6 +65,7 @@ export function parseArgs(argv: readonly string[]): DemoOptions {
     induce: true,
     retryAfter: 2,
     latency: 120,
+    grace: 50,
     out: 'demo-output/timeline.svg',
     plain: false,
     help: false,
@@ -83,7 +88,7 @@ export function parseArgs(argv: readonly string[]): DemoOptions {
       const key = INTEGER_OPTIONS[flag as keyof typeof INTEGER_OPTIONS];
       const text = value();
       const n = Number(text);
-      const min = key === 'latency' ? 0 : 1;
+      const min = key === 'latency' || key === 'grace' ? 0 : 1;
       if (!Number.isSafeInteger(n) || n < min) {
         throw new Error(`${flag} expects an integer >= ${min}, got ${JSON.stringify(text)}`);
       }
@@ -93,6 +98,7 @@ export function parseArgs(argv: readonly string[]): DemoOptions {
     }
   }
   if (options.windowLimit === 0) options.windowLimit = 8 * options.rate;
+  if (options.grace >= 1000) throw new Error(`--grace must be below 1000 ms, got ${options.grace}`);
   if (options.windowLimit < options.rate) {
     throw new Error(`--window-limit (${options.windowLimit}) must be at least --rate (${options.rate})`);
   }

@@ -42,6 +42,7 @@ async function main(options: DemoOptions): Promise<number> {
     perWindow: options.windowLimit,
     windowMs: WINDOW_MS,
     latencyMs: options.latency,
+    graceMs: options.grace,
     induce: options.induce ? { afterAccepted: induceAt, retryAfterSeconds: options.retryAfter } : undefined,
   });
   const { rules, burst } = rulesFor(options.rate, options.windowLimit);
@@ -51,6 +52,7 @@ async function main(options: DemoOptions): Promise<number> {
     [
       'valve demo',
       `  provider  ${provider.url} (local): ${options.rate} requests in any 1 s, ${options.windowLimit} in any 10 s; 429 beyond`,
+      `            (counted on arrival, with ${options.grace} ms of tolerance for network jitter)`,
       options.induce
         ? `            plus one induced "secondary limit": 429 + Retry-After: ${options.retryAfter} after ${induceAt} accepted requests`
         : '            no induced 429 (--no-induced-429)',
