@@ -365,6 +365,7 @@ function machine(): Record<string, string | number> {
 async function main(): Promise<void> {
   const started = new Date();
   const lines: ResultLine[] = [];
+  const loads: number[] = [];
   for (const name of selected) {
     const spec = scenarios[name]!;
     const repeat = repeatOverride ?? spec.repeat;
@@ -373,6 +374,7 @@ async function main(): Promise<void> {
       for (const caseName of spec.cases) {
         for (const peer of spec.peers(caseName)) {
           const t0 = Date.now();
+          loads.push(os.loadavg()[0]!);
           const got = await runChild(spec, caseName, peer);
           lines.push(...got);
           process.stderr.write(
@@ -388,7 +390,7 @@ async function main(): Promise<void> {
     `## valve benchmark, ${started.toISOString()}`,
     '',
     `Machine: ${info.nproc} CPUs (${info.cpu}), ${info.memoryGb} GB, Node ${info.node}, ${String(info.redis).split(' ').slice(0, 3).join(' ')}, commit ${info.commit}${quick ? ', **--quick (not meaningful)**' : ''}${full ? ', --full' : ''}.`,
-    'Figures are medians over interleaved runs; each run is a fresh process.',
+    `Figures are medians over interleaved runs; each run is a fresh process. 1-minute load average during the run: ${Math.min(...loads).toFixed(1)}–${Math.max(...loads).toFixed(1)} (on ${info.nproc} CPUs; other work shared the machine).`,
     '',
   ];
   for (const name of selected) {
