@@ -121,7 +121,8 @@ export function checkBounds(grants: readonly Grant[], rule: Rule | StoreRule): V
       let bestAt = 0;
       for (let j = 0; j < points.length; j++) {
         const g = points[j]!.us - t0 - prefix * per;
-        if (g > best) {
+        if (g >= best) {
+          // Ties: the latest start gives the shortest offending span.
           best = g;
           bestAt = j;
         }

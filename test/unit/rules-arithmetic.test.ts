@@ -1,0 +1,92 @@
+import { describe, expect, it } from 'vitest';
+import { windowCount, windowEnd, windowIndex, windowWait } from '../../src/rules/fixed-window.js';
+import { gcraIncrement, gcraNext, gcraWait } from '../../src/rules/gcra.js';
+import { normalizeRule } from '../../src/rules/rule.js';
+
+describe('GCRA arithmetic', () => {
+  it('increment is cost × emission, rounded up to whole µs', () => {
+    expect(gcraIncrement(1, 100_000)).toBe(100_000);
+    expect(gcraIncrement(3, 333_334)).toBe(1_000_002);
+    expect(gcraIncrement(0.5, 333_334)).toBe(166_667);
+    expect(gcraIncrement(0.25, 333_334)).toBe(83_334); // 83333.5 → 83334
+    expect(gcraIncrement(0.1, 3)).toBe(1); // 0.30000000000000004 → 1
+  });
+
+  it('next tat starts from max(tat, now)', () => {
+    expect(gcraNext(0, 1000, 10)).toBe(1010); // fresh / expired state counts as now
+    expect(gcraNext(1500, 1000, 10)).toBe(1510);
+    expect(gcraNext(1000, 1000, 10)).toBe(1010);
+  });
+
+  it('wait is 0 exactly when next − now ≤ burst × emission', () => {
+    // emission 100, burst 3 → capacity 300
+    expect(gcraWait(1300, 1000, 3, 100)).toBe(0); // = capacity: fits
+    expect(gcraWait(1301, 1000, 3, 100)).toBe(1); // 1µs over: waits 1µs
+    expect(gcraWait(1100, 1000, 3, 100)).toBe(0);
+    expect(gcraWait(1700, 1000, 3, 100)).toBe(400);
+  });
+
+  it('the wait is exact: after it, the same job fits; 1µs before, it does not', () => {
+    const tat = 5_000;
+    const now = 1_000;
+    const inc = gcraIncrement(2, 100);
+    const wait = gcraWait(gcraNext(tat, now, inc), now, 3, 100);
+    expect(wait).toBe(5_000 + 200 - 1_000 - 300);
+    expect(gcraWait(gcraNext(tat, now + wait, inc), now + wait, 3, 100)).toBe(0);
+    expect(gcraWait(gcraNext(tat, now + wait - 1, inc), now + wait - 1, 3, 100)).toBe(1);
+  });
+
+  it('burst 1: back-to-back unit jobs are exactly one emission apart', () => {
+    const rule = normalizeRule({ limit: 3, interval: '1s' }, 'r');
+    expect(rule.emissionUs).toBe(333_334);
+    let tat = 0;
+    let now = 1_000_000;
+    const starts: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const next = gcraNext(tat, now, gcraIncrement(1, rule.emissionUs));
+      const wait = gcraWait(next, now, rule.burst, rule.emissionUs);
+      if (wait > 0) {
+        now += wait;
+        i--;
+        continue;
+      }
+      tat = next;
+      starts.push(now);
+    }
+    expect(starts.slice(1).map((s, i) => s - starts[i]!)).toEqual([333_334, 333_334, 333_334, 333_334]);
+  });
+});
+
+describe('fixed-window arithmetic', () => {
+  it('windows are aligned on the clock: [k × I, (k + 1) × I)', () => {
+    expect(windowIndex(0, 1000)).toBe(0);
+    expect(windowIndex(999, 1000)).toBe(0);
+    expect(windowIndex(1000, 1000)).toBe(1);
+    expect(windowEnd(1, 1000)).toBe(2000);
+  });
+
+  it('windowIndex is exact near the edges for large epoch µs', () => {
+    const I = 3_600_000_000; // 1h
+    for (const k of [472_222, 472_223, 1_000_000]) {
+      expect(windowIndex(k * I, I)).toBe(k);
+      expect(windowIndex(k * I - 1, I)).toBe(k - 1);
+    }
+    const odd = 333_333;
+    const now = 1_700_000_000_000_000;
+    const k = windowIndex(now, odd);
+    expect(k * odd).toBeLessThanOrEqual(now);
+    expect((k + 1) * odd).toBeGreaterThan(now);
+  });
+
+  it('a state of another window counts as 0', () => {
+    expect(windowCount(5, 3, 5)).toBe(3);
+    expect(windowCount(4, 3, 5)).toBe(0);
+  });
+
+  it('a job fits when count + cost ≤ limit; otherwise it waits for the window end', () => {
+    expect(windowWait(2, 1, 3, 7, 1000, 7_250)).toBe(0);
+    expect(windowWait(2, 2, 3, 7, 1000, 7_250)).toBe(750);
+    expect(windowWait(3, 0.5, 3, 7, 1000, 7_999)).toBe(1);
+    expect(windowWait(2.5, 0.5, 3, 7, 1000, 7_999)).toBe(0);
+  });
+});
