@@ -622,13 +622,3 @@ export async function startCluster(opts: StartClusterOptions = {}): Promise<Redi
     stop,
   };
 }
-
-/** Whether this machine's redis-server accepts `--tls-port` (built with BUILD_TLS). */
-export function redisHasTls(kind: ServerKind = 'redis'): boolean {
-  const bin = binaries(kind);
-  const r = spawnSync(bin.server, ['--version'], { encoding: 'utf8', env: bin.env });
-  if (r.status !== 0) return false;
-  // The Debian builds link OpenSSL into the server when TLS is built in.
-  const ldd = spawnSync('ldd', [bin.server], { encoding: 'utf8', env: bin.env });
-  return /libssl/.test(ldd.stdout ?? '');
-}
