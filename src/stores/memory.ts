@@ -123,6 +123,7 @@ class MemoryStore implements Store {
     for (let i = 0; i < rules.length; i++) {
       const rule = rules[i] as StoreRule;
       if (typeof rule !== 'object' || rule === null || typeof rule.digest !== 'string') {
+        this.clearScratch(n);
         throw new TypeError(
           `Expected \`request.rules[${i}]\` to be a normalised StoreRule, got ${describe(rule)}`,
         );
@@ -135,12 +136,14 @@ class MemoryStore implements Store {
     for (let j = 0; j < count; j++) {
       const c = costs[j];
       if (typeof c !== 'number' || !(c > 0) || c === Number.POSITIVE_INFINITY) {
+        this.clearScratch(n);
         throw new RangeError(
           `Expected \`request.costs[${j}]\` to be a positive finite number, got ${describe(c)}`,
         );
       }
       for (let i = 0; i < n; i++) {
         if (c > rs[i]!.maxCost) {
+          this.clearScratch(n);
           throw new RangeError(
             `\`request.costs[${j}]\` (${c}) exceeds the largest cost rule ${rs[i]!.label} can ever admit (${rs[i]!.maxCost})`,
           );
