@@ -96,7 +96,7 @@ if (argv.includes('--help')) {
   process.stdout.write(
     [
       'npm run bench -- [options]',
-      '  --scenario <name>   one of: ' + Object.keys(scenarios).join(', ') + ' (repeatable with commas)',
+      `  --scenario <name>   one of: ${Object.keys(scenarios).join(', ')} (repeatable with commas)`,
       '  --quick             short runs (smoke-tests the harness; figures are not meaningful)',
       '  --full              scenario 5 with 10 million jobs, scenario 6 with 10k ids and 16 processes',
       '  --repeat <N>        interleaved repetitions per scenario (default: per scenario, 1-3)',

@@ -85,7 +85,10 @@ async function run(name: string, strategy: Strategy, spacingMs: number, duration
     let next = t0;
     const tick = (): void => {
       const t = now();
-      if (t >= t0 + durationMs) return resolve();
+      if (t >= t0 + durationMs) {
+        resolve();
+        return;
+      }
       starts++;
       late += t - next;
       next = t + spacingMs; // GCRA burst 1: the next start follows the actual one
