@@ -142,11 +142,16 @@ const NOTIFIED_RECHECK = 1000;
 type AnyJob = (ctx: JobContext) => unknown;
 
 // The promise executor writes here, so creating a job's promise allocates no closure.
+// Only `resolve` is kept (a job rejects by resolving with a rejected promise): holding the
+// reject function too would cost ~70 bytes per queued job.
 let capturedResolve: (value: unknown) => void = () => {};
-let capturedReject: (reason: unknown) => void = () => {};
-function capture(resolve: (value: unknown) => void, reject: (reason: unknown) => void): void {
+function capture(resolve: (value: unknown) => void): void {
   capturedResolve = resolve;
-  capturedReject = reject;
+}
+
+/** Rejects a job's promise through its resolve function. */
+function rejectWith(resolve: (value: unknown) => void, reason: unknown): void {
+  resolve(Promise.reject(reason));
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
@@ -157,12 +162,24 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   );
 }
 
-/** What a running job is given; its AbortController is created only if the job reads `signal`. */
+/**
+ * What a running job is given, and the valve's per-run state (kept out of the queued
+ * Job record so queued jobs stay small). Its AbortController is created only if the job
+ * reads `signal`.
+ */
 class Context implements JobContext {
   private controller: AbortController | null = null;
   private aborted = false;
   private reason: unknown = undefined;
   readonly lease: JobLease | undefined;
+  /** @internal Index in the valve's running array. */
+  slot = -1;
+  /** @internal The store's lease, with global concurrency. */
+  held: Lease | null = null;
+  /** @internal Local-clock time until which the lease is known held. */
+  leaseExpiry = 0;
+  /** @internal Set when the lease was lost: the job's promise rejects with it when the callback settles. */
+  lost: ValveError | null = null;
 
   constructor(lease: JobLease | undefined) {
     this.lease = lease;
@@ -186,51 +203,47 @@ class Context implements JobContext {
   }
 }
 
-/** One queued or running job: the only per-job record. */
+/** One queued job: the only per-job record while queued (kept small: see the memory budget). */
 class Job {
   fn: AnyJob | null;
   readonly cost: number;
   readonly priority: number;
   readonly seq: number;
+  /** Local-clock deadline of maxWait, or 0 for none (a small integer keeps the field unboxed). */
   readonly deadline: number;
   heapIndex = -1;
   state = QUEUED;
-  /** Index in the valve's running array while running. */
-  slot = -1;
-  signal: AbortSignal | null;
+  /** The abort listener on the caller's signal, when there is one. */
+  hook: AbortHook | null = null;
   readonly resolve: (value: unknown) => void;
-  readonly reject: (reason: unknown) => void;
-  readonly valve: ValveImpl;
-  ctx: Context | null = null;
-  lease: Lease | null = null;
-  /** Local-clock time until which the lease is known held. */
-  leaseExpiry = 0;
-  /** Set when the lease was lost: the job's promise rejects with it when the callback settles. */
-  lost: ValveError | null = null;
 
-  constructor(
-    valve: ValveImpl,
-    fn: AnyJob,
-    cost: number,
-    priority: number,
-    seq: number,
-    deadline: number,
-    signal: AbortSignal | null,
-  ) {
-    this.valve = valve;
+  constructor(fn: AnyJob, cost: number, priority: number, seq: number, deadline: number) {
     this.fn = fn;
     this.cost = cost;
     this.priority = priority;
     this.seq = seq;
     this.deadline = deadline;
-    this.signal = signal;
     this.resolve = capturedResolve;
-    this.reject = capturedReject;
+  }
+}
+
+/** Listens to a caller's signal for one job (an object listener: no closure). */
+class AbortHook {
+  /** The running job's context, once started. */
+  ctx: Context | null = null;
+
+  constructor(
+    readonly valve: ValveImpl,
+    readonly job: Job,
+    readonly signal: AbortSignal,
+  ) {}
+
+  handleEvent(): void {
+    this.valve.onAbort(this.job, this.signal.reason);
   }
 
-  /** The caller's signal aborted (the job is its own listener, so no closure per job). */
-  handleEvent(): void {
-    this.valve.onAbort(this);
+  detach(): void {
+    this.signal.removeEventListener('abort', this);
   }
 }
 
@@ -256,7 +269,7 @@ class ValveImpl implements Valve {
   private readonly events = new Emitter();
   private readonly queue = new JobQueue<Job>();
   private readonly deadlines = new DeadlineHeap<Job>();
-  private readonly runningJobs: Job[] = [];
+  private readonly runningJobs: Context[] = [];
   private readonly internals: ValveInternals;
 
   private seq = 0;
@@ -304,7 +317,7 @@ class ValveImpl implements Valve {
   private busy = false;
 
   // Global leases.
-  private readonly leased = new Set<Job>();
+  private readonly leased = new Set<Context>();
   private renewAt = Number.POSITIVE_INFINITY;
   private renewing = false;
   private minLeaseExpiry = Number.POSITIVE_INFINITY;
@@ -604,14 +617,18 @@ class ValveImpl implements Valve {
       );
     }
     const seq = retry ? sequence : this.seq++;
-    const deadline = maxWait === Number.POSITIVE_INFINITY ? maxWait : this.clock.now() + maxWait;
+    const deadline = maxWait === Number.POSITIVE_INFINITY ? 0 : this.clock.now() + maxWait;
     const promise = new Promise(capture);
-    const job = new Job(this, fn, cost, priority, seq, deadline, signal);
+    const job = new Job(fn, cost, priority, seq, deadline);
     if (onSequence !== undefined) onSequence(seq);
     this.pending++;
     this.waiting++;
-    if (deadline !== Number.POSITIVE_INFINITY) this.deadlines.push(job);
-    if (signal !== null) signal.addEventListener('abort', job);
+    if (deadline !== 0) this.deadlines.push(job);
+    if (signal !== null) {
+      const hook = new AbortHook(this, job, signal);
+      job.hook = hook;
+      signal.addEventListener('abort', hook);
+    }
     if (retry) this.queue.insert(job);
     else this.queue.push(job);
     this.busy = true;
@@ -678,7 +695,7 @@ class ValveImpl implements Valve {
       if (job === undefined) break;
       if (job.state !== QUEUED) continue; // cancelled: skipped lazily
       this.waiting--;
-      if (job.deadline <= now) {
+      if (job.heapIndex >= 0 && job.deadline <= now) {
         this.expire(job);
         continue;
       }
@@ -859,74 +876,73 @@ class ValveImpl implements Valve {
     this.pending--;
     this.started++;
     if (job.heapIndex >= 0) this.deadlines.remove(job);
-    const running = this.runningJobs;
-    job.slot = running.length;
-    running.push(job);
     let ctx: Context;
     if (lease !== undefined) {
-      job.lease = lease;
       ctx = new Context({ token: lease.token, fence: lease.fence });
+      ctx.held = lease;
       const expiry = this.sentAt + this.leaseTtl;
-      job.leaseExpiry = expiry;
+      ctx.leaseExpiry = expiry;
       if (expiry < this.minLeaseExpiry) this.minLeaseExpiry = expiry;
       if (this.leased.size === 0 && !this.renewing) this.renewAt = now + this.leaseTtl / 3;
-      this.leased.add(job);
+      this.leased.add(ctx);
     } else {
       ctx = new Context(undefined);
     }
-    job.ctx = ctx;
+    const running = this.runningJobs;
+    ctx.slot = running.length;
+    running.push(ctx);
+    if (job.hook !== null) job.hook.ctx = ctx;
     const fn = job.fn!;
     job.fn = null;
     let result: unknown;
     try {
       result = fn(ctx);
     } catch (err) {
-      this.finish(job, false, err);
+      this.finish(job, ctx, false, err);
       return;
     }
     if (isThenable(result)) {
       try {
         result.then(
-          (value) => this.finish(job, true, value),
-          (err: unknown) => this.finish(job, false, err),
+          (value) => this.finish(job, ctx, true, value),
+          (err: unknown) => this.finish(job, ctx, false, err),
         );
       } catch (err) {
-        this.finish(job, false, err);
+        this.finish(job, ctx, false, err);
       }
     } else {
-      this.finish(job, true, result);
+      this.finish(job, ctx, true, result);
     }
   }
 
-  private finish(job: Job, ok: boolean, value: unknown): void {
+  private finish(job: Job, ctx: Context, ok: boolean, value: unknown): void {
     if (job.state !== RUNNING) return;
     job.state = DONE;
     // Swap-remove from the running array.
     const running = this.runningJobs;
     const last = running.pop()!;
-    if (last !== job) {
-      running[job.slot] = last;
-      last.slot = job.slot;
+    if (last !== ctx) {
+      running[ctx.slot] = last;
+      last.slot = ctx.slot;
     }
-    job.slot = -1;
-    if (job.signal !== null) {
-      job.signal.removeEventListener('abort', job);
-      job.signal = null;
+    ctx.slot = -1;
+    if (job.hook !== null) {
+      job.hook.detach();
+      job.hook = null;
     }
-    if (job.lease !== null && job.lost === null) {
-      this.leased.delete(job);
-      this.releaseLater(job.lease.token);
+    if (ctx.held !== null && ctx.lost === null) {
+      this.leased.delete(ctx);
+      this.releaseLater(ctx.held.token);
     }
-    job.ctx = null;
-    if (job.lost !== null) {
+    if (ctx.lost !== null) {
       this.failed++;
-      job.reject(job.lost);
+      rejectWith(job.resolve, ctx.lost);
     } else if (ok) {
       this.succeeded++;
       job.resolve(value);
     } else {
       this.failed++;
-      job.reject(value);
+      rejectWith(job.resolve, value);
     }
     this.schedulePump();
     if (this.closed) this.checkClosed();
@@ -938,12 +954,12 @@ class ValveImpl implements Valve {
     this.pending--;
     this.rejected++;
     if (job.heapIndex >= 0) this.deadlines.remove(job);
-    if (job.signal !== null) {
-      job.signal.removeEventListener('abort', job);
-      job.signal = null;
+    if (job.hook !== null) {
+      job.hook.detach();
+      job.hook = null;
     }
     job.fn = null;
-    job.reject(reason);
+    rejectWith(job.resolve, reason);
     if (this.closed) this.checkClosed();
   }
 
@@ -957,8 +973,7 @@ class ValveImpl implements Valve {
   }
 
   /** The caller's signal aborted. */
-  onAbort(job: Job): void {
-    const reason = job.signal?.reason;
+  onAbort(job: Job, reason: unknown): void {
     if (job.state === QUEUED) {
       this.waiting--;
       this.end(job, reason);
@@ -968,7 +983,7 @@ class ValveImpl implements Valve {
       this.end(job, reason);
       this.schedulePump();
     } else if (job.state === RUNNING) {
-      job.ctx?.abort(reason);
+      job.hook?.ctx?.abort(reason);
     }
   }
 
@@ -1156,7 +1171,7 @@ class ValveImpl implements Valve {
 
   private renew(): void {
     const jobs = [...this.leased];
-    const tokens = jobs.map((job) => job.lease!.token);
+    const tokens = jobs.map((ctx) => ctx.held!.token);
     const sentAt = this.clock.now();
     this.renewing = true;
     let result: unknown;
@@ -1182,7 +1197,7 @@ class ValveImpl implements Valve {
     }
   }
 
-  private renewed(jobs: Job[], sentAt: number, held: unknown): void {
+  private renewed(jobs: Context[], sentAt: number, held: unknown): void {
     if (!Array.isArray(held)) {
       this.renewFailed(
         jobs,
@@ -1196,21 +1211,20 @@ class ValveImpl implements Valve {
     const expiry = sentAt + this.leaseTtl;
     for (let i = 0; i < jobs.length; i++) {
       const job = jobs[i]!;
-      // A late answer never restores a lease already given up.
-      if (job.state !== RUNNING || job.lost !== null || !this.leased.has(job)) continue;
+      // A late answer never restores a lease already given up (or released: the job settled).
+      if (job.lost !== null || !this.leased.has(job)) continue;
       if (held[i] === true) job.leaseExpiry = expiry;
       else this.loseLease(job, 'not-held', undefined);
     }
     this.recomputeLeaseExpiry();
   }
 
-  private renewFailed(jobs: Job[], sentAt: number, err: unknown): void {
+  private renewFailed(jobs: Context[], sentAt: number, err: unknown): void {
     this.renewing = false;
     this.renewAt = sentAt + this.leaseTtl / 3;
     this.reportStoreError(err, 'renew', 'lease-lost');
     for (const job of jobs) {
-      if (job.state === RUNNING && job.lost === null && this.leased.has(job))
-        this.loseLease(job, 'renew-failed', err);
+      if (job.lost === null && this.leased.has(job)) this.loseLease(job, 'renew-failed', err);
     }
     this.recomputeLeaseExpiry();
   }
@@ -1229,9 +1243,9 @@ class ValveImpl implements Valve {
     if (this.leased.size === 0) this.renewAt = Number.POSITIVE_INFINITY;
   }
 
-  private loseLease(job: Job, reason: 'not-held' | 'renew-failed' | 'expired', error: unknown): void {
+  private loseLease(job: Context, reason: 'not-held' | 'renew-failed' | 'expired', error: unknown): void {
     this.leased.delete(job);
-    const lease = job.lease!;
+    const lease = job.held!;
     const message =
       reason === 'not-held'
         ? 'The job lost its global lease: the store no longer held it at renewal'
@@ -1240,7 +1254,7 @@ class ValveImpl implements Valve {
           : 'The job lost its global lease: no renewal succeeded before it expired';
     job.lost = new ValveError('LEASE_LOST', message, error === undefined ? undefined : { cause: error });
     this.leasesLost++;
-    job.ctx?.abort(job.lost);
+    job.abort(job.lost);
     this.events.emit(
       'lease-lost',
       error === undefined
@@ -1337,7 +1351,7 @@ class ValveImpl implements Valve {
       }
     }
     const reason = new ValveError('CLOSED', 'The valve was closed while the job ran');
-    for (const job of [...this.runningJobs]) job.ctx?.abort(reason);
+    for (const ctx of [...this.runningJobs]) ctx.abort(reason);
     this.arm();
   }
 
