@@ -142,10 +142,11 @@ class MemoryStore implements Store {
         );
       }
       for (let i = 0; i < n; i++) {
-        if (c > rs[i]!.maxCost) {
+        const rule = rs[i]!;
+        if (c > rule.maxCost) {
           this.clearScratch(n);
           throw new RangeError(
-            `\`request.costs[${j}]\` (${c}) exceeds the largest cost rule ${rs[i]!.label} can ever admit (${rs[i]!.maxCost})`,
+            `\`request.costs[${j}]\` (${c}) exceeds the largest cost rule ${rule.label} can ever admit (${rule.maxCost})`,
           );
         }
       }
