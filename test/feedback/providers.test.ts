@@ -1,0 +1,231 @@
+/**
+ * End to end: wrapFetch against a local server that plays each provider with its real
+ * header shapes, several concurrent callers, real clock and real sockets.
+ *
+ * The property checked for every provider: once the client has seen a response that
+ * asks it to wait, no request is dispatched, and none reaches the server, until the
+ * pause it wrote ends, except requests that were already on their way (granted before
+ * the pause).
+ */
+import { fetch as undiciFetch } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createValve } from '../../src/valve.js';
+import { type FakeProvider, type ProviderName, startFakeProvider } from '../helpers/fake-provider.js';
+
+const wall = () => performance.timeOrigin + performance.now();
+
+let server: FakeProvider;
+
+beforeAll(async () => {
+  server = await startFakeProvider({
+    providers: {
+      'github-primary': { limit: 4, windowMs: 1000, limitedStatus: 429 },
+      'github-secondary': { limit: 4, windowMs: 1000, limitedStatus: 429 },
+      openai: { limit: 4, windowMs: 400 },
+      anthropic: { limit: 4, windowMs: 1000 },
+      discord: { limit: 4, windowMs: 400 },
+      shopify: { limit: 100 },
+      stripe: { limit: 4, windowMs: 300 },
+      ietf: { limit: 4, windowMs: 1000 },
+      'ietf-legacy': { limit: 4, windowMs: 1000 },
+      hubspot: { limit: 4, windowMs: 300 },
+    },
+  });
+});
+
+afterAll(async () => {
+  await server?.stop();
+});
+
+interface Run {
+  statuses: number[];
+  dispatches: { tag: string; at: number }[];
+  /** Responses handed back to the wrapper, by tag: when the client learnt of them. */
+  received: Map<string, number>;
+  pauses: { at: number; until: number; source: string }[];
+  retries: unknown[];
+  ignored: unknown[];
+}
+
+async function drive(
+  provider: ProviderName,
+  callers: number,
+  options: {
+    fetchFn?: typeof fetch;
+    concurrency?: number;
+    retries?: number;
+    on?: FakeProvider;
+    rules?: { limit: number; interval: string; burst?: number }[];
+  } = {},
+): Promise<Run> {
+  const target = options.on ?? server;
+  const valve = createValve({
+    id: `e2e:${provider}`,
+    rules: options.rules ?? [{ limit: 1000, interval: '1s', burst: 1000 }],
+    concurrency: options.concurrency ?? 3,
+    feedback: { backoffInitial: 100, backoffMax: 1000 },
+  });
+  const run: Run = {
+    statuses: [],
+    dispatches: [],
+    received: new Map(),
+    pauses: [],
+    retries: [],
+    ignored: [],
+  };
+  valve.on('pause', (e) => run.pauses.push({ at: wall(), until: e.until, source: e.source }));
+  valve.on('retry', (e) => run.retries.push(e));
+  valve.on('feedback-ignored', (e) => run.ignored.push(e));
+  const base = options.fetchFn ?? fetch;
+  const recording = async (input: string | URL | Request, init?: RequestInit) => {
+    const tag = new Headers(init?.headers).get('x-test-tag') ?? '';
+    run.dispatches.push({ tag: `${tag}#${run.dispatches.length}`, at: wall() });
+    const res = await base(input, init);
+    run.received.set(`${tag}#${run.dispatches.length}`, wall());
+    return res;
+  };
+  const f = valve.wrapFetch(recording as typeof fetch, { retries: options.retries ?? 3 });
+  const responses = await Promise.all(
+    Array.from({ length: callers }, (_, i) =>
+      f(target.urlFor(provider, `/call/${i}`), { headers: { 'x-test-tag': `${provider}-${i}` } }),
+    ),
+  );
+  for (const r of responses) {
+    run.statuses.push(r.status);
+    await r.arrayBuffer();
+  }
+  await valve.close();
+  return run;
+}
+
+/** No dispatch inside any pause the client wrote, and no arrival inside one unless dispatched before it. */
+function assertPausesHeld(provider: ProviderName, run: Run, on: FakeProvider = server) {
+  const log = on.requests(provider);
+  expect(run.pauses.length).toBeGreaterThan(0);
+  for (const p of run.pauses) {
+    const early = run.dispatches.filter((d) => d.at > p.at + 0.5 && d.at < p.until - 1);
+    expect(early, `dispatched during the pause ${JSON.stringify(p)}`).toEqual([]);
+    const arrivals = log.filter((r) => r.at > p.at + 0.5 && r.at < p.until - 1);
+    // Anything that arrived during the pause was dispatched before the pause was written.
+    const inFlight = run.dispatches.filter((d) => d.at <= p.at + 0.5).length;
+    expect(arrivals.length).toBeLessThanOrEqual(inFlight);
+  }
+}
+
+/** The first pause the client wrote covers the provider's own block (header-driven providers). */
+function assertCoversSignal(provider: ProviderName, run: Run) {
+  const signal = server.firstSignal(provider);
+  expect(signal, 'the provider limited or reported 0 remaining').toBeDefined();
+  const covering = run.pauses.find((p) => p.until >= signal!.blockedUntil! - 2);
+  expect(covering, `a pause until ${signal!.blockedUntil}`).toBeDefined();
+  // No request reached the server after the first signal and before its block ended,
+  // other than ones already dispatched when the client learnt of the signal.
+  const learnt = run.pauses[0]!.at;
+  const dispatchedAfter = run.dispatches.filter(
+    (d) => d.at > learnt + 0.5 && d.at < signal!.blockedUntil! - 2,
+  );
+  expect(dispatchedAfter).toEqual([]);
+}
+
+const headerDriven: ProviderName[] = [
+  'github-primary',
+  'github-secondary',
+  'openai',
+  'anthropic',
+  'discord',
+  'shopify',
+  'ietf',
+  'ietf-legacy',
+  'hubspot',
+];
+
+describe('wrapFetch against providers (local server, several callers)', () => {
+  for (const provider of headerDriven) {
+    it.concurrent(`${provider}: every caller succeeds; no request reaches the server while paused`, async () => {
+      // Shopify's bucket leaks limit/20 per second: a rule at that rate (with the bucket as burst)
+      // paces the valve, and the header is the backstop when the bucket is full.
+      const run = await drive(
+        provider,
+        provider === 'shopify' ? 106 : 12,
+        provider === 'shopify' ? { concurrency: 8, rules: [{ limit: 5, interval: '1s', burst: 100 }] } : {},
+      );
+      expect(run.statuses.every((s) => s === 200)).toBe(true);
+      assertPausesHeld(provider, run);
+      assertCoversSignal(provider, run);
+      expect(run.ignored).toEqual([]);
+      expect(run.pauses.every((p) => p.source === 'ratelimit-header' || p.source === 'retry-after')).toBe(
+        true,
+      );
+    });
+  }
+
+  it.concurrent("stripe's bare 429: exponential backoff until the window frees; every caller succeeds", async () => {
+    const run = await drive('stripe', 10, { retries: 10 });
+    expect(run.statuses.every((s) => s === 200)).toBe(true);
+    expect(server.requests('stripe').some((r) => r.limited)).toBe(true);
+    expect(run.pauses.length).toBeGreaterThan(0);
+    expect(run.pauses.every((p) => p.source === 'backoff')).toBe(true);
+    expect(run.retries.length).toBeGreaterThan(0);
+    assertPausesHeld('stripe', run);
+  });
+});
+
+describe('variants', () => {
+  let other: FakeProvider;
+  beforeAll(async () => {
+    other = await startFakeProvider({
+      providers: {
+        'github-primary': { limit: 3, windowMs: 1000, limitedStatus: 403 },
+        'github-secondary': { limit: 3, windowMs: 1000, limitedStatus: 403 },
+        openai: { limit: 4, windowMs: 400 },
+        discord: { limit: 4, windowMs: 400 },
+      },
+    });
+  });
+  afterAll(async () => {
+    await other?.stop();
+  });
+
+  it('GitHub primary with 403s: 0 remaining pauses before the limit is hit, so one caller at a time never sees a 403', async () => {
+    const valve = createValve({ id: 'gh403', rules: [], concurrency: 1 });
+    const f = valve.wrapFetch();
+    const statuses = await Promise.all(
+      Array.from({ length: 7 }, (_, i) =>
+        f(other.urlFor('github-primary', `/repos/${i}`)).then(async (r) => {
+          await r.arrayBuffer();
+          return r.status;
+        }),
+      ),
+    );
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 200]);
+    expect(other.requests('github-primary').every((r) => !r.limited)).toBe(true);
+    await valve.close();
+  });
+
+  it('GitHub secondary with 403 + retry-after: pauses every caller, returns the 403 (not retried)', async () => {
+    const valve = createValve({ id: 'gh2-403', rules: [], concurrency: 1 });
+    const pauses: number[] = [];
+    valve.on('pause', (e) => pauses.push(e.until));
+    const f = valve.wrapFetch();
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const r = await f(other.urlFor('github-secondary', `/search/${i}`));
+      await r.arrayBuffer();
+      statuses.push(r.status);
+    }
+    expect(statuses.filter((s) => s === 403)).toHaveLength(1);
+    expect(pauses).toHaveLength(1);
+    const blocked = other.requests('github-secondary').find((r) => r.limited)!;
+    const after = other.requests('github-secondary').filter((r) => r.at > blocked.at);
+    for (const r of after) expect(r.at).toBeGreaterThanOrEqual(pauses[0]! - 1);
+    await valve.close();
+  });
+
+  it("works with undici's fetch (openai and discord)", async () => {
+    for (const provider of ['openai', 'discord'] as const) {
+      const run = await drive(provider, 10, { fetchFn: undiciFetch as unknown as typeof fetch, on: other });
+      expect(run.statuses.every((s) => s === 200)).toBe(true);
+      assertPausesHeld(provider, run, other);
+    }
+  });
+});
