@@ -623,7 +623,19 @@ export function storeContract(name: string, makeStore: () => Promise<StoreUnderT
         const unsubscribe = s.store.subscribe(id, (e) => events.push(e));
         const unsubscribeOther = s.store.subscribe(other, (e) => foreign.push(e));
         onTestFinished(unsubscribeOther);
-        if (s.store.notifies === false) await waitFor(() => s.store.notifies === true);
+        if (s.store.notifies === false) await waitFor(() => s.store.notifies === true, 5000);
+        // A subscription may take a moment to become active (e.g. SSUBSCRIBE on a cluster), and
+        // wake-ups sent before that are lost (they are hints). Probe with resume() until one arrives.
+        const probeEnd = Date.now() + 5000;
+        while (!events.some((e) => e.type === 'resume') || !foreign.some((e) => e.type === 'resume')) {
+          if (Date.now() > probeEnd) throw new Error('no wake-up arrived within 5s of subscribing');
+          await s.store.resume(id);
+          await s.store.resume(other);
+          await sleep(20);
+        }
+        await sleep(30); // late duplicates of the probe
+        events.length = 0;
+        foreign.length = 0;
 
         const until = await s.store.pause(id, 60_000);
         await waitFor(() => events.length >= 1);
