@@ -297,6 +297,9 @@ class ValveImpl implements Valve {
   /** Known shared pause: end on the local clock (estimate) and as the store reported it. */
   private pauseUntil = 0;
   private storePauseUntil = 0;
+  /** Bumped whenever this process raises its known pause; an acquisition sent before cannot clear it. */
+  private pauseEpoch = 0;
+  private sentPauseEpoch = 0;
   /** Store clock minus local clock, estimated at the last acquisition. */
   private offset = 0;
 
@@ -713,6 +716,7 @@ class ValveImpl implements Valve {
     if (!this.subscribed) this.subscribe();
     this.acquiring = true;
     this.sentAt = now;
+    this.sentPauseEpoch = this.pauseEpoch;
     let result: AcquireResult | PromiseLike<AcquireResult>;
     try {
       result = this.store.acquire(this.request as AcquireRequest);
@@ -766,7 +770,7 @@ class ValveImpl implements Valve {
 
     // The store's view of the shared pause.
     if (typeof r.pausedUntil === 'number' && r.pausedUntil > 0) this.learnPause(r.pausedUntil, false);
-    else if (this.pauseUntil !== 0) {
+    else if (this.pauseUntil !== 0 && this.sentPauseEpoch === this.pauseEpoch) {
       this.pauseUntil = 0;
       this.storePauseUntil = 0;
     }
@@ -1087,7 +1091,10 @@ class ValveImpl implements Valve {
     confirm: boolean,
   ): Promise<void> | undefined {
     const now = this.clock.now();
-    if (now + ms > this.pauseUntil) this.pauseUntil = now + ms;
+    if (now + ms > this.pauseUntil) {
+      this.pauseUntil = now + ms;
+      this.pauseEpoch++;
+    }
     this.schedulePump();
     let result: unknown;
     try {
@@ -1121,7 +1128,10 @@ class ValveImpl implements Valve {
     const local = storeUntil - this.offset;
     const isNew = storeUntil > this.storePauseUntil;
     if (isNew) this.storePauseUntil = storeUntil;
-    if (local > this.pauseUntil) this.pauseUntil = local;
+    if (local > this.pauseUntil) {
+      this.pauseUntil = local;
+      this.pauseEpoch++;
+    }
     if (!own && isNew && local > this.clock.now()) {
       this.events.emit('pause', { until: storeUntil, source: 'remote' });
     }
@@ -1344,11 +1354,10 @@ class ValveImpl implements Valve {
         this.end(job, error);
       }
     }
-    if (this.acquiring) {
-      for (let i = 0; i < this.request.count; i++) {
-        const job = this.batchJobs[i];
-        if (job !== undefined && job.state === INFLIGHT) this.end(job, error);
-      }
+    // Jobs of the acquisition in flight, or of a batch being started (a job that closes the valve).
+    for (let i = 0; i < this.request.count; i++) {
+      const job = this.batchJobs[i];
+      if (job !== undefined && job.state === INFLIGHT) this.end(job, error);
     }
     const reason = new ValveError('CLOSED', 'The valve was closed while the job ran');
     for (const ctx of [...this.runningJobs]) ctx.abort(reason);
