@@ -5,7 +5,7 @@ import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEven
 import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
 import { type IdKeys, idKeys, validateId, validatePrefix } from './keys.js';
 import { ACQUIRE, type LuaScript, PAUSE, RELEASE, RENEW, RESUME } from './scripts.generated.js';
-import { type PubSubMode, WakeHub } from './subscriber.js';
+import { type PubSubMode, type WakeHub, wakeHub } from './subscriber.js';
 
 /** Options of {@link redisStore}. */
 export interface RedisStoreOptions {
@@ -136,7 +136,16 @@ class RedisStore implements Store {
       if (typeof options.subscriber !== 'object' || options.subscriber === null) {
         throw new TypeError('Expected `subscriber` to be a Redis connection');
       }
-      this.hub = new WakeHub(options.subscriber, mode);
+      const hub = wakeHub(options.subscriber, mode);
+      this.hub = hub;
+      if (hub.supported) {
+        this.subscribe = (id, onWake) => {
+          if (typeof onWake !== 'function') {
+            throw new TypeError(`Expected \`onWake\` to be a function, got ${describeValue(onWake)}`);
+          }
+          return hub.subscribe(this.keysOf(id).wake, onWake);
+        };
+      }
     }
     const clock = options.unsafeTestClock;
     if (clock !== undefined && (typeof clock !== 'object' || typeof clock.now !== 'function')) {
@@ -144,6 +153,12 @@ class RedisStore implements Store {
     }
     this.testClock = clock;
   }
+
+  /**
+   * Present only with a subscriber that can deliver wake-ups in this store's pub/sub flavour
+   * (a store without one has no subscribe(), like a Store that cannot notify).
+   */
+  declare subscribe?: (id: string, onWake: (event: WakeEvent) => void) => () => void;
 
   get notifies(): boolean {
     return this.hub?.live ?? false;
@@ -330,11 +345,6 @@ class RedisStore implements Store {
     checkTokens(tokens);
     if (tokens.length === 0) return;
     await this.run(RELEASE, id, [keys.leases], [keys.wake, this.publish, ...tokens]);
-  }
-
-  subscribe(id: string, onWake: (event: WakeEvent) => void): () => void {
-    if (!this.hub) return () => {};
-    return this.hub.subscribe(this.keysOf(id).wake, onWake);
   }
 }
 

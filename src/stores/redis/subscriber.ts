@@ -45,7 +45,27 @@ interface Channel {
   readonly nodeListener: (message: unknown) => void;
 }
 
-/** Manages the subscriptions of one store on one subscriber connection. */
+/**
+ * One hub per subscriber connection and flavour, shared by every store using that connection,
+ * so a connection carries one message listener however many stores (prefixes) use it.
+ */
+const hubs = new WeakMap<object, Map<PubSubMode, WakeHub>>();
+
+export function wakeHub(sub: object, mode: PubSubMode): WakeHub {
+  let byMode = hubs.get(sub);
+  if (!byMode) {
+    byMode = new Map();
+    hubs.set(sub, byMode);
+  }
+  let hub = byMode.get(mode);
+  if (!hub) {
+    hub = new WakeHub(sub, mode);
+    byMode.set(mode, hub);
+  }
+  return hub;
+}
+
+/** Manages the subscriptions on one subscriber connection (see {@link wakeHub}). */
 export class WakeHub {
   /** channel name → its listeners; a channel is subscribed while it has listeners. */
   private readonly channels = new Map<string, Channel>();
@@ -54,6 +74,8 @@ export class WakeHub {
   readonly supported: boolean;
   /** The last subscribe command failed (e.g. ACL); cleared by the next success. */
   private failed = false;
+  /** Subscribe commands sent and not yet confirmed: wake-ups may be missed until they are. */
+  private pending = 0;
 
   constructor(
     private readonly sub: object,
@@ -83,7 +105,7 @@ export class WakeHub {
 
   /** True while wake-ups are being delivered: supported, connected, and no failed subscription. */
   get live(): boolean {
-    if (!this.supported || this.failed) return false;
+    if (!this.supported || this.failed || this.pending > 0) return false;
     const s = this.sub as Record<string, unknown>;
     if (this.family === 'ioredis') return s.status === 'ready';
     if (typeof s.isReady === 'boolean') return s.isReady;
@@ -147,12 +169,19 @@ export class WakeHub {
       if (subscribe) this.failed = true;
       return;
     }
+    if (!subscribe) {
+      Promise.resolve(result).catch(() => {});
+      return;
+    }
+    this.pending++;
     Promise.resolve(result).then(
       () => {
-        if (subscribe) this.failed = false;
+        this.pending--;
+        this.failed = false;
       },
       () => {
-        if (subscribe) this.failed = true;
+        this.pending--;
+        this.failed = true;
       },
     );
   }

@@ -1,0 +1,186 @@
+/**
+ * Connects every supported Redis client family to a test server, as a user would, for the
+ * redisStore tests (in-process and in worker processes). Real clients, real servers: nothing
+ * here is mocked.
+ *
+ *   const c = await connectClient('ioredis', { host, port });
+ *   redisStore({ client: c.client, subscriber: c.subscriber, prefix });
+ *   await c.close();
+ */
+
+import IORedis from 'ioredis';
+import IORedis6 from 'ioredis6';
+import Valkey from 'iovalkey';
+import * as nodeRedis from 'redis';
+import * as nodeRedis6 from 'redis6';
+
+export type ClientFamily = 'ioredis' | 'ioredis6' | 'iovalkey' | 'redis' | 'redis6';
+export const CLIENT_FAMILIES: readonly ClientFamily[] = [
+  'ioredis',
+  'ioredis6',
+  'iovalkey',
+  'redis',
+  'redis6',
+];
+
+export interface Target {
+  host: string;
+  port: number;
+  username?: string | undefined;
+  password?: string | undefined;
+  /** CA (PEM) to connect with TLS. */
+  tlsCa?: string | undefined;
+}
+
+export interface Connected {
+  family: ClientFamily;
+  cluster: boolean;
+  client: object;
+  /** A second connection for pub/sub (on ioredis clusters: shardedSubscribers when possible). */
+  subscriber: object;
+  /** Closes both connections. */
+  close(): Promise<void>;
+}
+
+type Closable = { quit?: () => Promise<unknown>; disconnect?: () => unknown; destroy?: () => unknown };
+
+async function closeIo(c: Closable): Promise<void> {
+  try {
+    c.disconnect?.();
+  } catch {}
+}
+
+async function closeNode(c: Closable): Promise<void> {
+  try {
+    if (c.destroy) c.destroy();
+    else await c.quit?.();
+  } catch {}
+}
+
+/** A standalone client of `family` (and a subscriber) connected to `target`. */
+export async function connectClient(family: ClientFamily, target: Target): Promise<Connected> {
+  const auth = target.username ? { username: target.username, password: target.password } : {};
+  if (family === 'ioredis' || family === 'ioredis6' || family === 'iovalkey') {
+    const Ctor = (family === 'ioredis'
+      ? IORedis
+      : family === 'ioredis6'
+        ? IORedis6
+        : Valkey) as unknown as new (
+      o: object,
+    ) => Closable & { connect(): Promise<void>; on(e: string, f: () => void): void };
+    const options = {
+      host: target.host,
+      port: target.port,
+      lazyConnect: true,
+      maxRetriesPerRequest: 2,
+      ...auth,
+      ...(target.tlsCa ? { tls: { ca: target.tlsCa } } : {}),
+    };
+    const client = new Ctor(options);
+    const subscriber = new Ctor(options);
+    client.on('error', () => {});
+    subscriber.on('error', () => {});
+    await client.connect();
+    await subscriber.connect();
+    return {
+      family,
+      cluster: false,
+      client,
+      subscriber,
+      close: async () => {
+        await closeIo(client);
+        await closeIo(subscriber);
+      },
+    };
+  }
+  const lib = family === 'redis' ? nodeRedis : nodeRedis6;
+  const url = `${target.tlsCa ? 'rediss' : 'redis'}://${target.host}:${target.port}`;
+  const options = {
+    url,
+    ...auth,
+    ...(target.tlsCa ? { socket: { tls: true as const, ca: target.tlsCa } } : {}),
+  };
+  const client = (
+    lib.createClient as (o: object) => Closable & {
+      connect(): Promise<unknown>;
+      on(e: string, f: () => void): void;
+      duplicate(): Closable & { connect(): Promise<unknown>; on(e: string, f: () => void): void };
+    }
+  )(options);
+  client.on('error', () => {});
+  await client.connect();
+  const subscriber = client.duplicate();
+  subscriber.on('error', () => {});
+  await subscriber.connect();
+  return {
+    family,
+    cluster: false,
+    client,
+    subscriber,
+    close: async () => {
+      await closeNode(client);
+      await closeNode(subscriber);
+    },
+  };
+}
+
+/**
+ * A cluster client of `family` connected to `nodes`. ioredis (5 and 6) gets a subscriber
+ * Cluster with `shardedSubscribers: true`; iovalkey's Cluster cannot shard subscriptions, so
+ * its subscriber is a plain Cluster (redisStore then reports `notifies: false`).
+ */
+export async function connectCluster(
+  family: ClientFamily,
+  nodes: readonly { host: string; port: number }[],
+): Promise<Connected> {
+  if (family === 'ioredis' || family === 'ioredis6' || family === 'iovalkey') {
+    const Cluster = (family === 'ioredis'
+      ? IORedis.Cluster
+      : family === 'ioredis6'
+        ? IORedis6.Cluster
+        : Valkey.Cluster) as unknown as new (
+      n: object[],
+      o: object,
+    ) => Closable & { on(e: string, f: () => void): void; connect(): Promise<void> };
+    const seeds = nodes.map((n) => ({ host: n.host, port: n.port }));
+    const client = new Cluster(seeds, { lazyConnect: true, redisOptions: { maxRetriesPerRequest: 2 } });
+    const subscriber = new Cluster(seeds, {
+      lazyConnect: true,
+      ...(family === 'iovalkey' ? {} : { shardedSubscribers: true }),
+    });
+    client.on('error', () => {});
+    subscriber.on('error', () => {});
+    await client.connect();
+    await subscriber.connect();
+    return {
+      family,
+      cluster: true,
+      client,
+      subscriber,
+      close: async () => {
+        await closeIo(client);
+        await closeIo(subscriber);
+      },
+    };
+  }
+  const lib = family === 'redis' ? nodeRedis : nodeRedis6;
+  const rootNodes = nodes.map((n) => ({ url: `redis://${n.host}:${n.port}` }));
+  type NodeCluster = Closable & { connect(): Promise<unknown>; on(e: string, f: () => void): void };
+  const make = () => (lib.createCluster as (o: object) => NodeCluster)({ rootNodes });
+  const client = make();
+  const subscriber = make();
+  client.on('error', () => {});
+  subscriber.on('error', () => {});
+  await client.connect();
+  await subscriber.connect();
+  return {
+    family,
+    cluster: true,
+    client,
+    subscriber,
+    close: async () => {
+      await closeNode(client);
+      await closeNode(subscriber);
+    },
+  };
+}
