@@ -10,6 +10,7 @@ import { isValveError } from '../../src/errors.js';
 import type { Rule } from '../../src/rules/rule.js';
 import { normalizeRule } from '../../src/rules/rule.js';
 import { memoryStore } from '../../src/stores/memory.js';
+import type { Store } from '../../src/stores/store.js';
 import { createValve, type Valve } from '../../src/valve.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 
@@ -26,6 +27,8 @@ interface Record_ {
   spec: JobSpec;
   enq: number;
   startEv: number;
+  /** Event number of the store call that carried the job's batch (the last one its valve sent before the start). */
+  sentEv: number;
   start: number;
   outcome: 'ok' | 'rejected' | 'pending';
   error?: unknown;
@@ -51,6 +54,8 @@ const scenarioArb = fc
     valves: fc.integer({ min: 1, max: 2 }),
     concurrency: fc.option(fc.integer({ min: 1, max: 4 }), { nil: undefined }),
     batch: fc.integer({ min: 1, max: 8 }),
+    /** An asynchronous store: each answer arrives this many ms later (undefined: synchronous memory store). */
+    asyncDelay: fc.option(fc.integer({ min: 0, max: 20 }), { nil: undefined }),
     lateness: fc.array(fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 40 })), {
       minLength: 1,
       maxLength: 10,
@@ -90,28 +95,56 @@ async function simulate(s: Scenario): Promise<{ records: Record_[]; clock: FakeC
   const clock = new FakeClock(1_700_000_000_000);
   let li = 0;
   clock.lateness = () => s.lateness[li++ % s.lateness.length]!;
-  const store = memoryStore({ clock });
-  const valves = Array.from({ length: s.valves }, () =>
+  const shared = memoryStore({ clock });
+  let ev = 0;
+  const lastSent: number[] = [];
+  const storeFor = (v: number): Store => {
+    const delay = s.asyncDelay;
+    return {
+      ...shared,
+      subscribe: shared.subscribe!.bind(shared),
+      notifies: true,
+      pause: shared.pause.bind(shared),
+      resume: shared.resume.bind(shared),
+      renew: shared.renew.bind(shared),
+      release: shared.release.bind(shared),
+      acquire(request) {
+        lastSent[v] = ev++;
+        if (delay === undefined) return shared.acquire(request);
+        // The store decides when the answer is computed (its clock), then the reply travels back at once.
+        return new Promise((resolve, reject) => {
+          clock.setTimeout(() => {
+            try {
+              resolve(shared.acquire(request));
+            } catch (err) {
+              reject(err);
+            }
+          }, delay);
+        });
+      },
+    };
+  };
+  const valves = Array.from({ length: s.valves }, (_, v) =>
     createValve({
       id: 'prop',
       rules: s.rules,
-      store,
+      store: storeFor(v),
       clock,
       batch: s.batch,
       ...(s.concurrency !== undefined ? { concurrency: s.concurrency } : {}),
     }),
   );
-  let ev = 0;
   const records: Record_[] = [];
   const t0 = clock.now();
   for (const spec of s.jobs) {
     const wait = t0 + spec.arrival - clock.now();
     if (wait > 0) await clock.tickAsync(wait);
-    const rec: Record_ = { spec, enq: ev++, startEv: -1, start: Number.NaN, outcome: 'pending' };
+    const rec: Record_ = { spec, enq: ev++, startEv: -1, sentEv: -1, start: Number.NaN, outcome: 'pending' };
     records.push(rec);
     valves[spec.valve]!.run(
       () => {
         rec.startEv = ev++;
+        rec.sentEv = lastSent[spec.valve]!;
         rec.start = clock.now();
         if (spec.duration === 0) return undefined;
         return new Promise<void>((resolve) => clock.setTimeout(resolve, spec.duration));
@@ -188,7 +221,8 @@ function checkOrdering(records: Record_[], valves: number): void {
     for (const b of mine) {
       if (b.startEv < 0) continue;
       for (const a of mine) {
-        if (a === b || a.enq > b.startEv) continue; // a was not waiting when b started
+        // a was not waiting when b's batch was sent (a batch in flight may be granted before a newer arrival)
+        if (a === b || a.enq > b.sentEv) continue;
         const better =
           a.spec.priority > b.spec.priority || (a.spec.priority === b.spec.priority && a.enq < b.enq);
         if (!better) continue;
