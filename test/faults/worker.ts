@@ -130,10 +130,17 @@ function logged(inner: Store): Store {
           costs: costs.slice(0, r.granted),
           fences: r.leases?.map((l) => l.fence),
         }),
-      ).then((r) => {
-        grantNow = r.now;
-        return r;
-      });
+      ).then(
+        (r) => {
+          grantNow = r.now;
+          return r;
+        },
+        (err: unknown) => {
+          // 'open' mode starts jobs without the store until an acquisition succeeds again.
+          grantNow = null;
+          throw err;
+        },
+      );
     },
     pause: (id, ms) =>
       call(
