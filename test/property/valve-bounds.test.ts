@@ -53,6 +53,8 @@ const scenarioArb = fc
     rules: fc.array(ruleArb, { minLength: 1, maxLength: 3 }),
     valves: fc.integer({ min: 1, max: 2 }),
     concurrency: fc.option(fc.integer({ min: 1, max: 4 }), { nil: undefined }),
+    /** With a concurrency limit: shared by all valves through store leases. */
+    globalScope: fc.boolean(),
     batch: fc.integer({ min: 1, max: 8 }),
     /** An asynchronous store: each answer arrives this many ms later (undefined: synchronous memory store). */
     asyncDelay: fc.option(fc.integer({ min: 0, max: 20 }), { nil: undefined }),
@@ -131,9 +133,17 @@ async function simulate(s: Scenario): Promise<{ records: Record_[]; clock: FakeC
       store: storeFor(v),
       clock,
       batch: s.batch,
-      ...(s.concurrency !== undefined ? { concurrency: s.concurrency } : {}),
+      ...(s.concurrency === undefined
+        ? {}
+        : s.globalScope
+          ? { concurrency: { limit: s.concurrency, scope: 'global' as const, leaseTtl: 1000 } }
+          : { concurrency: s.concurrency }),
     }),
   );
+  const running = valves.map(() => 0);
+  let runningTotal = 0;
+  let peakLocal = 0;
+  let peakTotal = 0;
   const records: Record_[] = [];
   const t0 = clock.now();
   for (const spec of s.jobs) {
@@ -146,8 +156,21 @@ async function simulate(s: Scenario): Promise<{ records: Record_[]; clock: FakeC
         rec.startEv = ev++;
         rec.sentEv = lastSent[spec.valve]!;
         rec.start = clock.now();
-        if (spec.duration === 0) return undefined;
-        return new Promise<void>((resolve) => clock.setTimeout(resolve, spec.duration));
+        running[spec.valve]!++;
+        runningTotal++;
+        peakLocal = Math.max(peakLocal, running[spec.valve]!);
+        peakTotal = Math.max(peakTotal, runningTotal);
+        const done = () => {
+          running[spec.valve]!--;
+          runningTotal--;
+        };
+        if (spec.duration === 0) return done();
+        return new Promise<void>((resolve) =>
+          clock.setTimeout(() => {
+            done();
+            resolve();
+          }, spec.duration),
+        );
       },
       {
         cost: spec.cost,
@@ -165,6 +188,14 @@ async function simulate(s: Scenario): Promise<{ records: Record_[]; clock: FakeC
     );
   }
   await clock.runAllAsync(24 * 3_600_000);
+  // Concurrency counts jobs: per valve (local), or across every valve sharing the id (global).
+  if (s.concurrency !== undefined) {
+    if (s.globalScope && peakTotal > s.concurrency) {
+      throw new Error(`global concurrency ${s.concurrency}: ${peakTotal} jobs ran at once`);
+    }
+    if (peakLocal > s.concurrency)
+      throw new Error(`concurrency ${s.concurrency}: ${peakLocal} ran at once in one valve`);
+  }
   return { records, clock, valves };
 }
 
