@@ -324,9 +324,9 @@ export function storeContract(name: string, makeStore: () => Promise<StoreUnderT
       it('a pause ends by itself', async () => {
         const s = await setup();
         const id = newId();
-        await s.store.pause(id, 30);
+        await s.store.pause(id, 100);
         expect((await s.acquire({ id, rules: [], costs: [1] })).blocked).toBe('pause');
-        await s.pass(40);
+        await s.pass(110);
         expect((await s.acquire({ id, rules: [], costs: [1] })).granted).toBe(1);
       });
     });
@@ -529,12 +529,12 @@ export function storeContract(name: string, makeStore: () => Promise<StoreUnderT
       it('renew extends a held lease to now + ttl', async () => {
         const s = await setup();
         const id = newId();
-        const t = 200;
+        const t = 300;
         const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: t } });
         const token = r.leases![0]!.token;
-        await s.pass(120);
+        await s.pass(180);
         expect(await s.store.renew(id, [token], t)).toEqual([true]);
-        await s.pass(120); // 240ms after the grant, within the renewed ttl
+        await s.pass(180); // 360ms after the grant: held only thanks to the renewal
         const blocked = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: t } });
         expect(blocked.blocked).toBe('concurrency');
         expect(await s.store.renew(id, [token], t)).toEqual([true]);
