@@ -125,8 +125,9 @@ export function validateId(value: unknown, option = 'id'): string {
       `Expected \`${option}\` to be a string of 1 to 200 characters without '{' or '}', got ${describe(value)}`,
     );
   }
+  // Every id problem is a TypeError (the API contract says so), including the length.
   if (value.length < 1 || value.length > 200) {
-    throw new RangeError(
+    throw new TypeError(
       `Expected \`${option}\` to be 1 to 200 characters long, got ${value.length} characters`,
     );
   }
