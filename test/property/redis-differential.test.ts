@@ -1,0 +1,222 @@
+/**
+ * Differential property test: the Lua scripts (redisStore in its test-only clock mode) and the
+ * memory store, driven by the same random command sequences on the same virtual clock, give
+ * identical answers: grants, retry hints, block reasons, pause ends, store clock, lease fences
+ * and expiries, renewals. Any divergence between the two implementations of the arithmetic in
+ * docs/architecture.md fails with a shrunk counterexample.
+ */
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { normalizeRule, type Rule, type StoreRule } from '../../src/rules/rule.js';
+import { memoryStore } from '../../src/stores/memory.js';
+import { redisStore } from '../../src/stores/redis/index.js';
+import type { Store } from '../../src/stores/store.js';
+import { FakeClock } from '../helpers/fake-clock.js';
+import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { type Connected, connectClient, connectCluster } from '../multiprocess/redis-clients.js';
+
+const ruleArb: fc.Arbitrary<Rule> = fc.oneof(
+  fc.record({
+    limit: fc.integer({ min: 1, max: 20 }),
+    interval: fc.constantFrom(1, 7, 10, 100, 250, 333, 1000, 1500.5, 60_000),
+    burst: fc.integer({ min: 1, max: 5 }),
+  }),
+  fc.record({
+    limit: fc.integer({ min: 1, max: 20 }),
+    interval: fc.constantFrom(1, 7, 10, 100, 250, 333, 1000, 1500.5, 60_000),
+    algorithm: fc.constant('fixed-window' as const),
+  }),
+);
+
+type Command =
+  | { t: 'acquire'; costs: number[]; mask: number; lease: { limit: number; ttl: number } | undefined }
+  | { t: 'advance'; us: number }
+  /** Advances by the last retry hint plus `delta` µs: the boundaries where rounding errors hide. */
+  | { t: 'wait'; delta: number }
+  | { t: 'pause'; ms: number }
+  | { t: 'resume' }
+  | { t: 'renew'; which: number[]; ttl: number }
+  | { t: 'release'; which: number[] };
+
+const costArb = fc.constantFrom(1, 1, 1, 1, 2, 3, 0.5, 1.5, 0.25, 0.1);
+const commandArb: fc.Arbitrary<Command> = fc.oneof(
+  {
+    weight: 6,
+    arbitrary: fc.record({
+      t: fc.constant('acquire' as const),
+      costs: fc.array(costArb, { minLength: 1, maxLength: 6 }),
+      mask: fc.integer({ min: 0, max: 7 }),
+      lease: fc.option(
+        fc.record({ limit: fc.integer({ min: 1, max: 4 }), ttl: fc.constantFrom(1000, 1500, 3000.5) }),
+        { nil: undefined, freq: 3 },
+      ),
+    }),
+  },
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      t: fc.constant('advance' as const),
+      us: fc.oneof(fc.integer({ min: 0, max: 2_000 }), fc.integer({ min: 0, max: 3_000_000 })),
+    }),
+  },
+  {
+    weight: 4,
+    arbitrary: fc.record({ t: fc.constant('wait' as const), delta: fc.constantFrom(-1, 0, 0, 1) }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      t: fc.constant('pause' as const),
+      ms: fc.oneof(fc.constantFrom(0, 0.001, 1), fc.double({ min: 0, max: 5000, noNaN: true })),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('resume' as const) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      t: fc.constant('renew' as const),
+      which: fc.array(fc.nat(20), { maxLength: 3 }),
+      ttl: fc.constantFrom(1000, 2000.25),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      t: fc.constant('release' as const),
+      which: fc.array(fc.nat(20), { maxLength: 3 }),
+    }),
+  },
+);
+
+/** Replays `commands` on both stores and compares every answer. */
+async function compare(
+  redis: (clock: FakeClock) => Store,
+  rules: Rule[],
+  commands: Command[],
+): Promise<void> {
+  const clock = new FakeClock(1_700_000_000_000 + 0.123);
+  const mem = memoryStore({ clock });
+  const lua = redis(clock);
+  const id = `diff:${Math.random().toString(36).slice(2)}`;
+  const storeRules: StoreRule[] = rules.map((r, i) => normalizeRule(r, `rules[${i}]`));
+  // Lease tokens issued so far, [memory token, redis token] in the same order.
+  const tokens: [string, string][] = [];
+  let lastHintUs = 0;
+  for (const [step, c] of commands.entries()) {
+    const where = `step ${step}: ${JSON.stringify(c)}`;
+    if (c.t === 'advance') {
+      clock.advance(c.us / 1000);
+    } else if (c.t === 'wait') {
+      clock.advance(Math.max(0, lastHintUs + c.delta) / 1000);
+    } else if (c.t === 'acquire') {
+      const subset = storeRules.filter((_, i) => (c.mask >> i) & 1);
+      const maxCost = Math.min(...subset.map((r) => r.maxCost));
+      const costs = c.costs.map((x) => Math.min(x, maxCost));
+      const request = { id, rules: subset, costs, count: costs.length, lease: c.lease };
+      const a = await mem.acquire(request);
+      const b = await lua.acquire(request);
+      expect(
+        {
+          granted: b.granted,
+          retryAfter: b.retryAfter,
+          blocked: b.blocked,
+          pausedUntil: b.pausedUntil,
+          now: b.now,
+          leases: b.leases?.map((l) => [l.fence, l.expiresAt]),
+        },
+        where,
+      ).toEqual({
+        granted: a.granted,
+        retryAfter: a.retryAfter,
+        blocked: a.blocked,
+        pausedUntil: a.pausedUntil,
+        now: a.now,
+        leases: a.leases?.map((l) => [l.fence, l.expiresAt]),
+      });
+      if (a.retryAfter > 0) lastHintUs = Math.round(a.retryAfter * 1000);
+      for (let i = 0; i < (a.leases?.length ?? 0); i++)
+        tokens.push([a.leases![i]!.token, b.leases![i]!.token]);
+    } else if (c.t === 'pause') {
+      expect(await lua.pause(id, c.ms), where).toBe(await mem.pause(id, c.ms));
+    } else if (c.t === 'resume') {
+      await mem.resume(id);
+      await lua.resume(id);
+    } else {
+      const picked = c.which.filter((i) => i < tokens.length).map((i) => tokens[i]!);
+      if (c.t === 'renew') {
+        const a = await mem.renew(
+          id,
+          picked.map((p) => p[0]),
+          c.ttl,
+        );
+        const b = await lua.renew(
+          id,
+          picked.map((p) => p[1]),
+          c.ttl,
+        );
+        expect(b, where).toEqual(a);
+      } else {
+        await mem.release(
+          id,
+          picked.map((p) => p[0]),
+        );
+        await lua.release(
+          id,
+          picked.map((p) => p[1]),
+        );
+      }
+    }
+  }
+}
+
+const runs = Number(process.env.VALVE_PROPERTY_RUNS ?? 150);
+
+for (const target of ['redis standalone', 'redis cluster', 'valkey standalone'] as const) {
+  describe(`Lua scripts (${target}) and the memory store agree`, () => {
+    let c: Connected;
+    beforeAll(async () => {
+      c =
+        target === 'redis cluster'
+          ? await connectCluster('ioredis', sharedCluster('redis').nodes)
+          : await connectClient('ioredis', sharedRedis(target === 'redis standalone' ? 'redis' : 'valkey'));
+    });
+    afterAll(async () => {
+      await c?.close();
+    });
+    const make = (clock: FakeClock) =>
+      redisStore({ client: c.client, prefix: uniquePrefix('diff'), unsafeTestClock: clock });
+
+    it('on random rules and command sequences', async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(ruleArb, { minLength: 1, maxLength: 3 }),
+          fc.array(commandArb, { minLength: 1, maxLength: 40 }),
+          async (rules, commands) => {
+            await compare(make, rules, commands);
+          },
+        ),
+        { numRuns: target === 'redis standalone' ? runs : Math.ceil(runs / 3) },
+      );
+    }, 120_000);
+
+    it('on saturating sequences (many small steps against one tight rule set)', async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(ruleArb, { minLength: 1, maxLength: 3 }),
+          fc.array(
+            fc.oneof(
+              commandArb.filter((x) => x.t === 'acquire'),
+              fc.record({ t: fc.constant('wait' as const), delta: fc.constantFrom(-1, 0, 0, 1) }),
+              fc.record({ t: fc.constant('advance' as const), us: fc.integer({ min: 0, max: 50_000 }) }),
+            ),
+            { minLength: 10, maxLength: 60 },
+          ),
+          async (rules, commands) => {
+            await compare(make, rules, commands);
+          },
+        ),
+        { numRuns: target === 'redis standalone' ? runs : Math.ceil(runs / 3) },
+      );
+    }, 120_000);
+  });
+}
