@@ -482,9 +482,18 @@ function isIdle(state: IdState): boolean {
   return state.pauseUs === 0 && state.rules.size === 0 && state.leases === null && state.fence === 0;
 }
 
+/** The valve id rule, as every store applies it: 1 to 200 characters, without '{' or '}'. */
 function checkId(id: unknown, name: string): void {
-  if (typeof id !== 'string' || id.length === 0) {
-    throw new TypeError(`Expected \`${name}\` to be a non-empty string, got ${describe(id)}`);
+  if (typeof id !== 'string') {
+    throw new TypeError(
+      `Expected \`${name}\` to be a string of 1 to 200 characters without '{' or '}', got ${describe(id)}`,
+    );
+  }
+  if (id.length < 1 || id.length > 200) {
+    throw new RangeError(`Expected \`${name}\` to be 1 to 200 characters long, got ${id.length} characters`);
+  }
+  if (id.includes('{') || id.includes('}')) {
+    throw new TypeError(`Expected \`${name}\` to contain no '{' or '}', got ${JSON.stringify(id)}`);
   }
 }
 
