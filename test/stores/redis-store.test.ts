@@ -1,0 +1,348 @@
+/**
+ * redisStore beyond the Store contract: options, key layout and TTLs, NOSCRIPT recovery
+ * (SCRIPT FLUSH, restart), valve's own deadline, cluster slots, resubscription. Real servers.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { normalizeRule } from '../../src/rules/rule.js';
+import { RedisStoreTimeoutError, redisStore } from '../../src/stores/redis/index.js';
+import type { Store, WakeEvent } from '../../src/stores/store.js';
+import { respCommand } from '../helpers/resp.js';
+import { type RedisServer, startRedis } from '../helpers/servers.js';
+import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import {
+  CLIENT_FAMILIES,
+  type Connected,
+  connectClient,
+  connectCluster,
+} from '../multiprocess/redis-clients.js';
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error('timed out waiting for a condition');
+    await sleep(10);
+  }
+}
+
+const perSecond = normalizeRule({ limit: 10, interval: '1s', burst: 2 }, 'rules[0]');
+const window = normalizeRule({ limit: 5, interval: '2s', algorithm: 'fixed-window' }, 'rules[1]');
+
+describe('redisStore options', () => {
+  let c: Connected;
+  beforeAll(async () => {
+    c = await connectClient('ioredis', sharedRedis());
+  });
+  afterAll(async () => {
+    await c?.close();
+  });
+
+  it('rejects what is not a client, with a message naming the option', () => {
+    expect(() => redisStore({ client: {} })).toThrow(/`client`.*ioredis.*node-redis/);
+    expect(() => redisStore({ client: null as unknown as object })).toThrow(TypeError);
+    expect(() => redisStore(undefined as unknown as { client: object })).toThrow(TypeError);
+  });
+
+  it('rejects bad prefixes (a brace would change the hash tag), timeouts and unknown options', () => {
+    expect(() => redisStore({ client: c.client, prefix: 'a{b' })).toThrow(/`prefix`/);
+    expect(() => redisStore({ client: c.client, prefix: '' })).toThrow(/`prefix`/);
+    expect(() => redisStore({ client: c.client, timeout: 0 })).toThrow(/`timeout`/);
+    expect(() => redisStore({ client: c.client, timeout: Number.NaN })).toThrow(/`timeout`/);
+    expect(() => redisStore({ client: c.client, pubsub: 'x' as 'classic' })).toThrow(/`pubsub`/);
+    expect(() => redisStore({ client: c.client, ttl: 1 } as unknown as { client: object })).toThrow(
+      /Unknown option `ttl`/,
+    );
+    expect(() => redisStore({ client: c.client, subscriber: {} })).toThrow(/`subscriber`/);
+  });
+
+  it('rejects ids with braces and bad arguments (as rejections, never throws synchronously)', async () => {
+    const store = redisStore({ client: c.client, prefix: uniquePrefix('opt') });
+    await expect(store.acquire({ id: 'a{b}', rules: [], costs: [1], count: 1 })).rejects.toThrow(/`id`/);
+    await expect(store.acquire({ id: 'a', rules: [perSecond], costs: [3], count: 1 })).rejects.toThrow(
+      RangeError,
+    );
+    await expect(store.pause('a', -1)).rejects.toThrow(RangeError);
+    await expect(store.renew('a', ['x'], 0)).rejects.toThrow(RangeError);
+  });
+
+  it('has no subscribe() without a subscriber, and notifies is false', () => {
+    const store = redisStore({ client: c.client, prefix: uniquePrefix('opt') });
+    expect(store.subscribe).toBeUndefined();
+    expect(store.notifies).toBe(false);
+  });
+});
+
+describe('key layout and TTLs', () => {
+  let c: Connected;
+  beforeAll(async () => {
+    c = await connectClient('ioredis', sharedRedis());
+  });
+  afterAll(async () => {
+    await c?.close();
+  });
+  const redis = () => c.client as import('ioredis').Redis;
+
+  it('writes only <prefix>:{<id>}:... keys, each with a TTL no longer than its state lives', async () => {
+    const prefix = uniquePrefix('keys');
+    const store = redisStore({ client: c.client, prefix });
+    const id = 'github:app-42';
+    await store.acquire({
+      id,
+      rules: [perSecond, window],
+      costs: [1, 1],
+      count: 2,
+      lease: { limit: 3, ttl: 5000 },
+    });
+    await store.pause(id, 1500);
+    const keys = (await redis().keys(`${prefix}:*`)).sort();
+    expect(keys).toEqual(
+      [
+        `${prefix}:{${id}}:fence`,
+        `${prefix}:{${id}}:leases`,
+        `${prefix}:{${id}}:pause`,
+        `${prefix}:{${id}}:r:${perSecond.digest}`,
+        `${prefix}:{${id}}:r:${window.digest}`,
+      ].sort(),
+    );
+    const ttl = async (suffix: string) => redis().pttl(`${prefix}:{${id}}:${suffix}`);
+    // GCRA: tat = now + 2 × 100 ms; expires at tat.
+    expect(await ttl(`r:${perSecond.digest}`)).toBeGreaterThan(0);
+    expect(await ttl(`r:${perSecond.digest}`)).toBeLessThanOrEqual(200);
+    // Fixed window: until the window ends (≤ 2 s).
+    expect(await ttl(`r:${window.digest}`)).toBeGreaterThan(0);
+    expect(await ttl(`r:${window.digest}`)).toBeLessThanOrEqual(2000);
+    expect(await ttl('pause')).toBeGreaterThan(1000);
+    expect(await ttl('pause')).toBeLessThanOrEqual(1500);
+    expect(await ttl('leases')).toBeGreaterThan(4000);
+    expect(await ttl('leases')).toBeLessThanOrEqual(5000);
+    expect(await ttl('fence')).toBeGreaterThan(4000);
+    expect(await ttl('fence')).toBeLessThanOrEqual(5000);
+    // What each key holds: documented in docs/redis.md.
+    expect(await redis().get(`${prefix}:{${id}}:pause`)).toMatch(/^\d{13}\.\d{3}$/);
+    expect(await redis().get(`${prefix}:{${id}}:r:${perSecond.digest}`)).toMatch(/^\d{16}$/);
+    expect(await redis().get(`${prefix}:{${id}}:r:${window.digest}`)).toMatch(/^\d+:2$/);
+    const leases = await redis().zrange(`${prefix}:{${id}}:leases`, 0, -1, 'WITHSCORES');
+    expect(leases).toHaveLength(4);
+    expect(leases[1]).toMatch(/^\d{13}(\.\d+)?$/);
+  });
+
+  it('an idle budget vanishes: every key expires', async () => {
+    const prefix = uniquePrefix('idle');
+    const store = redisStore({ client: c.client, prefix });
+    const fast = normalizeRule({ limit: 100, interval: '100ms' }, 'r');
+    await store.acquire({ id: 'x', rules: [fast], costs: [1], count: 1, lease: { limit: 1, ttl: 1000 } });
+    await store.pause('x', 50);
+    expect((await redis().keys(`${prefix}:*`)).length).toBeGreaterThan(0);
+    await waitFor(async () => (await redis().keys(`${prefix}:*`)).length === 0, 3000);
+  });
+
+  it('keys never grow with jobs: one key per rule whatever the number of grants', async () => {
+    const prefix = uniquePrefix('grow');
+    const store = redisStore({ client: c.client, prefix });
+    const big = normalizeRule({ limit: 1_000_000, interval: '1h', burst: 1000 }, 'r');
+    for (let i = 0; i < 50; i++) await store.acquire({ id: 'y', rules: [big], costs: [1, 1, 1], count: 3 });
+    expect(await redis().keys(`${prefix}:*`)).toHaveLength(1);
+  });
+});
+
+describe('NOSCRIPT: script cache loss never fails a call', () => {
+  for (const family of CLIENT_FAMILIES) {
+    it(`SCRIPT FLUSH during a run (${family})`, async () => {
+      const server = sharedRedis();
+      const c = await connectClient(family, server);
+      try {
+        const store = redisStore({ client: c.client, prefix: uniquePrefix('noscript') });
+        const rule = normalizeRule({ limit: 1_000_000, interval: '1s', burst: 100 }, 'r');
+        let flushes = 0;
+        let stop = false;
+        const flusher = (async () => {
+          while (!stop) {
+            await respCommand(server, ['SCRIPT', 'FLUSH']);
+            flushes++;
+            await sleep(3);
+          }
+        })();
+        let granted = 0;
+        for (let i = 0; i < 300; i++) {
+          const ops = await Promise.all([
+            store.acquire({ id: 'n', rules: [rule], costs: [1], count: 1 }),
+            store.acquire({ id: 'n', rules: [rule], costs: [1], count: 1, lease: { limit: 100, ttl: 5000 } }),
+            store.pause(`p${i % 3}`, 1),
+          ]);
+          granted += ops[0].granted;
+          const leases = ops[1].leases ?? [];
+          await store.renew(
+            'n',
+            leases.map((l) => l.token),
+            5000,
+          );
+          await store.release(
+            'n',
+            leases.map((l) => l.token),
+          );
+          await store.resume(`p${i % 3}`);
+        }
+        stop = true;
+        await flusher;
+        expect(flushes).toBeGreaterThan(5);
+        expect(granted).toBeGreaterThan(0);
+      } finally {
+        await c.close();
+      }
+    });
+  }
+
+  for (const family of ['ioredis', 'redis'] as const) {
+    it(`a server restart (empty script cache) (${family})`, async () => {
+      const server = await startRedis();
+      const c = await connectClient(family, server);
+      try {
+        const store = redisStore({ client: c.client, prefix: uniquePrefix('restart'), timeout: 5000 });
+        const rule = normalizeRule({ limit: 1000, interval: '1s', burst: 10 }, 'r');
+        expect((await store.acquire({ id: 'r', rules: [rule], costs: [1], count: 1 })).granted).toBe(1);
+        await server.restart();
+        // The first calls may fail while the client reconnects; once it is back, every call works.
+        await waitFor(async () => {
+          try {
+            await store.acquire({ id: 'r', rules: [rule], costs: [1], count: 1 });
+            return true;
+          } catch {
+            return false;
+          }
+        });
+        for (let i = 0; i < 20; i++) {
+          const r = await store.acquire({ id: 'r', rules: [rule], costs: [1], count: 1 });
+          expect(r.blocked === null || r.blocked === 'rate').toBe(true);
+        }
+        expect(await respCommand(server, ['SCRIPT', 'EXISTS', '0'.repeat(40)])).toEqual([0]);
+      } finally {
+        await c.close();
+        await server.stop();
+      }
+    }, 30_000);
+  }
+});
+
+describe("valve's own deadline per store call", () => {
+  let server: RedisServer;
+  beforeAll(async () => {
+    server = await startRedis();
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  for (const family of ['ioredis', 'iovalkey', 'redis'] as const) {
+    it(`a call past \`timeout\` rejects with a clear error (${family}); the server may still run it`, async () => {
+      const c = await connectClient(family, server);
+      try {
+        const store = redisStore({ client: c.client, prefix: uniquePrefix('timeout'), timeout: 150 });
+        expect((await store.acquire({ id: 't', rules: [perSecond], costs: [1], count: 1 })).granted).toBe(1);
+        server.kill('SIGSTOP');
+        const started = Date.now();
+        let error: unknown;
+        try {
+          await store.pause('t', 60_000);
+        } catch (err) {
+          error = err;
+        }
+        const elapsed = Date.now() - started;
+        server.kill('SIGCONT');
+        expect(error).toBeInstanceOf(RedisStoreTimeoutError);
+        expect((error as Error).message).toMatch(/did not answer within 150 ms.*may still execute/);
+        expect(elapsed).toBeGreaterThanOrEqual(140);
+        expect(elapsed).toBeLessThan(1000);
+        // The timed-out pause was still sent: it may execute after valve gave up on it.
+        await waitFor(async () => {
+          const r = await store.acquire({ id: 't', rules: [], costs: [1], count: 1 });
+          return r.blocked === 'pause';
+        });
+      } finally {
+        server.kill('SIGCONT');
+        await c.close();
+      }
+    });
+  }
+});
+
+describe('Redis Cluster: many ids across slots, never CROSSSLOT', () => {
+  for (const kind of ['redis', 'valkey'] as const) {
+    for (const family of CLIENT_FAMILIES) {
+      it(`${kind} cluster via ${family}`, async () => {
+        const cluster = sharedCluster(kind);
+        const c = await connectCluster(family, cluster.nodes);
+        try {
+          const prefix = uniquePrefix('slots');
+          const store = redisStore({ client: c.client, prefix });
+          const ids = Array.from({ length: 120 }, (_, i) => `tenant-${i}:${'x'.repeat(i % 7)}`);
+          await Promise.all(
+            ids.map(async (id) => {
+              const r = await store.acquire({
+                id,
+                rules: [perSecond, window],
+                costs: [1, 1, 1],
+                count: 3,
+                lease: { limit: 2, ttl: 5000 },
+              });
+              expect(r.granted).toBe(2);
+              await store.pause(id, 10);
+              const held = await store.renew(
+                id,
+                r.leases!.map((l) => l.token),
+                5000,
+              );
+              expect(held).toEqual([true, true]);
+              await store.release(
+                id,
+                r.leases!.map((l) => l.token),
+              );
+              await store.resume(id);
+            }),
+          );
+          // The ids' keys really are spread over every master.
+          const perNode = await Promise.all(
+            cluster.nodes.map(async (node) => {
+              const keys = (await respCommand(node, ['KEYS', `${prefix}:*`])) as string[];
+              return keys.length;
+            }),
+          );
+          for (const n of perNode) expect(n).toBeGreaterThan(0);
+        } finally {
+          await c.close();
+        }
+      });
+    }
+  }
+});
+
+describe('subscriber: resubscribes after a reconnect', () => {
+  for (const family of CLIENT_FAMILIES) {
+    it(`wake-ups resume after the pub/sub connection is killed (${family})`, async () => {
+      const server = await startRedis();
+      const c = await connectClient(family, server);
+      const publisher = await connectClient(family, server);
+      try {
+        const prefix = uniquePrefix('resub');
+        const store: Store = redisStore({ client: c.client, subscriber: c.subscriber, prefix });
+        const other = redisStore({ client: publisher.client, prefix });
+        const events: WakeEvent[] = [];
+        store.subscribe!('s', (e) => events.push(e));
+        await waitFor(() => store.notifies === true);
+        await other.pause('s', 1000);
+        await waitFor(() => events.length === 1);
+        await respCommand(server, ['CLIENT', 'KILL', 'TYPE', 'pubsub']);
+        // Reconnected and resubscribed: a later notification arrives.
+        await waitFor(async () => {
+          await other.resume('s');
+          await sleep(50);
+          return events.some((e) => e.type === 'resume');
+        });
+        expect(store.notifies).toBe(true);
+      } finally {
+        await c.close();
+        await publisher.close();
+        await server.stop();
+      }
+    });
+  }
+});
