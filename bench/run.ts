@@ -40,7 +40,7 @@ const scenarios: Record<string, ScenarioSpec> = {
   precision: {
     script: 'precision.ts',
     cases: ['1000/s b1', '200/s b1', '1000/s b10'],
-    peers: () => ['valve', 'p-queue', 'p-queue-strict', 'bottleneck', 'rlf-memory'],
+    peers: () => ['valve', 'p-queue', 'p-queue-strict', 'bottleneck', 'rlf-memory', 'ref-timer', 'ref-spin'],
     valve: 'valve',
     repeat: 2,
     ratios: [],
@@ -277,7 +277,12 @@ function targets(rows: readonly Aggregate[]): Target[] {
   const want: Record<string, number> = { '1000/s b1': 95, '200/s b1': 99, '1000/s b10': 99.5 };
   for (const [c, pct] of Object.entries(want)) {
     const r = get('precision', c, 'valve');
-    add(`precision ${c}: 0 violations (worst run)`, r?.max.violations, (v) => v === 0);
+    add(
+      `precision ${c}: 0 violations on the store's clock (worst run)`,
+      r?.max.grantViolations,
+      (v) => v === 0,
+    );
+    add(`precision ${c}: 0 violations on observed starts (worst run)`, r?.max.violations, (v) => v === 0);
     add(`precision ${c}: utilisation ≥ ${pct}%`, r?.median.utilisationPct, (v) => v >= pct, '%');
   }
 

@@ -8,6 +8,7 @@ import pLimit from 'p-limit';
 import PQueue from 'p-queue';
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterRes } from 'rate-limiter-flexible';
 import { nowMs } from './common.js';
+import { referenceAdapter } from './reference.js';
 import { loadValve, type ValveLike } from './valve-module.js';
 
 export interface LimiterOptions {
@@ -291,6 +292,8 @@ const factories: Record<string, () => Adapter> = {
   'bottleneck-redis': () => bottleneckAdapter('bottleneck-redis', true),
   'rlf-memory': () => rlfAdapter('rlf-memory', false),
   'rlf-redis': () => rlfAdapter('rlf-redis', true),
+  'ref-timer': () => referenceAdapter('ref-timer'),
+  'ref-spin': () => referenceAdapter('ref-spin'),
 };
 
 export const peerNames = Object.keys(factories);
