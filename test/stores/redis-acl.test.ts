@@ -1,0 +1,79 @@
+/**
+ * The whole Store contract as a least-privilege ACL user: exactly the rule docs/redis.md gives
+ * (the commands valve and the clients use, keys `~<prefix>:*`, channels `&<prefix>:*`), through
+ * every client family. A command outside the rule would fail with NOPERM.
+ */
+import { afterAll, beforeAll, describe } from 'vitest';
+import { redisStore } from '../../src/stores/redis/index.js';
+import { storeContract } from '../contract/store-contract.js';
+import { type RedisServer, startRedis } from '../helpers/servers.js';
+import { CLIENT_FAMILIES, type Connected, connectClient } from '../multiprocess/redis-clients.js';
+
+/** The ACL rule of docs/redis.md, for prefix `valve-acl`. Keep the two in sync. */
+export const ACL_RULE = [
+  'resetkeys',
+  '~valve-acl:*',
+  'resetchannels',
+  '&valve-acl:*',
+  '-@all',
+  '+evalsha',
+  '+eval',
+  '+time',
+  '+get',
+  '+set',
+  '+del',
+  '+exists',
+  '+zadd',
+  '+zrem',
+  '+zremrangebyscore',
+  '+zcard',
+  '+zrange',
+  '+zscore',
+  '+pexpire',
+  '+publish',
+  '+spublish',
+  '+subscribe',
+  '+unsubscribe',
+  '+ssubscribe',
+  '+sunsubscribe',
+  '+ping',
+  '+hello',
+  '+auth',
+  '+info',
+  '+client|setname',
+  '+cluster|slots',
+  '+cluster|shards',
+];
+
+describe('least-privilege ACL user', () => {
+  let server: RedisServer;
+  beforeAll(async () => {
+    server = await startRedis({
+      aclUser: { name: 'valve', password: 'valve-secret', rules: ACL_RULE },
+      defaultUserOff: true,
+    });
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  for (const family of CLIENT_FAMILIES) {
+    describe(family, () => {
+      let c: Connected;
+      beforeAll(async () => {
+        c = await connectClient(family, {
+          host: server.host,
+          port: server.port,
+          username: 'valve',
+          password: 'valve-secret',
+        });
+      });
+      afterAll(async () => {
+        await c?.close();
+      });
+      storeContract(`redis:acl:${family}`, () => ({
+        store: redisStore({ client: c.client, subscriber: c.subscriber, prefix: 'valve-acl' }),
+      }));
+    });
+  }
+});
