@@ -22,6 +22,8 @@ export type {
 export type { Rule, StoreRule } from './rules/rule.js';
 export type { MemoryStoreOptions } from './stores/memory.js';
 export { memoryStore } from './stores/memory.js';
+export type { RedisStoreOptions } from './stores/redis/index.js';
+export { RedisStoreTimeoutError, redisStore } from './stores/redis/index.js';
 export type {
   AcquireRequest,
   AcquireResult,
