@@ -171,3 +171,40 @@ describe('wrapFetch() through createValve', () => {
     await valve.close();
   });
 });
+
+describe('wrapFetch() signals through createValve', () => {
+  it('a caller signal aborting during the pause rejects with its reason; nothing more is sent', async () => {
+    const { clock, make } = setup();
+    const valve = make();
+    const { fn, calls } = scripted(clock, (_url, n) =>
+      n === 1 ? { status: 429, headers: { 'retry-after': '10' } } : { status: 200 },
+    );
+    const controller = new AbortController();
+    const p = valve.wrapFetch(fn)('https://api.example/a', { signal: controller.signal });
+    const settled = p.then(
+      () => 'resolved',
+      (e: unknown) => e,
+    );
+    await clock.tickAsync(3000);
+    const reason = new Error('user cancelled');
+    controller.abort(reason);
+    expect(await settled).toBe(reason);
+    await clock.runAllAsync();
+    expect(calls).toHaveLength(1);
+    await valve.close();
+  });
+
+  it('close() rejects a queued retry with CLOSED', async () => {
+    const { clock, make } = setup();
+    const valve = make();
+    const { fn } = scripted(clock, () => ({ status: 429, headers: { 'retry-after': '10' } }));
+    const p = valve.wrapFetch(fn)('https://api.example/a');
+    const settled = p.then(
+      () => 'resolved',
+      (e: unknown) => e,
+    );
+    await clock.tickAsync(100);
+    await valve.close();
+    expect(await settled).toMatchObject({ name: 'ValveError', code: 'CLOSED' });
+  });
+});

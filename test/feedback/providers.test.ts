@@ -229,3 +229,94 @@ describe('variants', () => {
     }
   });
 });
+
+describe('bodies on the wire, control endpoints', () => {
+  let srv: FakeProvider;
+  beforeAll(async () => {
+    srv = await startFakeProvider({ providers: { ietf: { limit: 1, windowMs: 1000 } } });
+  });
+  afterAll(async () => {
+    await srv?.stop();
+  });
+
+  it('a retried POST sends the same body again (string, URLSearchParams, Request); a stream is sent once', async () => {
+    // A fresh valve per case: the previous case's last 200 said r=0, which pauses its valve.
+    let valve = createValve({ id: 'bodies', rules: [], concurrency: 1 });
+    const f: typeof fetch = (input, init) => valve.wrapFetch()(input, init);
+    const cases: [string, () => Promise<Response>, string, number][] = [
+      ['string', () => f(srv.urlFor('ietf', '/s'), { method: 'POST', body: 'plain text' }), 'plain text', 2],
+      [
+        'params',
+        () =>
+          f(srv.urlFor('ietf', '/p'), { method: 'POST', body: new URLSearchParams({ a: '1', b: 'x y' }) }),
+        'a=1&b=x+y',
+        2,
+      ],
+      [
+        'request',
+        () => f(new Request(srv.urlFor('ietf', '/r'), { method: 'POST', body: '{"json":true}' })),
+        '{"json":true}',
+        2,
+      ],
+    ];
+    for (const [name, call, body, attempts] of cases) {
+      await valve.close();
+      valve = createValve({ id: `bodies-${name}`, rules: [], concurrency: 1 });
+      srv.reset();
+      // Spend the window so that the call under test gets a 429 first.
+      await (await fetch(srv.urlFor('ietf', '/spend'))).arrayBuffer();
+      const res = await call();
+      expect(res.status, name).toBe(200);
+      const sent = srv.log.filter((r) => r.method === 'POST');
+      expect(
+        sent.map((r) => r.body),
+        name,
+      ).toEqual(Array(attempts).fill(body));
+      expect(sent[0]?.status).toBe(429);
+    }
+    await valve.close();
+    valve = createValve({ id: 'bodies-stream', rules: [], concurrency: 1 });
+    srv.reset();
+    await (await fetch(srv.urlFor('ietf', '/spend'))).arrayBuffer();
+    const stream = new ReadableStream<Uint8Array>({
+      start(c) {
+        c.enqueue(new TextEncoder().encode('streamed'));
+        c.close();
+      },
+    });
+    const res = await f(srv.urlFor('ietf', '/stream'), {
+      method: 'POST',
+      body: stream,
+      duplex: 'half',
+    } as RequestInit);
+    expect(res.status).toBe(429);
+    expect(srv.log.filter((r) => r.method === 'POST').map((r) => r.body)).toEqual(['streamed']);
+    await res.arrayBuffer();
+    await valve.close();
+  });
+
+  it('serves its log and takes configuration over HTTP (for other processes)', async () => {
+    srv.reset();
+    const configured = await fetch(`${srv.url}/__configure/openai`, {
+      method: 'POST',
+      body: JSON.stringify({ limit: 1, windowMs: 60_000 }),
+    });
+    expect(configured.status).toBe(204);
+    await (await fetch(srv.urlFor('openai', '/a'), { headers: { 'x-test-tag': 't1' } })).arrayBuffer();
+    const second = await fetch(srv.urlFor('openai', '/b'));
+    expect(second.status).toBe(429);
+    await second.arrayBuffer();
+    const log = (await (await fetch(`${srv.url}/__log`)).json()) as {
+      tag?: string;
+      status: number;
+      at: number;
+    }[];
+    expect(log.map((r) => [r.tag, r.status])).toEqual([
+      ['t1', 200],
+      [undefined, 429],
+    ]);
+    expect(log[0]!.at).toBeGreaterThan(Date.now() - 60_000);
+    expect((await fetch(`${srv.url}/__reset`, { method: 'POST' })).status).toBe(204);
+    expect(srv.log).toEqual([]);
+  });
+});

@@ -14,6 +14,11 @@
  * with its headers showing 0 remaining, as real providers do.
  *
  * Requests may carry an `x-test-tag` header; it is copied into the log entry (`tag`).
+ *
+ * For a server in another process: `GET /__log` returns the log as JSON, `POST /__reset`
+ * clears it and every budget, `POST /__configure/<provider>` with a JSON body of
+ * `ProviderBehaviour` fields changes one provider (control requests are not logged). Log times are epoch ms
+ * from `performance.timeOrigin + performance.now()`, comparable across processes.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -163,6 +168,29 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
 
   const handle = (req: IncomingMessage, res: ServerResponse, body: string, at: number) => {
     const url = new URL(req.url ?? '/', 'http://localhost');
+    // Control endpoints, for tests that run the server in another process.
+    if (url.pathname === '/__log') {
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(log));
+      return;
+    }
+    if (url.pathname === '/__reset' && req.method === 'POST') {
+      log.length = 0;
+      budgets.clear();
+      res.writeHead(204).end();
+      return;
+    }
+    const configure = /^\/__configure\/([a-z-]+)$/.exec(url.pathname);
+    if (configure && req.method === 'POST') {
+      const provider = configure[1] as ProviderName;
+      if (!behaviours.has(provider)) {
+        res.writeHead(404).end();
+        return;
+      }
+      behaviours.set(provider, { ...behaviours.get(provider)!, ...(JSON.parse(body || '{}') as object) });
+      budgets.delete(provider);
+      res.writeHead(204).end();
+      return;
+    }
     const name = url.pathname.split('/')[1] as ProviderName;
     const behaviour = behaviours.get(name);
     const tag = typeof req.headers['x-test-tag'] === 'string' ? req.headers['x-test-tag'] : undefined;
@@ -435,4 +463,20 @@ function shopify(b: ProviderBehaviour, state: Budget, now: number): Answer {
     limited: false,
     blockedUntil: used >= b.limit ? now + (state.level + 1 - b.limit) * slotMs : undefined,
   };
+}
+
+/**
+ * Standalone: `npx tsx test/helpers/fake-provider.ts` starts a server and prints its URL
+ * on stdout (one line), for multi-process tests and demos. SIGTERM/SIGINT stop it.
+ */
+if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
+  // FAKE_PROVIDERS='{"openai":{"limit":10,"windowMs":1000}}' configures providers at start.
+  const providers = process.env.FAKE_PROVIDERS ? JSON.parse(process.env.FAKE_PROVIDERS) : undefined;
+  const server = await startFakeProvider({ providers });
+  process.stdout.write(`${server.url}\n`);
+  const stop = () => {
+    void server.stop().then(() => process.exit(0));
+  };
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
 }
