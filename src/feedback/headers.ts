@@ -390,12 +390,15 @@ class Reader {
     return list && list.length > 0 ? list.join(', ') : undefined;
   }
 
-  /** Values of a single-valued header, split when a Headers object joined repeated numeric values. */
+  /**
+   * Values of a single-valued header. A Headers object joins repeated values with ", ",
+   * so a value with commas is split again, unless it is one HTTP date ("Wed, 21 Oct …").
+   */
   values(name: string): string[] {
     const list = this.bag.headers.get(name) ?? [];
     const out: string[] = [];
     for (const v of list) {
-      if (v.includes(',') && /^[\s\d.,+-]+$/.test(v)) out.push(...v.split(','));
+      if (v.includes(',') && parseHttpDate(v) === undefined) out.push(...v.split(',').map((p) => p.trim()));
       else out.push(v);
     }
     return out;
@@ -497,9 +500,8 @@ class Reader {
     const name = 'retry-after';
     const raw = this.get(name);
     if (raw === undefined) return;
-    const single = this.bag.headers.get(name) ?? [];
     let best: number | undefined;
-    for (const v of single.length === 1 ? [single[0]!] : single) {
+    for (const v of this.bag.headers.get(name) ?? []) {
       let wait: number | undefined;
       let absolute = false;
       const date = parseHttpDate(v);

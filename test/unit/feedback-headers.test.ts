@@ -462,3 +462,23 @@ describe('nonsense is capped or ignored, and always reported', () => {
     expect(r.ignored[0]?.value).toHaveLength(200);
   });
 });
+
+describe('repeated values joined by Headers', () => {
+  it('splits joined durations, RFC 3339 times and numbers; keeps one HTTP date whole', () => {
+    const h = new Headers();
+    h.append('x-ratelimit-remaining-requests', '0');
+    h.append('x-ratelimit-reset-requests', '1s');
+    h.append('x-ratelimit-reset-requests', '6m0s');
+    expect(readFeedback({ status: 429, headers: h }, opts).reading?.waitMs).toBe(360_000);
+    const a = new Headers();
+    a.append('anthropic-ratelimit-tokens-remaining', '0');
+    a.append('anthropic-ratelimit-tokens-reset', '2023-11-14T22:13:30Z');
+    a.append('anthropic-ratelimit-tokens-reset', '2023-11-14T22:13:50Z');
+    expect(readFeedback({ status: 200, headers: a }, opts).reading?.waitMs).toBe(30_000);
+    const d = new Headers({
+      'x-ratelimit-remaining': '0',
+      'x-ratelimit-reset': new Date(NOW + 5000).toUTCString(),
+    });
+    expect(readFeedback({ status: 200, headers: d }, opts).reading?.waitMs).toBe(5000);
+  });
+});
