@@ -489,8 +489,9 @@ function checkId(id: unknown, name: string): void {
       `Expected \`${name}\` to be a string of 1 to 200 characters without '{' or '}', got ${describe(id)}`,
     );
   }
+  // Every id problem is a TypeError, as the API contract says (the length included).
   if (id.length < 1 || id.length > 200) {
-    throw new RangeError(`Expected \`${name}\` to be 1 to 200 characters long, got ${id.length} characters`);
+    throw new TypeError(`Expected \`${name}\` to be 1 to 200 characters long, got ${id.length} characters`);
   }
   if (id.includes('{') || id.includes('}')) {
     throw new TypeError(`Expected \`${name}\` to contain no '{' or '}', got ${JSON.stringify(id)}`);
