@@ -59,6 +59,25 @@ class Bucket<T extends QueueItem> {
     return item;
   }
 
+  /** Keeps only the items for which `keep` is true, in order; returns how many were dropped. */
+  filter(keep: (item: T) => boolean): number {
+    const old = this.items;
+    const kept: (T | undefined)[] = [];
+    for (let i = 0; i < this.size; i++) {
+      const item = old[(this.head + i) & this.mask]!;
+      if (keep(item)) kept.push(item);
+    }
+    let cap = 8;
+    while (cap < kept.length) cap *= 2;
+    const dropped = this.size - kept.length;
+    this.size = kept.length;
+    kept.length = cap;
+    this.items = kept;
+    this.head = 0;
+    this.mask = cap - 1;
+    return dropped;
+  }
+
   /** Puts `item` at its place by sequence. */
   insert(item: T): void {
     if (this.size === this.items.length) this.grow();
@@ -91,8 +110,19 @@ class Bucket<T extends QueueItem> {
   }
 }
 
-/** The priority queue. `size` counts stored items, including cancelled ones not yet skipped. */
+/**
+ * The priority queue. `size` counts stored items, including cancelled ones not yet skipped.
+ * The owner reports each item it cancels in place with {@link JobQueue.dropped}; once they
+ * are more than half of the queue, one pass removes them (amortised O(1) per cancel), so a
+ * blocked queue does not hold cancelled jobs until they reach its head.
+ */
 export class JobQueue<T extends QueueItem> {
+  /** Cancelled items still stored. */
+  private dead = 0;
+
+  /** @param isLive tells a live item from a cancelled one, for compaction. */
+  constructor(private readonly isLive: (item: T) => boolean = () => true) {}
+
   /** Distinct priorities that have a bucket, highest first. */
   private priorities: number[] = [];
   private readonly buckets = new Map<number, Bucket<T>>();
@@ -138,10 +168,34 @@ export class JobQueue<T extends QueueItem> {
   shift(): T | undefined {
     const top = this.top;
     if (top === undefined) return undefined;
-    const item = top.shift();
+    const item = top.shift()!;
     this.size--;
     if (top.size === 0) this.dropTop();
+    if (this.dead > 0 && !this.isLive(item)) this.dead--;
     return item;
+  }
+
+  /** The owner cancelled a stored item in place (it stays until skipped or compacted). */
+  dropped(): void {
+    this.dead++;
+    if (this.dead > 64 && this.dead * 2 > this.size) this.compact();
+  }
+
+  /** Removes every cancelled item in one pass. */
+  compact(): void {
+    const keep = this.isLive;
+    const ps = this.priorities;
+    let w = 0;
+    for (let r = 0; r < ps.length; r++) {
+      const p = ps[r]!;
+      const bucket = this.buckets.get(p)!;
+      this.size -= bucket.filter(keep);
+      if (bucket.size === 0) this.buckets.delete(p);
+      else ps[w++] = p;
+    }
+    ps.length = w;
+    this.top = w === 0 ? undefined : this.buckets.get(ps[0]!);
+    this.dead = 0;
   }
 
   private dropTop(): void {
@@ -155,6 +209,7 @@ export class JobQueue<T extends QueueItem> {
   drain(): T[] {
     const out: T[] = [];
     for (let item = this.shift(); item !== undefined; item = this.shift()) out.push(item);
+    this.dead = 0;
     return out;
   }
 }

@@ -215,7 +215,8 @@ class Job {
   state = QUEUED;
   /** The abort listener on the caller's signal, when there is one. */
   hook: AbortHook | null = null;
-  readonly resolve: (value: unknown) => void;
+  /** The promise's resolve function; replaced by a no-op once settled, so a skipped record holds nothing. */
+  resolve: (value: unknown) => void;
 
   constructor(fn: AnyJob, cost: number, priority: number, seq: number, deadline: number) {
     this.fn = fn;
@@ -226,6 +227,12 @@ class Job {
     this.resolve = capturedResolve;
   }
 }
+
+function isQueued(job: Job): boolean {
+  return job.state === QUEUED;
+}
+
+const settled = (): void => {};
 
 /** Listens to a caller's signal for one job (an object listener: no closure). */
 class AbortHook {
@@ -267,7 +274,7 @@ class ValveImpl implements Valve {
   private readonly feedback: FeedbackSettings;
 
   private readonly events = new Emitter();
-  private readonly queue = new JobQueue<Job>();
+  private readonly queue = new JobQueue<Job>(isQueued);
   private readonly deadlines = new DeadlineHeap<Job>();
   private readonly runningJobs: Context[] = [];
   private readonly internals: ValveInternals;
@@ -938,15 +945,17 @@ class ValveImpl implements Valve {
       this.leased.delete(ctx);
       this.releaseLater(ctx.held.token);
     }
+    const resolve = job.resolve;
+    job.resolve = settled;
     if (ctx.lost !== null) {
       this.failed++;
-      rejectWith(job.resolve, ctx.lost);
+      rejectWith(resolve, ctx.lost);
     } else if (ok) {
       this.succeeded++;
-      job.resolve(value);
+      resolve(value);
     } else {
       this.failed++;
-      rejectWith(job.resolve, value);
+      rejectWith(resolve, value);
     }
     this.schedulePump();
     if (this.closed) this.checkClosed();
@@ -963,7 +972,9 @@ class ValveImpl implements Valve {
       job.hook = null;
     }
     job.fn = null;
-    rejectWith(job.resolve, reason);
+    const resolve = job.resolve;
+    job.resolve = settled;
+    rejectWith(resolve, reason);
     if (this.closed) this.checkClosed();
   }
 
@@ -981,6 +992,7 @@ class ValveImpl implements Valve {
     if (job.state === QUEUED) {
       this.waiting--;
       this.end(job, reason);
+      this.queue.dropped();
       this.schedulePump();
     } else if (job.state === INFLIGHT) {
       // Its grant, if any, is spent; it will not run.
@@ -1044,8 +1056,11 @@ class ValveImpl implements Valve {
       head !== undefined && head.deadline <= now;
       head = this.deadlines.peek()
     ) {
-      if (head.state === QUEUED) this.waiting--;
-      this.expire(head);
+      if (head.state === QUEUED) {
+        this.waiting--;
+        this.expire(head);
+        this.queue.dropped();
+      } else this.expire(head);
     }
     if (this.leased.size > 0) {
       if (this.minLeaseExpiry <= now) this.expireLeases(now);

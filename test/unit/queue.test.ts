@@ -114,3 +114,68 @@ describe('DeadlineHeap', () => {
     );
   });
 });
+
+describe('JobQueue with cancellation in place', () => {
+  interface Live extends Item {
+    live: boolean;
+  }
+
+  it('skipping and compaction keep the order of live items; cancelled items are dropped once they dominate', () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.oneof(
+            fc.record({
+              op: fc.constant('push' as const),
+              priority: fc.integer({ min: -1, max: 1 }),
+              n: fc.integer({ min: 1, max: 40 }),
+            }),
+            fc.record({
+              op: fc.constant('cancel' as const),
+              pick: fc.nat(),
+              n: fc.integer({ min: 1, max: 60 }),
+            }),
+            fc.record({ op: fc.constant('shift' as const), n: fc.integer({ min: 1, max: 10 }) }),
+          ),
+          { maxLength: 60 },
+        ),
+        (ops) => {
+          const q = new JobQueue<Live>((item) => item.live);
+          let model: Live[] = [];
+          let seq = 0;
+          const liveShift = (): Live | undefined => {
+            for (;;) {
+              const item = q.shift();
+              if (item === undefined || item.live) return item;
+            }
+          };
+          for (const o of ops) {
+            if (o.op === 'push') {
+              for (let i = 0; i < o.n; i++) {
+                const item = { priority: o.priority, seq: seq++, live: true };
+                q.push(item);
+                model.push(item);
+              }
+              model.sort(order);
+            } else if (o.op === 'cancel') {
+              for (let i = 0; i < o.n && model.length > 0; i++) {
+                const item = model.splice((o.pick + i * 7) % model.length, 1)[0]!;
+                item.live = false;
+                q.dropped();
+              }
+            } else {
+              for (let i = 0; i < o.n; i++) expect(liveShift()).toBe(model.shift());
+            }
+            // Dead items never outnumber live ones by much (compaction), beyond the small threshold.
+            expect(q.size).toBeLessThanOrEqual(Math.max(2 * model.length + 1, model.length + 65));
+          }
+          const rest: Live[] = [];
+          for (let item = liveShift(); item; item = liveShift()) rest.push(item);
+          expect(rest).toEqual(model);
+          model = [];
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});

@@ -254,6 +254,25 @@ describe('maxQueue and maxWait', () => {
     expect(valve.stats()).toMatchObject({ rejected: 2, started: 3 });
   });
 
+  it('expired and aborted jobs of a blocked queue do not stay in memory until they reach its head', async () => {
+    const { valve, clock } = setup({});
+    await valve.pause(3_600_000);
+    const ac = new AbortController();
+    const jobs = Array.from({ length: 10_000 }, (_, i) =>
+      track(valve.run(() => i, i % 2 === 0 ? { maxWait: 100 } : { signal: ac.signal })),
+    );
+    const keeper = track(valve.run(() => 'kept'));
+    await clock.tickAsync(50);
+    ac.abort();
+    await clock.tickAsync(50);
+    expect(jobs.every((j) => j.done && !j.ok)).toBe(true);
+    expect((valve as unknown as { queue: { size: number } }).queue.size).toBeLessThan(100);
+    expect(valve.stats().queued).toBe(1);
+    await valve.resume();
+    await clock.tickAsync(0);
+    expect(keeper.value).toBe('kept');
+  });
+
   it('accepts maxWait as a duration string', async () => {
     const { valve, clock } = setup({ rules: { limit: 1, interval: 1000 }, maxWait: '1s' });
     valve.run(() => 1);
