@@ -271,8 +271,8 @@ interface SfMember {
 
 /**
  * A lenient parser for the RFC 8941 shapes the RateLimit drafts use: a List of items
- * with parameters (`"default";r=0;t=30, "day";r=10;t=3600`, drafts 07+) or a Dictionary
- * (`limit=10, remaining=0, reset=5`, draft 06). Returns undefined when malformed.
+ * with parameters (`"default";r=0;t=30, "day";r=10;t=3600`, drafts 08+) or a Dictionary
+ * (`limit=10, remaining=0, reset=5`, draft 07). Returns undefined when malformed.
  */
 export function parseStructured(text: string): SfMember[] | undefined {
   const members: SfMember[] = [];
@@ -600,7 +600,7 @@ class Reader {
       this.ignore(name, raw, 'unparseable');
       return;
     }
-    // Draft-06 dictionary form: limit=10, remaining=0, reset=5.
+    // Draft-07 dictionary form: limit=10, remaining=0, reset=5.
     const dict = new Map<string, SfBare>();
     for (const m of members) if (m.value !== undefined) dict.set(m.name, m.value);
     if (dict.has('remaining')) {
@@ -615,7 +615,7 @@ class Reader {
         else if (reset > 0) this.offer('ratelimit-header', name, raw, reset * 1000);
       }
     }
-    // Draft-07+ list form: "policy";r=0;t=30 (several policies allowed). `r` is required.
+    // Draft-08+ list form: "policy";r=0;t=30 (several policies allowed). `r` is required.
     if (!dict.has('remaining') && !members.some((m) => m.value === undefined && m.params.has('r'))) {
       this.ignore(name, raw, 'unparseable');
       return;

@@ -38,7 +38,7 @@ export type ProviderName =
   | 'shopify'
   /** Stripe: a bare 429 with a JSON error and no rate-limit header. */
   | 'stripe'
-  /** IETF draft 07+: RateLimit-Policy "default";q=..;w=.. and RateLimit "default";r=..;t=..; 429. */
+  /** IETF draft 08+: RateLimit-Policy "default";q=..;w=.. and RateLimit "default";r=..;t=..; 429. */
   | 'ietf'
   /** IETF drafts 00-06: RateLimit-Limit / RateLimit-Remaining / RateLimit-Reset (delta seconds); 429. */
   | 'ietf-legacy'

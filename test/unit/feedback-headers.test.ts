@@ -364,7 +364,7 @@ describe('provider fixtures (documented shapes)', () => {
     expect(read(200, { ...base, 'X-HubSpot-RateLimit-Remaining': '42' }).reading).toBeUndefined();
   });
 
-  it('IETF draft 07+: RateLimit list with r and t, RateLimit-Policy for a missing t', () => {
+  it('IETF draft 08+: RateLimit list with r and t, RateLimit-Policy for a missing t', () => {
     const r = read(200, {
       'RateLimit-Policy': '"default";q=100;w=60',
       RateLimit: '"default";r=0;t=30',
@@ -382,7 +382,7 @@ describe('provider fixtures (documented shapes)', () => {
     ).toMatchObject({ waitMs: 60_000, header: 'ratelimit-policy' });
   });
 
-  it('IETF draft 06 dictionary form and the older RateLimit-Limit/-Remaining/-Reset fields', () => {
+  it('IETF draft 07 dictionary form and the older RateLimit-Limit/-Remaining/-Reset fields (drafts 00-06)', () => {
     expect(read(429, { RateLimit: 'limit=100, remaining=0, reset=30' }).reading?.waitMs).toBe(30_000);
     const old = read(429, { 'RateLimit-Limit': '100', 'RateLimit-Remaining': '0', 'RateLimit-Reset': '30' });
     expect(old.reading).toMatchObject({ waitMs: 30_000, header: 'ratelimit-reset' });
