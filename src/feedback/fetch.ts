@@ -144,6 +144,17 @@ function anySignal(a: AbortSignal, b: AbortSignal | undefined): AbortSignal {
   return controller.signal;
 }
 
+/** Whether a response carries Retry-After or retry-after-ms (a 503 is retried only then). */
+function hasRetryAfter(response: unknown): boolean {
+  try {
+    const headers = (response as { headers?: { has?: (name: string) => boolean } }).headers;
+    if (typeof headers?.has !== 'function') return false;
+    return headers.has('retry-after') || headers.has('retry-after-ms');
+  } catch {
+    return false;
+  }
+}
+
 /** Discards a response body that will not be returned, so its connection is released. */
 function discard(response: unknown): void {
   try {
@@ -209,7 +220,8 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
         },
       );
       const status = (response as { status?: unknown } | null)?.status;
-      const retryable = status === 429 || (status === 503 && reading?.source === 'retry-after');
+      const retryable =
+        status === 429 || (status === 503 && reading !== undefined && hasRetryAfter(response));
       if (!retryable || attempt >= retries || !plan.replayable) return response;
       discard(response);
       const event: FetchRetryEvent = {

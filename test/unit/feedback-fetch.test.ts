@@ -109,6 +109,15 @@ describe('wrapFetch: retries', () => {
     const cases: [Reply, number][] = [
       [{ status: 503, headers: { 'retry-after': '1' } }, 2],
       [{ status: 503 }, 1],
+      [{ status: 503, headers: { 'retry-after': 'soon' } }, 1],
+      // Retry-After present, but a longer wait from another header: still a 503 with Retry-After.
+      [
+        {
+          status: 503,
+          headers: { 'retry-after': '1', 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '30' },
+        },
+        2,
+      ],
       [{ status: 500, headers: { 'retry-after': '1' } }, 1],
       [{ status: 403, headers: { 'retry-after': '1' } }, 1],
       [{ status: 404 }, 1],
