@@ -307,6 +307,8 @@ class ValveImpl implements Valve {
   /** Bumped whenever this process raises its known pause; an acquisition sent before cannot clear it. */
   private pauseEpoch = 0;
   private sentPauseEpoch = 0;
+  /** This valve's pause writes in flight: their wake-ups are not reported as 'remote' pauses. */
+  private ownPauses = 0;
   /** Store clock minus local clock, estimated at the last acquisition. */
   private offset = 0;
 
@@ -1119,9 +1121,14 @@ class ValveImpl implements Valve {
       return confirm ? Promise.reject(error) : undefined;
     }
     if (isThenable(result)) {
+      this.ownPauses++;
       const done = Promise.resolve(result).then(
-        (until) => this.paused(until, source, detail),
+        (until) => {
+          this.ownPauses--;
+          this.paused(until, source, detail);
+        },
         (err: unknown) => {
+          this.ownPauses--;
           const error = this.storeFailure(err, 'pause');
           if (confirm) throw error;
         },
@@ -1147,7 +1154,7 @@ class ValveImpl implements Valve {
       this.pauseUntil = local;
       this.pauseEpoch++;
     }
-    if (!own && isNew && local > this.clock.now()) {
+    if (!own && isNew && this.ownPauses === 0 && local > this.clock.now()) {
       this.events.emit('pause', { until: storeUntil, source: 'remote' });
     }
   }

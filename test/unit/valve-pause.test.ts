@@ -133,6 +133,30 @@ describe('pause() and resume()', () => {
     expect(job.value).toBe('b');
   });
 
+  it("its own pause's wake-up arriving before the store's reply is not reported as a remote pause", async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const store = {
+      ...spyStore(inner, clock),
+      subscribe: inner.subscribe!.bind(inner),
+      notifies: true,
+      // Written at once (the wake-up goes out in a microtask), answered 10 ms later.
+      pause: (id: string, ms: number) => {
+        const until = inner.pause(id, ms);
+        return new Promise<number>((resolve) => clock.setTimeout(() => resolve(until), 10));
+      },
+    };
+    const valve = createValve({ id: 'own', clock, store });
+    await valve.run(() => 0); // subscribed
+    const events: { source: string }[] = [];
+    valve.on('pause', (e) => events.push(e));
+    const done = valve.pause(1000);
+    await flushMicrotasks();
+    await clock.tickAsync(10);
+    await done;
+    expect(events.map((e) => e.source)).toEqual(['manual']);
+  });
+
   it('unsubscribes on close', async () => {
     const clock = new FakeClock();
     const inner = memoryStore({ clock });
