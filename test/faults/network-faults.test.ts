@@ -1,0 +1,274 @@
+/**
+ * Network faults between clients and Redis (issue 4), through the TCP fault proxy of
+ * test/helpers/tcp-proxy.ts, on loopback, against a real server.
+ *
+ * 1. Four worker processes, one id, global concurrency and a rate rule, saturated, while the
+ *    proxy adds latency, drops every connection, and blackholes all traffic for longer than
+ *    the store deadline and the lease TTL. Checked on the logs: the rate bound on the logged
+ *    starts (and on every grant), the concurrency limit (overlap only through logged lease
+ *    losses), no job waits past its maxWait (+ a stated settling tolerance), each failed store
+ *    call is reported once, each timed-out call is abandoned at valve's deadline, and no
+ *    unhandled rejection.
+ * 2. In this process, one call at a time: a blackholed acquire is abandoned at the store's
+ *    deadline and reported; when the network heals the server still executes it and spends
+ *    the budget; valve does not act as if it had not happened: the next grant comes a full
+ *    emission interval later (throughput lost, rate never raised).
+ */
+import { Redis as IORedis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createValve } from '../../src/index.js';
+import { redisStore } from '../../src/stores/redis/index.js';
+import { checkBounds } from '../helpers/bounds.js';
+import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { startProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
+import {
+  concurrency,
+  expectCleanExit,
+  grants,
+  intervals,
+  lateJobs,
+  mono,
+  outcomes,
+  sleep,
+  startGrants,
+  startWorker,
+  stopWorkers,
+  storeErrorAccounting,
+  unhandled,
+  type Worker,
+} from './harness.js';
+
+/** Timer and event-loop slack allowed on a loaded 2-core machine when checking deadlines. */
+const SETTLE_TOLERANCE = 250;
+
+const workers: Worker[] = [];
+const proxies: TcpProxy[] = [];
+const clients: IORedis[] = [];
+afterAll(async () => {
+  await stopWorkers(workers);
+  for (const c of clients) c.disconnect();
+  await Promise.all(proxies.map((p) => p.close()));
+});
+
+describe('network faults through a TCP proxy', () => {
+  it('latency, dropped connections and a blackhole: bounds, limit and maxWait hold', async () => {
+    const { host, port } = sharedRedis();
+    const proxy = await startProxy({ target: { host, port } });
+    proxies.push(proxy);
+    const prefix = uniquePrefix('faults-net');
+    const rule = { limit: 30, interval: 1000, burst: 3 };
+    const limit = 6;
+    const maxWait = 1500;
+    const storeTimeout = 400;
+    for (let i = 0; i < 4; i++) {
+      // Two workers run long jobs (held across the faults: renewals time out, leases are lost),
+      // two run short ones fast enough to saturate the rate rule.
+      const long = i < 2;
+      workers.push(
+        startWorker({
+          name: `${long ? 'long' : 'short'}${i}`,
+          host: proxy.host,
+          port: proxy.port,
+          prefix,
+          id: 'net',
+          rules: [rule],
+          concurrency: { limit, scope: 'global', leaseTtl: 1500 },
+          storeTimeout,
+          subscriber: i % 2 === 0,
+          jobs: long ? 14 : 100,
+          submitEvery: long ? 600 : 60,
+          submitAfter: 300,
+          durationMs: long ? [800, 2500] : [10, 60],
+          maxWait,
+          exitAfterMs: 45_000,
+        }),
+      );
+    }
+    await Promise.all(workers.map((w) => w.waitFor('start', undefined, 20_000)));
+    const phases: string[] = [];
+    const phase = (name: string) => phases.push(`${name}@${(mono() - t0).toFixed(0)}`);
+    const t0 = mono();
+    await sleep(800);
+    phase('latency 60ms');
+    proxy.setLatency(60);
+    await sleep(1500);
+    phase('latency 0');
+    proxy.setLatency(0);
+    phase('drop');
+    proxy.dropAll();
+    await sleep(400);
+    phase('drop');
+    proxy.dropAll();
+    await sleep(600);
+    phase('blackhole');
+    const blackholedAt = mono();
+    proxy.blackhole(true);
+    await sleep(2000);
+    proxy.blackhole(false);
+    const healedAt = mono();
+    phase('healed');
+    await expectCleanExit(workers, 45_000);
+
+    const all = outcomes(workers);
+    const lost = all.filter((o) => o.settled === null);
+    const late = lateJobs(all, maxWait, SETTLE_TOLERANCE);
+    const ivs = intervals(workers);
+    const report = concurrency(ivs, limit);
+    const startViolations = checkBounds(startGrants(workers), rule);
+    const grantViolations = checkBounds(grants(workers), rule);
+    const calls = workers.flatMap((w) => w.of('call'));
+    const timedOut = calls.filter((c) => !c.ok && c.err?.startsWith('RedisStoreTimeoutError'));
+    const timeoutElapsed = timedOut.map((c) => c.t1 - c.t0);
+    const inBlackhole = timedOut.filter((c) => c.t0 >= blackholedAt && c.t1 <= healedAt + SETTLE_TOLERANCE);
+    const codes = new Map<string, number>();
+    for (const o of all) {
+      const key = o.ok ? 'ok' : (o.code ?? 'error');
+      codes.set(key, (codes.get(key) ?? 0) + 1);
+    }
+    const leaseLost = workers.flatMap((w) => w.of('lease-lost'));
+    const waits = all.filter((o) => o.start !== null).map((o) => o.start! - o.submit);
+    const overWait = Math.max(
+      0,
+      ...all.map((o) => (o.start ?? o.settled ?? Number.POSITIVE_INFINITY) - o.submit - maxWait),
+    );
+    console.log(
+      `[faults] proxy faults (${phases.join(', ')}): ${all.length} jobs: ${[...codes].map(([k, v]) => `${k} ${v}`).join(', ')}; ` +
+        `lost ${lost.length}; past maxWait+${SETTLE_TOLERANCE}ms ${late.length} (worst ${overWait.toFixed(0)} ms past maxWait), ` +
+        `longest wait to start ${Math.max(...waits).toFixed(0)} ms; max concurrent ${report.max} ` +
+        `(over-limit instants ${report.over.length}, unexplained ${report.unexplained.length}); leases lost ${leaseLost.length} ` +
+        `(${[...new Set(leaseLost.map((e) => e.reason))].join(',')}); rate violations on starts ${startViolations.length}, ` +
+        `on grants ${grantViolations.length}; store calls ${calls.length}, failed ${calls.filter((c) => !c.ok).length}, ` +
+        `timed out ${timedOut.length} (${inBlackhole.length} in the blackhole), abandoned after ` +
+        `${Math.min(...timeoutElapsed).toFixed(0)}..${Math.max(...timeoutElapsed).toFixed(0)} ms (deadline ${storeTimeout})`,
+    );
+
+    if (process.env.FAULTS_DEBUG) {
+      const rel = (t: number) => (t - t0).toFixed(0);
+      for (const w of workers) {
+        console.log(
+          w.name,
+          'renews',
+          w
+            .of('call')
+            .filter((c) => c.op === 'renew')
+            .map((c) => `${rel(c.t0)}-${rel(c.t1)}:${c.ok}`)
+            .join(' '),
+        );
+        console.log(
+          w.name,
+          'starts',
+          w
+            .of('start')
+            .map((s) => rel(s.t))
+            .join(' '),
+        );
+        console.log(
+          w.name,
+          'acq',
+          w
+            .of('call')
+            .filter((c) => c.op === 'acquire')
+            .map((c) => `${rel(c.t0)}-${rel(c.t1)}:${c.ok ? c.granted : c.err?.slice(0, 30)}`)
+            .join(' '),
+        );
+        console.log(
+          w.name,
+          'settled',
+          w
+            .of('settled')
+            .map((c) => `${rel(c.t)}:${c.code}`)
+            .join(' '),
+        );
+        console.log(
+          w.name,
+          'ends',
+          w
+            .of('cb-end')
+            .map((s) => rel(s.t))
+            .join(' '),
+        );
+      }
+    }
+    expect(unhandled(workers)).toEqual([]);
+    expect(lost).toEqual([]);
+    expect(late).toEqual([]);
+    for (const o of all) {
+      if (o.ok === false) expect(['MAX_WAIT', 'STORE_UNAVAILABLE', 'LEASE_LOST']).toContain(o.code);
+    }
+    expect(startViolations).toEqual([]);
+    expect(grantViolations).toEqual([]);
+    expect(report.unexplained).toEqual([]);
+    expect(report.max).toBeGreaterThanOrEqual(limit); // saturated
+    for (const w of workers) {
+      const acc = storeErrorAccounting(w);
+      expect(acc.events, `${w.name}: one 'store-error' per failed store call`).toBe(acc.failedCalls);
+    }
+    // The blackhole made calls time out; each was abandoned at valve's deadline, not before, not long after.
+    expect(inBlackhole.length).toBeGreaterThan(0);
+    for (const ms of timeoutElapsed) {
+      expect(ms).toBeGreaterThanOrEqual(storeTimeout - 2);
+      expect(ms).toBeLessThan(storeTimeout + SETTLE_TOLERANCE);
+    }
+    // Every job ran again after the network healed.
+    expect(all.some((o) => o.start !== null && o.start > healedAt)).toBe(true);
+  }, 90_000);
+
+  it('a blackholed acquire is abandoned at its deadline; its late spend is honoured, not retried away', async () => {
+    const { host, port } = sharedRedis();
+    const proxy = await startProxy({ target: { host, port } });
+    proxies.push(proxy);
+    const client = new IORedis({
+      host: proxy.host,
+      port: proxy.port,
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 0,
+    });
+    client.on('error', () => {});
+    clients.push(client);
+    await client.connect();
+    const timeout = 300;
+    const interval = 2000;
+    const valve = createValve({
+      id: 'abandoned',
+      rules: [{ limit: 1, interval }],
+      store: redisStore({ client, prefix: uniquePrefix('faults-abandon'), timeout }),
+      maxWait: 20_000,
+    });
+    const errors: { at: number; name: string; op: string }[] = [];
+    valve.on('store-error', (err, ctx) => {
+      errors.push({ at: mono(), name: err instanceof Error ? err.name : String(err), op: ctx.operation });
+    });
+
+    proxy.blackhole(true);
+    const sentAt = mono();
+    let startedAt = 0;
+    const job = valve.run(() => {
+      startedAt = mono();
+    });
+    while (errors.length === 0) await sleep(10);
+    const first = errors[0]!;
+    await sleep(500); // a retry or two, also held by the blackhole
+    const healedAt = mono();
+    proxy.blackhole(false);
+    await job;
+    await valve.close();
+
+    const abandonedAfter = first.at - sentAt;
+    const startAfterHeal = startedAt - healedAt;
+    console.log(
+      `[faults] blackholed acquire: abandoned and reported ${abandonedAfter.toFixed(0)} ms after it was sent ` +
+        `(deadline ${timeout} ms), ${errors.length} timed-out calls in all; once healed, the held call spent the ` +
+        `budget on the server and the job started ${startAfterHeal.toFixed(0)} ms later (emission interval ${interval} ms)`,
+    );
+    expect(first).toMatchObject({ name: 'RedisStoreTimeoutError', op: 'acquire' });
+    expect(abandonedAfter).toBeGreaterThanOrEqual(timeout - 1);
+    expect(abandonedAfter).toBeLessThan(timeout + SETTLE_TOLERANCE);
+    for (const e of errors) expect(e.name).toBe('RedisStoreTimeoutError');
+    // The abandoned call executed when the network healed and spent the only unit; the job got
+    // the next one, a full interval later: the spend was honoured (throughput lost), never undone.
+    expect(startAfterHeal).toBeGreaterThanOrEqual(interval - 10);
+    expect(startAfterHeal).toBeLessThan(interval + 1500);
+  }, 30_000);
+});
