@@ -2,7 +2,8 @@
  * Scenario 3, Redis throughput: a limit that never binds, 1 process and 4 processes sharing one
  * id, each keeping 1000 jobs outstanding for 3 s. Per peer: jobs/s over all processes, Redis
  * commands per job and script calls per job (INFO commandstats deltas, INFO itself excluded), and
- * Redis server CPU per job (used_cpu_user + used_cpu_sys delta).
+ * Redis server CPU per job (used_cpu_user + used_cpu_sys delta: command execution plus network
+ * I/O and event-loop turns) and command execution time per job (commandstats usec of the scripts).
  */
 import { NEVER_BINDS } from '../lib/adapters.js';
 import { emit, parseScenarioArgs, round } from '../lib/common.js';
@@ -40,6 +41,7 @@ async function measure(peer: string, name: string, processes: number): Promise<v
         commandsPerJob: round(r.redis.commands / jobs, 3),
         scriptsPerJob: round(r.redis.scripts / jobs, 4),
         redisCpuUsPerJob: round((r.redis.cpuSec * 1e6) / jobs, 2),
+        scriptUsPerJob: round(r.redis.commandUs / jobs, 2),
       },
     });
   } finally {
