@@ -7,7 +7,8 @@
  * pause it wrote ends, except requests that were already on their way (granted before
  * the pause).
  */
-import { fetch as undiciFetch } from 'undici';
+import { get } from 'node:http';
+import { fetch as undiciFetch, request as undiciRequest } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createValve } from '../../src/valve.js';
 import { type FakeProvider, type ProviderName, startFakeProvider } from '../helpers/fake-provider.js';
@@ -318,5 +319,31 @@ describe('bodies on the wire, control endpoints', () => {
     expect(log[0]!.at).toBeGreaterThan(Date.now() - 60_000);
     expect((await fetch(`${srv.url}/__reset`, { method: 'POST' })).status).toBe(204);
     expect(srv.log).toEqual([]);
+  });
+});
+
+describe('observe() with other clients', () => {
+  let srv: FakeProvider;
+  beforeAll(async () => {
+    srv = await startFakeProvider({ providers: { 'github-primary': { limit: 1, windowMs: 60_000 } } });
+  });
+  afterAll(async () => {
+    await srv?.stop();
+  });
+
+  it("reads node:http's IncomingMessage and undici.request()'s answer", async () => {
+    const valve = createValve({ id: 'clients', rules: [] });
+    const message = await new Promise<import('node:http').IncomingMessage>((resolve, reject) => {
+      get(srv.urlFor('github-primary', '/http'), resolve).on('error', reject);
+    });
+    message.resume();
+    const viaHttp = valve.observe(message);
+    expect(viaHttp).toMatchObject({ source: 'ratelimit-header', header: 'x-ratelimit-reset', status: 200 });
+    const { statusCode, headers, body } = await undiciRequest(srv.urlFor('github-primary', '/undici'));
+    await body.dump();
+    const viaUndici = valve.observe({ statusCode, headers });
+    expect(viaUndici).toMatchObject({ source: 'ratelimit-header', status: 429 });
+    expect(viaUndici!.until).toBeCloseTo(viaHttp!.until, 0);
+    await valve.close();
   });
 });
