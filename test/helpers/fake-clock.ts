@@ -10,9 +10,13 @@ interface Timer {
  * A virtual clock for tests: time moves only when the test says so. Timers fire in
  * time order (ties in creation order). `lateness` can make every timer fire late by a
  * chosen amount, to test that the scheduler never catches up.
+ *
+ * Time is kept in integer microseconds, so repeated `advance(retryAfter)` never drifts
+ * (a float of epoch ms only has ~0.24 µs of precision and would round short).
  */
 export class FakeClock implements Clock {
-  private time: number;
+  /** Current time in integer µs since the epoch. */
+  private us: number;
   private timers: Timer[] = [];
   private nextId = 1;
   /** Extra delay (ms) added to each timer when it is set; a function receives the requested delay. */
@@ -21,18 +25,18 @@ export class FakeClock implements Clock {
   readonly requested: number[] = [];
 
   constructor(start = 1_700_000_000_000) {
-    this.time = start;
+    this.us = toUs(start);
   }
 
   now(): number {
-    return this.time;
+    return this.us / 1000;
   }
 
   setTimeout(fn: () => void, ms: number): unknown {
     const delay = Math.max(0, Number.isFinite(ms) ? ms : 0);
     this.requested.push(delay);
     const late = typeof this.lateness === 'function' ? this.lateness(delay) : this.lateness;
-    const timer = { id: this.nextId++, at: this.time + delay + Math.max(0, late), fn };
+    const timer = { id: this.nextId++, at: this.us + delayUs(delay) + delayUs(Math.max(0, late)), fn };
     this.timers.push(timer);
     return timer.id;
   }
@@ -52,7 +56,7 @@ export class FakeClock implements Clock {
     let best: Timer | undefined;
     for (const t of this.timers)
       if (!best || t.at < best.at || (t.at === best.at && t.id < best.id)) best = t;
-    return best?.at;
+    return best === undefined ? undefined : best.at / 1000;
   }
 
   private popDue(until: number): Timer | undefined {
@@ -66,17 +70,17 @@ export class FakeClock implements Clock {
 
   /** Moves time forward by `ms` synchronously, firing due timers in order (no microtasks in between). */
   advance(ms: number): void {
-    const until = this.time + ms;
+    const until = this.us + toUs(ms);
     for (let t = this.popDue(until); t; t = this.popDue(until)) {
-      this.time = Math.max(this.time, t.at);
+      this.us = Math.max(this.us, t.at);
       t.fn();
     }
-    this.time = until;
+    this.us = until;
   }
 
   /** Sets the time without firing timers (to model a stalled event loop). */
   jump(ms: number): void {
-    this.time += ms;
+    this.us += toUs(ms);
   }
 
   /**
@@ -85,28 +89,38 @@ export class FakeClock implements Clock {
    * as they would on a real event loop).
    */
   async tickAsync(ms: number): Promise<void> {
-    const until = this.time + ms;
+    const until = this.us + toUs(ms);
     await flushMicrotasks();
     for (let t = this.popDue(until); t; t = this.popDue(until)) {
-      this.time = Math.max(this.time, t.at);
+      this.us = Math.max(this.us, t.at);
       t.fn();
       await flushMicrotasks();
     }
-    this.time = until;
+    this.us = until;
     await flushMicrotasks();
   }
 
   /** Runs timers until none is left or `limit` ms have passed; returns the time advanced. */
   async runAllAsync(limit = 3_600_000): Promise<number> {
-    const start = this.time;
+    const start = this.us;
     await flushMicrotasks();
     for (;;) {
       const at = this.nextAt();
-      if (at === undefined || at - start > limit) break;
-      await this.tickAsync(Math.max(0, at - this.time));
+      if (at === undefined || at * 1000 - start > toUs(limit)) break;
+      await this.tickAsync(Math.max(0, at - this.us / 1000));
     }
-    return this.time - start;
+    return (this.us - start) / 1000;
   }
+}
+
+/** Milliseconds (possibly fractional) to the nearest integer microsecond. */
+function toUs(ms: number): number {
+  return Math.round(ms * 1000);
+}
+
+/** A timer delay in integer microseconds, rounded up so a timer never fires before the delay asked for. */
+function delayUs(ms: number): number {
+  return Math.ceil(Math.round(ms * 1e6) / 1000);
 }
 
 /** Lets queued promise callbacks run (several rounds, for chains of awaits). */
