@@ -1,3 +1,5 @@
+import type { FetchRetryEvent } from './feedback/fetch.js';
+import type { FeedbackIgnored } from './feedback/observe.js';
 import type { PauseSource } from './internal.js';
 
 /** Which store call failed, carried by every 'store-error' event. */
@@ -45,10 +47,10 @@ export interface ValveEvents {
   pause: [event: PauseEvent];
   resume: [event: ResumeEvent];
   'lease-lost': [event: LeaseLostEvent];
-  /** A wrapFetch retry (payload defined by the feedback module). */
-  retry: [event: Readonly<Record<string, unknown>>];
-  /** observe() read something it did not act on (nonsense, capped, or unusable headers). */
-  'feedback-ignored': [event: Readonly<Record<string, unknown>>];
+  /** wrapFetch() queued a request again after a 429 or 503. */
+  retry: [event: FetchRetryEvent];
+  /** observe() read a header value it did not use as sent (nonsense, capped, in the past…). */
+  'feedback-ignored': [event: FeedbackIgnored];
   /** The queue is empty and no job is running (emitted on each transition to idle). */
   idle: [];
 }

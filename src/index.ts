@@ -12,6 +12,8 @@ export type {
   ValveEvents,
   ValveListener,
 } from './events.js';
+export type { FetchLike, FetchRetryEvent, WrapFetchOptions } from './feedback/fetch.js';
+export type { FeedbackIgnored, FeedbackReading, IgnoredReason } from './feedback/observe.js';
 export type { PauseSource } from './internal.js';
 export type {
   ConcurrencyOption,
