@@ -763,7 +763,9 @@ class ValveImpl implements Valve {
       r === null ||
       typeof r.granted !== 'number' ||
       !(r.granted >= 0) ||
-      (this.global && r.granted > 0 && !Array.isArray(r.leases))
+      (this.global &&
+        r.granted > 0 &&
+        (!Array.isArray(r.leases) || r.leases.length < Math.min(Math.floor(r.granted), n)))
     ) {
       this.acquireFailed(new TypeError(`store.acquire() returned an invalid result: ${describe(r)}`));
       return;
