@@ -8,8 +8,8 @@
  *   server.log        // every request: arrival time (epoch ms), provider, status, ...
  *   await server.stop();
  *
- * Each provider keeps its own budget (a fixed window aligned to `windowMs` on the server's
- * clock, or Shopify's leaky bucket) and answers the request that exceeds it the way the
+ * Each provider keeps its own budget (a fixed window of `windowMs` that opens at the first
+ * request after the previous window closed, or Shopify's leaky bucket) and answers the request that exceeds it the way the
  * real provider does. The first request that spends the last unit is answered normally,
  * with its headers showing 0 remaining, as real providers do.
  *
@@ -61,7 +61,7 @@ export const PROVIDERS: readonly ProviderName[] = [
 export interface ProviderBehaviour {
   /** Requests per window (Shopify: bucket capacity). */
   limit: number;
-  /** Window length in ms (aligned on the server clock). Shopify ignores it: its bucket leaks limit/20 per second. */
+  /** Window length in ms (opens at the first request after the last window closed). Shopify ignores it: its bucket leaks limit/20 per second. */
   windowMs: number;
   /** Status of a limited response, where the provider has a choice (GitHub: 403 or 429). */
   limitedStatus?: number;
@@ -129,6 +129,7 @@ export interface FakeProviderOptions {
 const wallClock = () => performance.timeOrigin + performance.now();
 
 interface Budget {
+  /** Start of the current window (server clock, epoch ms); -1 before the first request. */
   window: number;
   count: number;
   /** Shopify bucket level and when it was last computed. */
@@ -283,12 +284,13 @@ interface Answer {
 /** Decides one request against a provider's budget and shapes the answer like the provider. */
 function play(name: ProviderName, b: ProviderBehaviour, state: Budget, now: number): Answer {
   if (name === 'shopify') return shopify(b, state, now);
-  const window = Math.floor(now / b.windowMs);
-  if (state.window !== window) {
-    state.window = window;
+  // A fixed window that opens at the first request after the previous one closed (as
+  // GitHub's hourly window does), so tests do not depend on where wall-clock boundaries fall.
+  if (state.window < 0 || now >= state.window + b.windowMs) {
+    state.window = now;
     state.count = 0;
   }
-  const reset = (window + 1) * b.windowMs;
+  const reset = state.window + b.windowMs;
   const limited = state.count >= b.limit;
   if (!limited) state.count++;
   const remaining = Math.max(0, b.limit - state.count);
