@@ -762,5 +762,8 @@ export function readBag(bag: HeaderBag, options: ParseOptions): ParsedFeedback {
       ...(capped ? { capped: true } : {}),
     };
   }
-  return { status, reading, ignored: r.ignored, needsBackoff: status === 429 && reading === undefined };
+  // A spent counter without its own reset is only worth reporting when nothing else gave a
+  // wait (Kong, for one, sends X-RateLimit-Remaining-Minute next to a RateLimit-Reset).
+  const ignored = reading ? r.ignored.filter((i) => i.reason !== 'no-reset') : r.ignored;
+  return { status, reading, ignored, needsBackoff: status === 429 && reading === undefined };
 }

@@ -457,6 +457,18 @@ describe('nonsense is capped or ignored, and always reported', () => {
     ).toMatchObject([{ header: 'x-ratelimit-reset', reason: 'in-the-past' }]);
   });
 
+  it('does not report a counter without reset when another header gave the wait (Kong)', () => {
+    const r = read(429, {
+      'X-RateLimit-Limit-Minute': '5',
+      'X-RateLimit-Remaining-Minute': '0',
+      'RateLimit-Limit': '5',
+      'RateLimit-Remaining': '0',
+      'RateLimit-Reset': '42',
+    });
+    expect(r.reading).toMatchObject({ waitMs: 42_000, header: 'ratelimit-reset' });
+    expect(r.ignored).toEqual([]);
+  });
+
   it('echoes at most 200 characters of a value', () => {
     const r = read(429, { 'retry-after': 'x'.repeat(10_000) });
     expect(r.ignored[0]?.value).toHaveLength(200);
