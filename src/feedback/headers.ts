@@ -419,9 +419,9 @@ class Reader {
   }
 
   /**
-   * Parses a remaining count. Returns true when it says the budget is spent (≤ 0 is
-   * not accepted: negative counts are reported and ignored), false when budget is left,
-   * undefined when the header is absent or unusable.
+   * Parses a remaining count. Returns true when it is 0 (the budget is spent), false when
+   * budget is left, undefined when the header is absent or unusable (negative or
+   * unparseable counts are reported and ignored).
    */
   exhausted(name: string): boolean | undefined {
     const raw = this.get(name);
