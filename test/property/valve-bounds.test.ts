@@ -56,6 +56,16 @@ const scenarioArb = fc
     /** With a concurrency limit: shared by all valves through store leases. */
     globalScope: fc.boolean(),
     batch: fc.integer({ min: 1, max: 8 }),
+    /** Shared pauses (pause(ms) or resume()) written by a random valve at a random time. */
+    pauses: fc.array(
+      fc.record({
+        at: fc.integer({ min: 0, max: 2000 }),
+        ms: fc.integer({ min: 1, max: 800 }),
+        valve: fc.nat(1),
+        resume: fc.boolean(),
+      }),
+      { maxLength: 3 },
+    ),
     /** An asynchronous store: each answer arrives this many ms later (undefined: synchronous memory store). */
     asyncDelay: fc.option(fc.integer({ min: 0, max: 20 }), { nil: undefined }),
     lateness: fc.array(fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 40 })), {
@@ -93,7 +103,21 @@ const scenarioArb = fc
 
 type Scenario = typeof scenarioArb extends fc.Arbitrary<infer T> ? T : never;
 
-async function simulate(s: Scenario): Promise<{ records: Record_[]; clock: FakeClock; valves: Valve[] }> {
+interface PauseWrite {
+  ev: number;
+  at: number;
+  end: number;
+}
+
+async function simulate(
+  s: Scenario,
+): Promise<{
+  records: Record_[];
+  clock: FakeClock;
+  valves: Valve[];
+  pauses: PauseWrite[];
+  resumes: number[];
+}> {
   const clock = new FakeClock(1_700_000_000_000);
   let li = 0;
   clock.lateness = () => s.lateness[li++ % s.lateness.length]!;
@@ -146,6 +170,21 @@ async function simulate(s: Scenario): Promise<{ records: Record_[]; clock: FakeC
   let peakTotal = 0;
   const records: Record_[] = [];
   const t0 = clock.now();
+  const pauses: PauseWrite[] = [];
+  const resumes: number[] = [];
+  for (const p of s.pauses) {
+    clock.setTimeout(() => {
+      const valve = valves[p.valve % s.valves]!;
+      if (p.resume) {
+        resumes.push(ev++);
+        void valve.resume();
+      } else {
+        // The memory store records the pause synchronously inside this call.
+        pauses.push({ ev: ev++, at: clock.now(), end: clock.now() + p.ms });
+        void valve.pause(p.ms);
+      }
+    }, p.at);
+  }
   for (const spec of s.jobs) {
     const wait = t0 + spec.arrival - clock.now();
     if (wait > 0) await clock.tickAsync(wait);
@@ -196,7 +235,7 @@ async function simulate(s: Scenario): Promise<{ records: Record_[]; clock: FakeC
     if (peakLocal > s.concurrency)
       throw new Error(`concurrency ${s.concurrency}: ${peakLocal} ran at once in one valve`);
   }
-  return { records, clock, valves };
+  return { records, clock, valves, pauses, resumes };
 }
 
 /** Asserts every bound of the Guarantees "Rate bounds" table for each rule, over all valves' starts. */
@@ -269,6 +308,17 @@ function checkOrdering(records: Record_[], valves: number): void {
   }
 }
 
+/** After a pause is written, no job starts until it expires (unless a resume came in between). */
+function checkPauses(records: Record_[], pauses: PauseWrite[], resumes: number[]): void {
+  for (const p of pauses) {
+    for (const r of records) {
+      if (r.startEv < p.ev || r.start >= p.end) continue;
+      if (resumes.some((e) => e > p.ev && e < r.startEv)) continue;
+      throw new Error(`job #${r.enq} started at ${r.start} inside a pause written at ${p.at} until ${p.end}`);
+    }
+  }
+}
+
 function checkEveryJobEnds(records: Record_[]): void {
   for (const r of records) {
     if (r.outcome === 'pending') throw new Error(`job #${r.enq} never ended`);
@@ -285,14 +335,15 @@ describe('engine properties (memory store, virtual clock, late timers)', () => {
   it('rate bounds, ordering, no catch-up and every job ends', async () => {
     await fc.assert(
       fc.asyncProperty(scenarioArb, async (s) => {
-        const { records, clock, valves } = await simulate(s);
+        const { records, clock, valves, pauses, resumes } = await simulate(s);
+        checkPauses(records, pauses, resumes);
         checkEveryJobEnds(records);
         checkRateBounds(s.rules, records);
         checkOrdering(records, s.valves);
         for (const valve of valves) expect(valve.stats()).toMatchObject({ queued: 0, running: 0 });
         expect(clock.pending).toBe(0);
       }),
-      { numRuns: 250 },
+      { numRuns: 400 },
     );
   });
 
