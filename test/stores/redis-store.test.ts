@@ -346,3 +346,33 @@ describe('subscriber: resubscribes after a reconnect', () => {
     });
   }
 });
+
+describe('TLS', () => {
+  let server: RedisServer;
+  beforeAll(async () => {
+    server = await startRedis({ tls: true });
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  for (const family of CLIENT_FAMILIES) {
+    it(`acquire, pause and wake-ups over TLS (${family})`, async () => {
+      const c = await connectClient(family, { host: server.host, port: server.port, tlsCa: server.tls!.ca });
+      try {
+        const prefix = uniquePrefix('tls');
+        const store = redisStore({ client: c.client, subscriber: c.subscriber, prefix });
+        const events: WakeEvent[] = [];
+        store.subscribe!('tls', (e) => events.push(e));
+        await waitFor(() => store.notifies === true);
+        expect(
+          (await store.acquire({ id: 'tls', rules: [perSecond], costs: [1, 1, 1], count: 3 })).granted,
+        ).toBe(2);
+        await store.pause('tls', 1000);
+        await waitFor(() => events.length === 1);
+      } finally {
+        await c.close();
+      }
+    });
+  }
+});
