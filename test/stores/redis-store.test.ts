@@ -53,6 +53,7 @@ describe('redisStore options', () => {
       /Unknown option `ttl`/,
     );
     expect(() => redisStore({ client: c.client, subscriber: {} })).toThrow(/`subscriber`/);
+    expect(() => redisStore({ client: c.client, subscriber: c.client })).toThrow(/second connection/);
   });
 
   it('rejects ids with braces and bad arguments (as rejections, never throws synchronously)', async () => {

@@ -136,6 +136,11 @@ class RedisStore implements Store {
       if (typeof options.subscriber !== 'object' || options.subscriber === null) {
         throw new TypeError('Expected `subscriber` to be a Redis connection');
       }
+      if (options.subscriber === options.client && !this.cmd.cluster) {
+        throw new TypeError(
+          'Expected `subscriber` to be a second connection (e.g. client.duplicate()): a connection that subscribes cannot run the scripts',
+        );
+      }
       const hub = wakeHub(options.subscriber, mode);
       this.hub = hub;
       if (hub.supported) {

@@ -1,0 +1,127 @@
+/**
+ * createValve over redisStore, in one test process: lost script caches never fail a job, and
+ * global concurrency holds across two valves on two connections.
+ */
+import { describe, expect, it } from 'vitest';
+import { createValve } from '../../src/index.js';
+import { redisStore } from '../../src/stores/redis/index.js';
+import type { Store } from '../../src/stores/store.js';
+import { checkRules } from '../helpers/bounds.js';
+import { respCommand } from '../helpers/resp.js';
+import { startRedis } from '../helpers/servers.js';
+import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { CLIENT_FAMILIES, connectClient } from '../multiprocess/redis-clients.js';
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Wraps a store to log the store clock of every grant. */
+function logging(inner: Store, grants: { t: number; cost: number }[]): Store {
+  return {
+    acquire: async (request) => {
+      const r = await inner.acquire(request);
+      for (let i = 0; i < r.granted; i++) grants.push({ t: r.now, cost: request.costs[i]! });
+      return r;
+    },
+    pause: (id, ms) => inner.pause(id, ms),
+    resume: (id) => inner.resume(id),
+    renew: (id, tokens, ttl) => inner.renew(id, tokens, ttl),
+    release: (id, tokens) => inner.release(id, tokens),
+  };
+}
+
+describe('valves over redisStore', () => {
+  for (const family of CLIENT_FAMILIES) {
+    it(`SCRIPT FLUSH during a run never fails a job (${family})`, async () => {
+      const server = sharedRedis();
+      const c = await connectClient(family, server);
+      try {
+        const rules = [{ limit: 1000, interval: '1s', burst: 10 }];
+        const grants: { t: number; cost: number }[] = [];
+        const valve = createValve({
+          id: 'flush',
+          rules,
+          store: logging(redisStore({ client: c.client, prefix: uniquePrefix('vflush') }), grants),
+          onStoreError: 'throw',
+        });
+        let stop = false;
+        let flushes = 0;
+        const flusher = (async () => {
+          while (!stop) {
+            await respCommand(server, ['SCRIPT', 'FLUSH']);
+            flushes++;
+            await sleep(5);
+          }
+        })();
+        const results = await Promise.allSettled(Array.from({ length: 400 }, (_, i) => valve.run(() => i)));
+        stop = true;
+        await flusher;
+        expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
+        expect(valve.stats().storeErrors).toBe(0);
+        expect(flushes).toBeGreaterThan(10);
+        expect(checkRules(grants, rules)).toEqual([]);
+        await valve.close();
+      } finally {
+        await c.close();
+      }
+    });
+  }
+
+  for (const family of ['ioredis', 'redis'] as const) {
+    it(`a server restart mid-run never fails a job under onStoreError 'wait' (${family})`, async () => {
+      const server = await startRedis();
+      const c = await connectClient(family, server);
+      try {
+        const valve = createValve({
+          id: 'restart',
+          rules: [{ limit: 200, interval: '1s' }],
+          store: redisStore({ client: c.client, prefix: uniquePrefix('vrestart'), timeout: 500 }),
+        });
+        const jobs = Array.from({ length: 200 }, (_, i) => valve.run(() => i));
+        await sleep(300);
+        await server.restart();
+        const results = await Promise.allSettled(jobs);
+        expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
+        expect(valve.stats().started).toBe(200);
+        await valve.close();
+      } finally {
+        await c.close();
+        await server.stop();
+      }
+    }, 30_000);
+  }
+
+  it('global concurrency: two valves on two connections never run more than the limit', async () => {
+    const server = sharedRedis();
+    const a = await connectClient('ioredis', server);
+    const b = await connectClient('redis', server);
+    try {
+      const prefix = uniquePrefix('vconc');
+      let running = 0;
+      let peak = 0;
+      const job = async () => {
+        running++;
+        peak = Math.max(peak, running);
+        await sleep(5 + Math.random() * 10);
+        running--;
+      };
+      const make = (c: typeof a) =>
+        createValve({
+          id: 'conc',
+          store: redisStore({ client: c.client, subscriber: c.subscriber, prefix }),
+          concurrency: { limit: 3, scope: 'global', leaseTtl: 5000 },
+        });
+      const v1 = make(a);
+      const v2 = make(b);
+      await Promise.all([
+        ...Array.from({ length: 60 }, () => v1.run(job)),
+        ...Array.from({ length: 60 }, () => v2.run(job)),
+      ]);
+      expect(peak).toBe(3);
+      await v1.close();
+      await v2.close();
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+});
