@@ -1,9 +1,10 @@
 /**
  * The local queue: jobs ordered by (priority desc, sequence asc).
  *
- * One FIFO ring buffer per distinct priority, plus a sorted array of the distinct
+ * One FIFO ring buffer per distinct priority, plus a max-heap of the distinct
  * priorities that currently have a bucket. Enqueue and dequeue are O(1) for a known
- * priority (a new priority costs one insertion into the short sorted array). Items
+ * priority; a new priority costs O(log P) (P distinct priorities queued), so even
+ * priorities that are all different (deadlines, timestamps) stay cheap. Items
  * are never removed from the middle: a cancelled item stays where it is and the
  * owner skips it when it reaches the head (lazy deletion), so cancelling is O(1).
  *
@@ -26,8 +27,9 @@ class Bucket<T extends QueueItem> {
   mask: number;
 
   constructor(readonly priority: number) {
-    this.items = new Array(8);
-    this.mask = 7;
+    // Small at first: a queue with many distinct priorities has many small buckets.
+    this.items = new Array(2);
+    this.mask = 1;
   }
 
   private grow(): void {
@@ -67,7 +69,7 @@ class Bucket<T extends QueueItem> {
       const item = old[(this.head + i) & this.mask]!;
       if (keep(item)) kept.push(item);
     }
-    let cap = 8;
+    let cap = 2;
     while (cap < kept.length) cap *= 2;
     const dropped = this.size - kept.length;
     this.size = kept.length;
@@ -110,6 +112,37 @@ class Bucket<T extends QueueItem> {
   }
 }
 
+function heapPush(heap: number[], value: number): void {
+  let i = heap.length;
+  heap.push(value);
+  while (i > 0) {
+    const parent = (i - 1) >> 1;
+    const p = heap[parent]!;
+    if (p >= value) break;
+    heap[i] = p;
+    i = parent;
+  }
+  heap[i] = value;
+}
+
+function heapPop(heap: number[]): number {
+  const top = heap[0]!;
+  const last = heap.pop()!;
+  const n = heap.length;
+  if (n === 0) return top;
+  let i = 0;
+  for (;;) {
+    let child = 2 * i + 1;
+    if (child >= n) break;
+    if (child + 1 < n && heap[child + 1]! > heap[child]!) child++;
+    if (heap[child]! <= last) break;
+    heap[i] = heap[child]!;
+    i = child;
+  }
+  heap[i] = last;
+  return top;
+}
+
 /**
  * The priority queue. `size` counts stored items, including cancelled ones not yet skipped.
  * The owner reports each item it cancels in place with {@link JobQueue.dropped}; once they
@@ -123,8 +156,8 @@ export class JobQueue<T extends QueueItem> {
   /** @param isLive tells a live item from a cancelled one, for compaction. */
   constructor(private readonly isLive: (item: T) => boolean = () => true) {}
 
-  /** Distinct priorities that have a bucket, highest first. */
-  private priorities: number[] = [];
+  /** Distinct priorities that have a bucket: a binary max-heap. */
+  private readonly priorities: number[] = [];
   private readonly buckets = new Map<number, Bucket<T>>();
   /** The bucket of the highest priority (fast path), or undefined when empty. */
   private top: Bucket<T> | undefined;
@@ -135,12 +168,8 @@ export class JobQueue<T extends QueueItem> {
     if (bucket === undefined) {
       bucket = new Bucket<T>(priority);
       this.buckets.set(priority, bucket);
-      const ps = this.priorities;
-      // Insert keeping descending order; most queues have one or a few priorities.
-      let i = ps.length;
-      while (i > 0 && ps[i - 1]! < priority) i--;
-      ps.splice(i, 0, priority);
-      if (i === 0) this.top = bucket;
+      heapPush(this.priorities, priority);
+      if (this.top === undefined || priority > this.top.priority) this.top = bucket;
     }
     return bucket;
   }
@@ -185,23 +214,22 @@ export class JobQueue<T extends QueueItem> {
   compact(): void {
     const keep = this.isLive;
     const ps = this.priorities;
-    let w = 0;
-    for (let r = 0; r < ps.length; r++) {
-      const p = ps[r]!;
+    const left: number[] = [];
+    for (const p of ps) {
       const bucket = this.buckets.get(p)!;
       this.size -= bucket.filter(keep);
       if (bucket.size === 0) this.buckets.delete(p);
-      else ps[w++] = p;
+      else left.push(p);
     }
-    ps.length = w;
-    this.top = w === 0 ? undefined : this.buckets.get(ps[0]!);
+    ps.length = 0;
+    for (const p of left) heapPush(ps, p);
+    this.top = ps.length === 0 ? undefined : this.buckets.get(ps[0]!);
     this.dead = 0;
   }
 
   private dropTop(): void {
     const ps = this.priorities;
-    const p = ps.shift()!;
-    this.buckets.delete(p);
+    this.buckets.delete(heapPop(ps));
     this.top = ps.length === 0 ? undefined : this.buckets.get(ps[0]!);
   }
 

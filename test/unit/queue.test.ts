@@ -28,6 +28,28 @@ describe('JobQueue', () => {
     expect(q.shift()).toBeUndefined();
   });
 
+  it('many distinct priorities (e.g. deadlines) stay ordered and cheap', () => {
+    fc.assert(
+      fc.property(fc.array(fc.double({ noNaN: true, min: -1e6, max: 1e6 }), { maxLength: 300 }), (ps) => {
+        const q = new JobQueue<Item>();
+        const items = ps.map((priority, seq) => ({ priority, seq }));
+        for (const item of items) q.push(item);
+        expect(q.drain()).toEqual([...items].sort(order));
+      }),
+    );
+    const q = new JobQueue<Item>();
+    const started = performance.now();
+    for (let seq = 0; seq < 200_000; seq++) q.push({ priority: Math.random(), seq });
+    let last = Number.POSITIVE_INFINITY;
+    let sorted = true;
+    for (let item = q.shift(); item; item = q.shift()) {
+      if (item.priority > last) sorted = false;
+      last = item.priority;
+    }
+    expect(sorted).toBe(true);
+    expect(performance.now() - started).toBeLessThan(5000);
+  });
+
   it('insert() puts items back by sequence', () => {
     const q = new JobQueue<Item>();
     for (let seq = 10; seq < 20; seq++) q.push({ priority: 0, seq });
