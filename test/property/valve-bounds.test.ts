@@ -109,9 +109,7 @@ interface PauseWrite {
   end: number;
 }
 
-async function simulate(
-  s: Scenario,
-): Promise<{
+async function simulate(s: Scenario): Promise<{
   records: Record_[];
   clock: FakeClock;
   valves: Valve[];

@@ -19,8 +19,18 @@ describe('ValveInternals (the feedback seam)', () => {
   it('runAt(…, undefined, onSequence) enqueues like run() and reports the sequence synchronously', async () => {
     const { valve } = setup({});
     const seqs: number[] = [];
-    const a = internals(valve).runAt(() => 'a', {}, undefined, (s) => seqs.push(s));
-    const b = internals(valve).runAt(() => 'b', {}, undefined, (s) => seqs.push(s));
+    const a = internals(valve).runAt(
+      () => 'a',
+      {},
+      undefined,
+      (s) => seqs.push(s),
+    );
+    const b = internals(valve).runAt(
+      () => 'b',
+      {},
+      undefined,
+      (s) => seqs.push(s),
+    );
     expect(seqs).toEqual([0, 1]);
     expect(await Promise.all([a, b])).toEqual(['a', 'b']);
   });

@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { isValveError } from '../../src/errors.js';
 import type { Store } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
-import { count, FakeClock, flushMicrotasks, setup, track } from './harness.js';
+import { count, FakeClock, setup, track } from './harness.js';
 
 const down = new Error('store down');
 
@@ -112,7 +112,7 @@ for (const style of ['sync throw', 'async reject'] as const) {
     it('a failed pause() rejects STORE_UNAVAILABLE and emits store-error; a failed resume() too', async () => {
       const { valve, store } = make({});
       const errors: unknown[] = [];
-      valve.on('store-error', (err, ctx) => errors.push(ctx.operation));
+      valve.on('store-error', (_err, ctx) => errors.push(ctx.operation));
       store.fail.pause = down;
       store.fail.resume = down;
       const p = await valve.pause(1000).catch((e: unknown) => e);
