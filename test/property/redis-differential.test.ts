@@ -169,7 +169,7 @@ async function compare(
   }
 }
 
-const runs = Number(process.env.VALVE_PROPERTY_RUNS ?? 150);
+const runs = Number(process.env.VALVE_PROPERTY_RUNS ?? 400);
 
 for (const target of ['redis standalone', 'redis cluster', 'valkey standalone'] as const) {
   describe(`Lua scripts (${target}) and the memory store agree`, () => {
