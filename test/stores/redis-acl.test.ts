@@ -10,7 +10,7 @@ import { type RedisServer, startRedis } from '../helpers/servers.js';
 import { CLIENT_FAMILIES, type Connected, connectClient } from '../multiprocess/redis-clients.js';
 
 /** The ACL rule of docs/redis.md, for prefix `valve-acl`. Keep the two in sync. */
-export const ACL_RULE = [
+const ACL_RULE = [
   'resetkeys',
   '~valve-acl:*',
   'resetchannels',

@@ -48,7 +48,7 @@ describe('embedded Lua scripts', () => {
     }
   });
 
-  it("the server computes the same SHA1 (SCRIPT LOAD)", async () => {
+  it('the server computes the same SHA1 (SCRIPT LOAD)', async () => {
     const server = await startRedis();
     try {
       for (const s of all) {
