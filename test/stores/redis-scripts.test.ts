@@ -83,4 +83,13 @@ describe('embedded Lua scripts', () => {
       expect(s.source).not.toMatch(/'(KEYS|SCAN|FLUSHALL|FLUSHDB|CONFIG)'/);
     }
   });
+
+  it('the store imports no Redis client and reads no file at runtime (clients are optional peers)', () => {
+    const dir = path.join(root, 'src/stores/redis');
+    for (const file of readdirSync(dir).filter((f) => f.endsWith('.ts'))) {
+      const text = readFileSync(path.join(dir, file), 'utf8');
+      expect(text, file).not.toMatch(/from ['"](ioredis|iovalkey|redis|@redis\/[a-z-]+)['"]/);
+      expect(text, file).not.toMatch(/node:fs|readFileSync|__dirname/);
+    }
+  });
 });
