@@ -69,6 +69,7 @@ export type WorkerEvent =
   | { e: 'store-error'; t: number; op: string; action: string | null; err: string }
   | { e: 'lease-lost'; t: number; fence: number; reason: string }
   | { e: 'unhandled'; t: number; kind: string; reason: string }
+  | { e: 'lag'; t: number; ms: number }
   | { e: 'done'; t: number; stats: Record<string, unknown> };
 
 const mono = (): number => Number(process.hrtime.bigint()) / 1e6;
@@ -93,6 +94,20 @@ process.on('uncaughtException', (err) => {
   emit({ e: 'unhandled', t: mono(), kind: 'uncaughtException', reason: errName(err) });
   process.exit(70);
 });
+
+/**
+ * Event-loop stall probe: a 20 ms tick that logs every stall over 50 ms ("lag", ending at
+ * `t`, lasting `ms`). On a loaded 2-core machine the OS can stop a worker for hundreds of ms;
+ * the checkers excuse lateness only by a stall measured at that very moment.
+ */
+const LAG_TICK = 20;
+let expectedTick = mono() + LAG_TICK;
+setInterval(() => {
+  const now = mono();
+  const lag = now - expectedTick;
+  if (lag > 50) emit({ e: 'lag', t: now, ms: lag });
+  expectedTick = now + LAG_TICK;
+}, LAG_TICK).unref();
 
 /** The store-clock time of the grant that is starting jobs right now (see the wrapper below). */
 let grantNow: number | null = null;
