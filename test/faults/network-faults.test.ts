@@ -2,7 +2,8 @@
  * Network faults between clients and Redis (issue 4), through the TCP fault proxy of
  * test/helpers/tcp-proxy.ts, on loopback, against a real server.
  *
- * 1. Four worker processes, one id, global concurrency and a rate rule, saturated, while the
+ * 1. Four worker processes (two on ioredis, two on node-redis, with the settings of
+ *    docs/timeouts-and-reconnection.md), one id, global concurrency and a rate rule, saturated, while the
  *    proxy adds latency, drops every connection, and blackholes all traffic for longer than
  *    the store deadline and the lease TTL. Checked on the logs: the rate bound on the logged
  *    starts (and on every grant), the concurrency limit (overlap only through logged lease
@@ -65,10 +66,13 @@ describe('network faults through a TCP proxy', () => {
     for (let i = 0; i < 4; i++) {
       // Two workers run long jobs (held across the faults: renewals time out, leases are lost),
       // two run short ones fast enough to saturate the rate rule.
+      // Odd workers use node-redis, even ones ioredis, each with the recommended settings.
       const long = i < 2;
+      const client = i % 2 === 0 ? 'ioredis' : 'node-redis';
       workers.push(
         startWorker({
-          name: `${long ? 'long' : 'short'}${i}`,
+          name: `${long ? 'long' : 'short'}-${client}-${i}`,
+          client,
           host: proxy.host,
           port: proxy.port,
           prefix,

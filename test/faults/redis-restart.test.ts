@@ -59,7 +59,8 @@ async function runWithRestart(mode: 'wait' | 'throw' | 'open', over: Partial<Wor
   servers.push(server);
   const ws = [0, 1].map((i) =>
     startWorker({
-      name: `${mode}${i}`,
+      name: `${mode}-${i === 0 ? 'ioredis' : 'node-redis'}`,
+      client: i === 0 ? 'ioredis' : 'node-redis',
       host: server.host,
       port: server.port,
       prefix: 'valve',

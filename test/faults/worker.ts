@@ -13,6 +13,7 @@
  * and makes the process exit with code 70: the tests fail on either.
  */
 import { Redis as IORedis } from 'ioredis';
+import { createClient } from 'redis';
 import type { ConcurrencyOption, Rule, StoreErrorMode } from '../../src/index.js';
 import { createValve, isValveError } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
@@ -21,6 +22,8 @@ import type { AcquireRequest, AcquireResult, Store, WakeEvent } from '../../src/
 export interface WorkerConfig {
   /** Label in the test's messages. */
   name: string;
+  /** Redis client library (default 'ioredis'). */
+  client?: 'ioredis' | 'node-redis';
   host: string;
   port: number;
   prefix: string;
@@ -192,20 +195,37 @@ function logged(inner: Store): Store {
   return store;
 }
 
-async function main(): Promise<void> {
-  const config = JSON.parse(process.argv[2] ?? '{}') as WorkerConfig;
-  const hardStop = setTimeout(() => {
-    emit({
-      e: 'unhandled',
-      t: mono(),
-      kind: 'timeout',
-      reason: `worker still running after ${config.exitAfterMs} ms`,
-    });
-    process.exit(3);
-  }, config.exitAfterMs);
-  hardStop.unref();
-
-  // The settings docs/timeouts-and-reconnection.md recommends for ioredis.
+/** A command connection (and a subscriber) with the settings docs/timeouts-and-reconnection.md recommends. */
+async function connect(
+  config: WorkerConfig,
+): Promise<{ client: object; subscriber: object | undefined; close: () => Promise<void> }> {
+  if (config.client === 'node-redis') {
+    const options = {
+      url: `redis://${config.host}:${config.port}`,
+      disableOfflineQueue: true,
+      socket: {
+        connectTimeout: 1000,
+        reconnectStrategy: (retries: number) => Math.min(50 * (retries + 1), 500),
+      },
+    };
+    const client = createClient(options);
+    client.on('error', () => {});
+    await client.connect();
+    let sub: typeof client | undefined;
+    if (config.subscriber) {
+      sub = client.duplicate({ disableOfflineQueue: false });
+      sub.on('error', () => {});
+      await sub.connect();
+    }
+    return {
+      client,
+      subscriber: sub,
+      close: async () => {
+        client.destroy();
+        sub?.destroy();
+      },
+    };
+  }
   const options = {
     host: config.host,
     port: config.port,
@@ -225,8 +245,32 @@ async function main(): Promise<void> {
     sub.on('error', () => {});
     await sub.connect();
   }
+  return {
+    client,
+    subscriber: sub,
+    close: async () => {
+      client.disconnect();
+      sub?.disconnect();
+    },
+  };
+}
+
+async function main(): Promise<void> {
+  const config = JSON.parse(process.argv[2] ?? '{}') as WorkerConfig;
+  const hardStop = setTimeout(() => {
+    emit({
+      e: 'unhandled',
+      t: mono(),
+      kind: 'timeout',
+      reason: `worker still running after ${config.exitAfterMs} ms`,
+    });
+    process.exit(3);
+  }, config.exitAfterMs);
+  hardStop.unref();
+
+  const { client, subscriber, close } = await connect(config);
   const store = logged(
-    redisStore({ client, subscriber: sub, prefix: config.prefix, timeout: config.storeTimeout }),
+    redisStore({ client, subscriber, prefix: config.prefix, timeout: config.storeTimeout }),
   );
   const valve = createValve({
     id: config.id,
@@ -304,8 +348,7 @@ async function main(): Promise<void> {
   await Promise.all(all);
   await valve.close();
   emit({ e: 'done', t: mono(), stats: { ...valve.stats() } });
-  client.disconnect();
-  sub?.disconnect();
+  await close();
   clearTimeout(hardStop);
 }
 
