@@ -1,8 +1,8 @@
 /**
  * Scenario 5, memory under load (run with --expose-gc).
  * - "1M queued": heap bytes per queued job with 1 million jobs queued behind a blocked limiter.
- * - "through": 2 million no-op jobs (10 million with --full) through a never-binding limiter in
- *   chunks of 500k; heapUsed after a full GC following each chunk. A limiter that keeps nothing
+ * - "through": 1 million no-op jobs (10 million with --full) through a never-binding limiter in
+ *   chunks of 250k (500k with --full); heapUsed after a full GC following each chunk. A limiter that keeps nothing
  *   per finished job shows no growth from the first chunk to the last.
  */
 import { createAdapter, NEVER_BINDS } from '../lib/adapters.js';
@@ -14,8 +14,8 @@ export const cases = ['1M queued', 'through'];
 
 const args = parseScenarioArgs();
 const queued = args.quick ? 100_000 : 1_000_000;
-const through = args.quick ? 200_000 : args.full ? 10_000_000 : 2_000_000;
-const chunk = args.quick ? 50_000 : 500_000;
+const through = args.quick ? 200_000 : args.full ? 10_000_000 : 1_000_000;
+const chunk = args.quick ? 50_000 : args.full ? 500_000 : 250_000;
 
 async function queuedCase(peer: string): Promise<void> {
   const bytes = await heapPerQueuedJob(peer, queued);

@@ -13,7 +13,7 @@ export const peers = ['valve', 'p-limit', 'p-queue', 'bottleneck', 'rlf-memory']
 const args = parseScenarioArgs();
 const N = args.quick ? 20_000 : 200_000;
 /** Bottleneck's local mode runs a few hundred jobs/s: fewer jobs keep its run within seconds. */
-const jobsFor = (peer: string): number => (peer === 'bottleneck' ? Math.min(N, args.quick ? 1000 : 5000) : N);
+const jobsFor = (peer: string): number => (peer === 'bottleneck' ? Math.min(N, args.quick ? 1000 : 2000) : N);
 
 async function throughput(peer: string, n: number): Promise<number> {
   const adapter = createAdapter(peer);

@@ -1,6 +1,6 @@
 /**
  * Scenario 3, Redis throughput: a limit that never binds, 1 process and 4 processes sharing one
- * id, each keeping 1000 jobs outstanding for 3 s. Per peer: jobs/s over all processes, Redis
+ * id, each keeping 1000 jobs outstanding for 2 s. Per peer: jobs/s over all processes, Redis
  * commands per job and script calls per job (INFO commandstats deltas, INFO itself excluded), and
  * Redis server CPU per job (used_cpu_user + used_cpu_sys delta: command execution plus network
  * I/O and event-loop turns) and command execution time per job (commandstats usec of the scripts).
@@ -17,7 +17,7 @@ export const cases: Record<string, { processes: number }> = {
 };
 
 const args = parseScenarioArgs();
-const durationMs = args.quick ? 1000 : 3000;
+const durationMs = args.quick ? 1000 : 2000;
 
 async function measure(peer: string, name: string, processes: number): Promise<void> {
   const server = await startRedis();
