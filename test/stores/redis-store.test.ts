@@ -377,3 +377,72 @@ describe('TLS', () => {
     });
   }
 });
+
+describe('subscriber: a subscription refused while disconnected is retried on reconnect', () => {
+  it('ioredis with enableOfflineQueue: false', async () => {
+    const { Redis: IORedis } = await import('ioredis');
+    const server = await startRedis();
+    const client = new IORedis({ host: server.host, port: server.port });
+    const subscriber = new IORedis({ host: server.host, port: server.port, enableOfflineQueue: false });
+    subscriber.on('error', () => {});
+    client.on('error', () => {});
+    try {
+      await waitFor(() => subscriber.status === 'ready');
+      const prefix = uniquePrefix('offline');
+      const store = redisStore({ client, subscriber, prefix });
+      server.kill('SIGKILL');
+      await server.exited();
+      await waitFor(() => subscriber.status !== 'ready');
+      const events: WakeEvent[] = [];
+      store.subscribe!('o', (e) => events.push(e));
+      await sleep(50);
+      expect(store.notifies).toBe(false);
+      await server.restart();
+      await waitFor(() => store.notifies === true);
+      await waitFor(async () => {
+        await store.pause('o', 1000);
+        await store.resume('o');
+        await sleep(20);
+        return events.length > 0;
+      });
+    } finally {
+      client.disconnect();
+      subscriber.disconnect();
+      await server.stop();
+    }
+  });
+
+  it('node-redis with disableOfflineQueue: true', async () => {
+    const { createClient } = await import('redis');
+    const server = await startRedis();
+    const client = createClient({ url: server.url });
+    const subscriber = createClient({ url: server.url, disableOfflineQueue: true });
+    subscriber.on('error', () => {});
+    client.on('error', () => {});
+    await client.connect();
+    await subscriber.connect();
+    try {
+      const prefix = uniquePrefix('offline');
+      const store = redisStore({ client, subscriber, prefix });
+      server.kill('SIGKILL');
+      await server.exited();
+      await waitFor(() => !subscriber.isReady);
+      const events: WakeEvent[] = [];
+      store.subscribe!('o', (e) => events.push(e));
+      await sleep(50);
+      expect(store.notifies).toBe(false);
+      await server.restart();
+      await waitFor(() => store.notifies === true);
+      await waitFor(async () => {
+        await Promise.resolve(store.pause('o', 1000)).catch(() => {});
+        await Promise.resolve(store.resume('o')).catch(() => {});
+        await sleep(20);
+        return events.length > 0;
+      });
+    } finally {
+      client.destroy();
+      subscriber.destroy();
+      await server.stop();
+    }
+  });
+});

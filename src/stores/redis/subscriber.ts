@@ -72,8 +72,8 @@ export class WakeHub {
   private readonly family: 'ioredis' | 'node-redis';
   /** False when this client cannot subscribe in `mode` (iovalkey Cluster, ioredis Cluster without shardedSubscribers). */
   readonly supported: boolean;
-  /** The last subscribe command failed (e.g. ACL); cleared by the next success. */
-  private failed = false;
+  /** Channels whose last subscribe command failed (e.g. sent while disconnected, or refused by an ACL). */
+  private readonly failed = new Set<string>();
   /** Subscribe commands sent and not yet confirmed: wake-ups may be missed until they are. */
   private pending = 0;
 
@@ -101,11 +101,12 @@ export class WakeHub {
         'Expected `subscriber` to be an ioredis, iovalkey or node-redis connection (or cluster) with subscribe()',
       );
     }
+    if (this.supported) this.listenReady();
   }
 
   /** True while wake-ups are being delivered: supported, connected, and no failed subscription. */
   get live(): boolean {
-    if (!this.supported || this.failed || this.pending > 0) return false;
+    if (!this.supported || this.failed.size > 0 || this.pending > 0) return false;
     const s = this.sub as Record<string, unknown>;
     if (this.family === 'ioredis') return s.status === 'ready';
     if (typeof s.isReady === 'boolean') return s.isReady;
@@ -117,11 +118,25 @@ export class WakeHub {
     call(this.sub, 'on', event, (channel: unknown, message: unknown) => this.deliver(text(channel), message));
     // ioredis resubscribes after a reconnect unless autoResubscribe is off; then we do it.
     const options = (this.sub as { options?: { autoResubscribe?: unknown } }).options;
-    if (options?.autoResubscribe === false) {
-      call(this.sub, 'on', 'ready', () => {
-        for (const name of this.channels.keys()) this.send(name, true);
-      });
-    }
+    this.resubscribeAll = options?.autoResubscribe === false;
+  }
+
+  /** Resend every subscription on each (re)connection, not only after a failure. */
+  private resubscribeAll = false;
+
+  /**
+   * On every (re)connection: resubscribe when a subscribe command failed (e.g. it was refused
+   * while the connection was down, so the client does not know the channel), or when the
+   * client does not resubscribe by itself.
+   */
+  private listenReady(): void {
+    const on = (this.sub as { on?: unknown }).on;
+    if (typeof on !== 'function') return;
+    call(this.sub, 'on', 'ready', () => {
+      for (const name of this.channels.keys()) {
+        if (this.resubscribeAll || this.failed.has(name)) this.send(name, true);
+      }
+    });
   }
 
   private deliver(channel: string, message: unknown): void {
@@ -166,7 +181,7 @@ export class WakeHub {
           : call(this.sub, command, name, entry?.nodeListener);
       }
     } catch {
-      if (subscribe) this.failed = true;
+      if (subscribe) this.failed.add(name);
       return;
     }
     if (!subscribe) {
@@ -177,11 +192,11 @@ export class WakeHub {
     Promise.resolve(result).then(
       () => {
         this.pending--;
-        this.failed = false;
+        this.failed.delete(name);
       },
       () => {
         this.pending--;
-        this.failed = true;
+        if (this.channels.has(name)) this.failed.add(name);
       },
     );
   }
@@ -208,6 +223,7 @@ export class WakeHub {
       if (current.listeners.size === 0) {
         this.send(name, false);
         this.channels.delete(name);
+        this.failed.delete(name);
       }
     };
   }
