@@ -86,6 +86,9 @@ describe('global concurrency across 8 processes', () => {
     expect(badFences).toEqual([]);
     expect(order.length).toBe(n * 14);
     // Every job saw its lease: token and fence.
-    for (const w of workers) for (const s of w.of('start')) expect(typeof s.fence).toBe('number');
+    const starts = workers.flatMap((w) => w.of('start'));
+    for (const s of starts) expect(typeof s.fence).toBe('number');
+    expect(new Set(starts.map((s) => s.token)).size).toBe(starts.length);
+    expect(new Set(starts.map((s) => s.fence)).size).toBe(starts.length);
   }, 60_000);
 });

@@ -25,6 +25,8 @@ import { startProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
 import {
   concurrency,
   expectCleanExit,
+  fenceOrder,
+  fenceViolations,
   grants,
   intervals,
   lateJobs,
@@ -206,6 +208,8 @@ describe('network faults through a TCP proxy', () => {
     expect(grantViolations).toEqual([]);
     expect(report.unexplained).toEqual([]);
     expect(report.max).toBeGreaterThanOrEqual(limit); // saturated
+    // Fences still only grow in grant order, across reconnections.
+    expect(fenceViolations(fenceOrder(workers))).toEqual([]);
     for (const w of workers) {
       const acc = storeErrorAccounting(w);
       expect(acc.events, `${w.name}: one 'store-error' per failed store call`).toBe(acc.failedCalls);
