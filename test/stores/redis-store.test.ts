@@ -446,3 +446,30 @@ describe('subscriber: a subscription refused while disconnected is retried on re
     }
   });
 });
+
+describe('a cluster client may serve as its own subscriber', () => {
+  for (const family of ['ioredis', 'redis'] as const) {
+    it(family, async () => {
+      const nodes = sharedCluster('redis').nodes;
+      const c = await connectCluster(family, nodes);
+      try {
+        // For ioredis the subscriber Cluster (shardedSubscribers: true) runs the scripts too.
+        const both = c.subscriber;
+        const store = redisStore({ client: both, subscriber: both, prefix: uniquePrefix('same') });
+        const events: WakeEvent[] = [];
+        store.subscribe!('same', (e) => events.push(e));
+        await waitFor(() => store.notifies === true);
+        await store.pause('same', 1000);
+        await waitFor(() => events.length === 1);
+        const r = await store.acquire({ id: 'same', rules: [perSecond], costs: [1], count: 1 });
+        expect(r.blocked).toBe('pause');
+        await store.resume('same');
+        expect((await store.acquire({ id: 'same', rules: [perSecond], costs: [1], count: 1 })).granted).toBe(
+          1,
+        );
+      } finally {
+        await c.close();
+      }
+    });
+  }
+});
