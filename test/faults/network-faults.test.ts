@@ -14,6 +14,8 @@
  *    deadline and reported; when the network heals the server still executes it and spends
  *    the budget; valve does not act as if it had not happened: the next grant comes a full
  *    emission interval later (throughput lost, rate never raised).
+ * 3. The same with global concurrency (limit 1): the late call creates a lease nobody owns;
+ *    it holds the only slot until its TTL runs out, then the job gets it (never two leases).
  */
 import { Redis as IORedis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -286,5 +288,69 @@ describe('network faults through a TCP proxy', () => {
     // the next one, a full interval later: the spend was honoured (throughput lost), never undone.
     expect(startAfterHeal).toBeGreaterThanOrEqual(interval - 10);
     expect(startAfterHeal).toBeLessThan(interval + 1500);
+  }, 30_000);
+  it('a blackholed acquire with global concurrency leaves an abandoned lease that frees after its TTL', async () => {
+    const { host, port } = sharedRedis();
+    const proxy = await startProxy({ target: { host, port } });
+    proxies.push(proxy);
+    const settings = {
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 0,
+    };
+    const client = new IORedis({ host: proxy.host, port: proxy.port, ...settings });
+    const direct = new IORedis({ host, port, ...settings }); // reads the lease set, bypassing the proxy
+    for (const c of [client, direct]) {
+      c.on('error', () => {});
+      clients.push(c);
+      await c.connect();
+    }
+    const prefix = uniquePrefix('faults-abandon-lease');
+    const leaseTtl = 1500;
+    const valve = createValve({
+      id: 'abandoned-lease',
+      rules: [],
+      concurrency: { limit: 1, scope: 'global', leaseTtl },
+      store: redisStore({ client, prefix, timeout: 300 }),
+      maxWait: 20_000,
+    });
+    let errors = 0;
+    valve.on('store-error', () => {
+      errors++;
+    });
+    proxy.blackhole(true);
+    const sentAt = mono();
+    let startedAt = 0;
+    const job = valve.run(() => {
+      startedAt = mono();
+    });
+    job.catch(() => {});
+    while (errors === 0 && mono() - sentAt < 5000) await sleep(10);
+    expect(errors, 'the blackholed call was never abandoned').toBeGreaterThan(0);
+    await sleep(300);
+    const healedAt = mono();
+    proxy.blackhole(false);
+    // Sample the store's lease set while the job waits: the abandoned lease holds the only slot.
+    let maxHeld = 0;
+    let sawAbandoned = false;
+    while (startedAt === 0 && mono() - healedAt < 5000) {
+      const held = await direct.zcard(`${prefix}:{abandoned-lease}:leases`);
+      if (held > maxHeld) maxHeld = held;
+      if (held === 1 && startedAt === 0) sawAbandoned = true;
+      await sleep(25);
+    }
+    await job;
+    await valve.close();
+    const after = startedAt - healedAt;
+    console.log(
+      `[faults] blackholed acquire with global concurrency (limit 1, leaseTtl ${leaseTtl} ms): the held call ` +
+        `created an abandoned lease once the network healed; the job started ${after.toFixed(0)} ms later ` +
+        `(most leases on the store at once: ${maxHeld})`,
+    );
+    expect(sawAbandoned).toBe(true);
+    expect(maxHeld).toBe(1);
+    expect(after).toBeGreaterThanOrEqual(leaseTtl - 10);
+    expect(after).toBeLessThan(leaseTtl + 1500);
   }, 30_000);
 });
