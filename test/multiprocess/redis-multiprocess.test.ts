@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import type { Rule } from '../../src/rules/rule.js';
 import { checkRules } from '../helpers/bounds.js';
-import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 import type { WorkerConfig, WorkerReport } from './worker.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -70,6 +70,8 @@ interface Group {
   rules: Rule[];
   workers: number;
   subscriber?: boolean;
+  /** Run on the shared Redis Cluster instead of the standalone server. */
+  cluster?: boolean;
 }
 
 /** Starts all workers of all groups together (same id), waits for their reports. */
@@ -91,6 +93,7 @@ async function run(
         id,
         rules: g.rules,
         subscriber: g.subscriber ?? true,
+        cluster: g.cluster ? sharedCluster().nodes : undefined,
         startAt: 0,
         durationMs,
         queueDepth: 40,
@@ -138,6 +141,22 @@ describe('several processes share one budget through Redis', () => {
     );
     expect(used).toBeGreaterThanOrEqual(0.95);
     expect(used).toBeLessThanOrEqual(1.0000001);
+  }, 30_000);
+
+  it('on a Redis Cluster: 4 saturated processes never break the bound and use >= 95% of the limit', async () => {
+    const rules: Rule[] = [{ limit: 200, interval: '1s', burst: 5 }];
+    const [reports] = await run(
+      [{ prefix: uniquePrefix('mp-cluster'), rules, workers: 4, cluster: true }],
+      3000,
+    );
+    const grants = grantsOf(reports!);
+    for (const r of reports!) expect(r.storeErrors).toEqual([]);
+    expect(checkRules(grants, rules)).toEqual([]);
+    const used = gcraUtilization(grants, { limit: 200, intervalMs: 1000, burst: 5 });
+    console.log(
+      `cluster, GCRA 200/s burst 5, 4 processes: ${grants.length} starts, ${(used * 100).toFixed(2)}%`,
+    );
+    expect(used).toBeGreaterThanOrEqual(0.95);
   }, 30_000);
 
   it('fixed window + GCRA together: both bounds hold, the binding rule is >= 95% used', async () => {

@@ -10,7 +10,7 @@ import { createValve } from '../../src/index.js';
 import type { Rule } from '../../src/rules/rule.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
-import { type ClientFamily, connectClient, type Target } from './redis-clients.js';
+import { type ClientFamily, connectClient, connectCluster, type Target } from './redis-clients.js';
 
 export interface WorkerAction {
   /** ms after startAt. */
@@ -22,6 +22,8 @@ export interface WorkerAction {
 export interface WorkerConfig {
   name: string;
   target: Target;
+  /** Connect to this cluster (seed nodes) instead of `target`. */
+  cluster?: { host: string; port: number }[] | undefined;
   family: ClientFamily;
   prefix: string;
   id: string;
@@ -56,7 +58,9 @@ const config = JSON.parse(process.env.VALVE_WORKER ?? '{}') as WorkerConfig;
 const now = () => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, Math.max(0, ms)));
 
-const c = await connectClient(config.family, config.target);
+const c = config.cluster
+  ? await connectCluster(config.family, config.cluster)
+  : await connectClient(config.family, config.target);
 const inner = redisStore({
   client: c.client,
   subscriber: config.subscriber ? c.subscriber : undefined,
