@@ -108,6 +108,8 @@ if (argv.includes('--help')) {
       '  --quick             short runs (smoke-tests the harness; figures are not meaningful)',
       '  --full              scenario 5 with 10 million jobs, scenario 6 with 10k ids and 16 processes',
       '  --repeat <N>        interleaved repetitions per scenario (default: per scenario, 1-3)',
+      '  --case <name>       only this case of the selected scenario(s), e.g. --case "1000/s b1"',
+      '  --peers <a,b>       only these peers',
       '',
     ].join('\n'),
   );
@@ -120,6 +122,8 @@ const repeatOverride = repeatArg === undefined ? undefined : Number(repeatArg);
 if (repeatOverride !== undefined && !(Number.isInteger(repeatOverride) && repeatOverride > 0)) {
   throw new RangeError(`--repeat must be a positive integer, got ${repeatArg}`);
 }
+const onlyCase = option('case');
+const onlyPeers = option('peers')?.split(',');
 const selected = (option('scenario') ?? Object.keys(scenarios).join(',')).split(',');
 for (const name of selected) {
   if (!scenarios[name])
@@ -370,6 +374,7 @@ function machine(): Record<string, string | number> {
     platform: `${os.platform()} ${os.release()}`,
     redis: tryRun('redis-server', ['--version']),
     commit: tryRun('git', ['rev-parse', '--short', 'HEAD']),
+    srcChanges: tryRun('git', ['status', '--porcelain', 'src']).split('\n').filter(Boolean).length,
   };
 }
 
@@ -385,7 +390,9 @@ async function main(): Promise<void> {
     process.stderr.write(`# ${name} (${repeat}×, interleaved)\n`);
     for (let rep = 1; rep <= repeat; rep++) {
       for (const caseName of spec.cases) {
+        if (onlyCase !== undefined && caseName !== undefined && caseName !== onlyCase) continue;
         for (const peer of spec.peers(caseName)) {
+          if (onlyPeers && !onlyPeers.includes(peer)) continue;
           const t0 = Date.now();
           loads.push(os.loadavg()[0]!);
           const got = await runChild(spec, caseName, peer);
@@ -402,7 +409,7 @@ async function main(): Promise<void> {
   const md: string[] = [
     `## valve benchmark, ${started.toISOString()}`,
     '',
-    `Machine: ${info.nproc} CPUs (${info.cpu}), ${info.memoryGb} GB, Node ${info.node}, ${String(info.redis).split(' ').slice(0, 3).join(' ')}, commit ${info.commit}${quick ? ', **--quick (not meaningful)**' : ''}${full ? ', --full' : ''}.`,
+    `Machine: ${info.nproc} CPUs (${info.cpu}), ${info.memoryGb} GB, Node ${info.node}, ${String(info.redis).split(' ').slice(0, 3).join(' ')}, commit ${info.commit}${info.srcChanges ? ` + ${info.srcChanges} uncommitted src/ file(s)` : ''}${quick ? ', **--quick (not meaningful)**' : ''}${full ? ', --full' : ''}.`,
     `Figures are medians over interleaved runs; each run is a fresh process. 1-minute load average during the run: ${Math.min(...loads).toFixed(1)}–${Math.max(...loads).toFixed(1)} (on ${info.nproc} CPUs; other work shared the machine).`,
     '',
   ];
