@@ -16,6 +16,8 @@
  *    emission interval later (throughput lost, rate never raised).
  * 3. The same with global concurrency (limit 1): the late call creates a lease nobody owns;
  *    it holds the only slot until its TTL runs out, then the job gets it (never two leases).
+ * 4. A job cancelled while its acquisition is on the wire (proxy latency) never runs; the
+ *    lease granted for it is released at once, and its rate grant stays spent.
  */
 import { Redis as IORedis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -352,5 +354,83 @@ describe('network faults through a TCP proxy', () => {
     expect(maxHeld).toBe(1);
     expect(after).toBeGreaterThanOrEqual(leaseTtl - 10);
     expect(after).toBeLessThan(leaseTtl + 1500);
+  }, 30_000);
+  it('a job cancelled while its acquisition is in flight never runs; its grant stays spent, its lease is freed at once', async () => {
+    const { host, port } = sharedRedis();
+    const proxy = await startProxy({ target: { host, port }, latencyMs: 100 });
+    proxies.push(proxy);
+    const settings = {
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 0,
+    };
+    const client = new IORedis({ host: proxy.host, port: proxy.port, ...settings });
+    const direct = new IORedis({ host, port, ...settings });
+    for (const c of [client, direct]) {
+      c.on('error', () => {});
+      clients.push(c);
+      await c.connect();
+    }
+    const prefix = uniquePrefix('faults-cancel');
+    const interval = 1000;
+    const leaseTtl = 10_000;
+    const valve = createValve({
+      id: 'cancel',
+      rules: [{ limit: 1, interval }],
+      concurrency: { limit: 1, scope: 'global', leaseTtl },
+      store: redisStore({ client, prefix, timeout: 2000 }),
+    });
+    const leases = () => direct.zcard(`${prefix}:{cancel}:leases`);
+    // Warm up: the scripts are loaded (no NOSCRIPT round trip in the measurement).
+    const warm = createValve({
+      id: 'cancel-warm-up',
+      rules: [],
+      concurrency: { limit: 1, scope: 'global', leaseTtl },
+      store: redisStore({ client, prefix, timeout: 2000 }),
+    });
+    await warm.run(() => {});
+    await warm.close();
+    const controller = new AbortController();
+    let ran = false;
+    const sentAt = mono();
+    const cancelled = valve.run(
+      () => {
+        ran = true;
+      },
+      { signal: controller.signal },
+    );
+    cancelled.catch(() => {});
+    await sleep(50); // the acquisition is on the wire (a round trip takes 200 ms)
+    controller.abort(new Error('cancelled in flight'));
+    await expect(cancelled).rejects.toThrow('cancelled in flight');
+    // The grant arrives with a lease; valve releases it at once, long before its TTL.
+    let sawLease = false;
+    let freedAt = 0;
+    while (mono() - sentAt < 3000) {
+      const held = await leases();
+      if (held > 0) sawLease = true;
+      if (sawLease && held === 0) {
+        freedAt = mono();
+        break;
+      }
+      await sleep(10);
+    }
+    // The next job: the cancelled grant's unit is spent, so it waits for the next one.
+    let startedAt = 0;
+    await valve.run(() => {
+      startedAt = mono();
+    });
+    await valve.close();
+    console.log(
+      `[faults] cancelled in flight (one-way latency 100 ms): never ran, lease freed ${(freedAt - sentAt).toFixed(0)} ms ` +
+        `after the call (TTL ${leaseTtl} ms); the next job started ${(startedAt - sentAt).toFixed(0)} ms after it ` +
+        `(1 per ${interval} ms: the spent grant was not reused)`,
+    );
+    expect(ran).toBe(false);
+    expect(sawLease).toBe(true);
+    expect(freedAt).toBeGreaterThan(0);
+    expect(freedAt - sentAt).toBeLessThan(800); // a round trip for the grant, one way for the release, + slack
+    expect(startedAt - sentAt).toBeGreaterThanOrEqual(interval - 10);
   }, 30_000);
 });
