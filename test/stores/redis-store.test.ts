@@ -147,9 +147,18 @@ describe('key layout and TTLs', () => {
 });
 
 describe('NOSCRIPT: script cache loss never fails a call', () => {
+  // A server of its own: flushing the shared server's script cache could disturb other tests.
+  let own: RedisServer;
+  beforeAll(async () => {
+    own = await startRedis();
+  });
+  afterAll(async () => {
+    await own?.stop();
+  });
+
   for (const family of CLIENT_FAMILIES) {
     it(`SCRIPT FLUSH during a run (${family})`, async () => {
-      const server = sharedRedis();
+      const server = own;
       const c = await connectClient(family, server);
       try {
         const store = redisStore({ client: c.client, prefix: uniquePrefix('noscript') });

@@ -2,13 +2,13 @@
  * createValve over redisStore, in one test process: lost script caches never fail a job, and
  * global concurrency holds across two valves on two connections.
  */
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createValve } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
 import { checkRules } from '../helpers/bounds.js';
 import { respCommand } from '../helpers/resp.js';
-import { startRedis } from '../helpers/servers.js';
+import { type RedisServer, startRedis } from '../helpers/servers.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 import { CLIENT_FAMILIES, connectClient } from '../multiprocess/redis-clients.js';
 
@@ -30,9 +30,18 @@ function logging(inner: Store, grants: { t: number; cost: number }[]): Store {
 }
 
 describe('valves over redisStore', () => {
+  // A server of its own for SCRIPT FLUSH: flushing the shared server's script cache could disturb other tests.
+  let own: RedisServer;
+  beforeAll(async () => {
+    own = await startRedis();
+  });
+  afterAll(async () => {
+    await own?.stop();
+  });
+
   for (const family of CLIENT_FAMILIES) {
     it(`SCRIPT FLUSH during a run never fails a job (${family})`, async () => {
-      const server = sharedRedis();
+      const server = own;
       const c = await connectClient(family, server);
       try {
         const rules = [{ limit: 1000, interval: '1s', burst: 10 }];
