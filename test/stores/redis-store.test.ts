@@ -482,3 +482,29 @@ describe('a cluster client may serve as its own subscriber', () => {
     });
   }
 });
+
+describe('a subscriber that cannot follow sharded channels', () => {
+  it('iovalkey Cluster: no subscribe(), notifies false, one process warning per connection', async () => {
+    const c = await connectCluster('iovalkey', sharedCluster('redis').nodes);
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    process.on('warning', onWarning);
+    try {
+      const a = redisStore({ client: c.client, subscriber: c.subscriber, prefix: uniquePrefix('nos') });
+      const b = redisStore({ client: c.client, subscriber: c.subscriber, prefix: uniquePrefix('nos') });
+      expect(a.subscribe).toBeUndefined();
+      expect(b.notifies).toBe(false);
+      await sleep(20);
+      const ours = warnings.filter(
+        (w) => (w as { code?: string }).code === 'VALVE_REDIS_NO_SHARDED_SUBSCRIBER',
+      );
+      expect(ours).toHaveLength(1);
+      expect(ours[0]!.message).toMatch(/pubsub: 'classic'/);
+      // Still a working store.
+      expect((await a.acquire({ id: 'nos', rules: [perSecond], costs: [1], count: 1 })).granted).toBe(1);
+    } finally {
+      process.off('warning', onWarning);
+      await c.close();
+    }
+  });
+});

@@ -143,6 +143,17 @@ class RedisStore implements Store {
       }
       const hub = wakeHub(options.subscriber, mode);
       this.hub = hub;
+      if (!hub.supported && !hub.warned) {
+        hub.warned = true;
+        // A subscriber that cannot follow sharded channels (iovalkey Cluster, or an ioredis
+        // Cluster without shardedSubscribers) would be ignored silently: say so once.
+        process.emitWarning(
+          'valve: this subscriber cannot subscribe to sharded channels (iovalkey Cluster, or an ioredis Cluster ' +
+            "without shardedSubscribers: true), so wake-ups are off. Pass pubsub: 'classic' in every process, or " +
+            'an ioredis Cluster with shardedSubscribers: true. See docs/redis.md.',
+          { code: 'VALVE_REDIS_NO_SHARDED_SUBSCRIBER' },
+        );
+      }
       if (hub.supported) {
         this.subscribe = (id, onWake) => {
           if (typeof onWake !== 'function') {

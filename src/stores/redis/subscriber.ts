@@ -72,6 +72,8 @@ export class WakeHub {
   private readonly family: 'ioredis' | 'node-redis';
   /** False when this client cannot subscribe in `mode` (iovalkey Cluster, ioredis Cluster without shardedSubscribers). */
   readonly supported: boolean;
+  /** The store warned once that this connection cannot follow its pub/sub flavour. */
+  warned = false;
   /** Channels whose last subscribe command failed (e.g. sent while disconnected, or refused by an ACL). */
   private readonly failed = new Set<string>();
   /** Subscribe commands sent and not yet confirmed: wake-ups may be missed until they are. */
