@@ -42,12 +42,12 @@ const scenarios: Record<string, ScenarioSpec> = {
     cases: ['1000/s b1', '200/s b1', '1000/s b10'],
     peers: (c) => [
       'valve',
+      'valve-plain-timers',
       'p-queue',
       'p-queue-strict',
       'bottleneck',
       'rlf-memory',
-      'ref-timer',
-      ...(c === '1000/s b1' ? ['ref-spin'] : []),
+      ...(c === '1000/s b1' ? ['ref-timer', 'ref-spin'] : []),
     ],
     valve: 'valve',
     repeat: 2,
@@ -66,7 +66,10 @@ const scenarios: Record<string, ScenarioSpec> = {
   'shared-limit': {
     script: 'shared-limit.ts',
     cases: ['burst 1', 'burst 20'],
-    peers: (c) => (c === 'burst 20' ? ['valve-redis'] : ['valve-redis', 'bottleneck-redis', 'rlf-redis']),
+    peers: (c) =>
+      c === 'burst 20'
+        ? ['valve-redis', 'valve-redis-plain-timers']
+        : ['valve-redis', 'valve-redis-plain-timers', 'bottleneck-redis', 'rlf-redis'],
     valve: 'valve-redis',
     repeat: 2,
     ratios: [],

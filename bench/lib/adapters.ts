@@ -68,8 +68,34 @@ function releaseClient(port: number): void {
 
 // ---------------------------------------------------------------------------------------------- valve
 
-/** valve over its memory store, or (with `redis`) over redisStore through ioredis. */
-function valveAdapter(name: string, useRedis: boolean): Adapter {
+/**
+ * A clock with plain Node timers (millisecond granularity, never early): valve's `clock` option,
+ * to compare valve's own clock (which may wake more precisely) in the same run.
+ */
+const timerClock = {
+  now: nowMs,
+  setTimeout(fn: () => void, ms: number): unknown {
+    const target = nowMs() + ms;
+    const handle: { t: ReturnType<typeof setTimeout> | null } = { t: null };
+    const check = (): void => {
+      const left = target - nowMs();
+      if (left > 0) handle.t = setTimeout(check, left);
+      else fn();
+    };
+    handle.t = setTimeout(check, ms);
+    return handle;
+  },
+  clearTimeout(handle: unknown): void {
+    const t = (handle as { t: ReturnType<typeof setTimeout> | null }).t;
+    if (t !== null) clearTimeout(t);
+  },
+};
+
+/**
+ * valve over its memory store, or (with `redis`) over redisStore through ioredis. With
+ * `plainTimers`, valve (and its memory store) run on `timerClock` instead of the default clock.
+ */
+function valveAdapter(name: string, useRedis: boolean, plainTimers = false): Adapter {
   let valve: ValveLike | undefined;
   let port: number | undefined;
   return {
@@ -83,7 +109,7 @@ function valveAdapter(name: string, useRedis: boolean): Adapter {
         port = o.redis.port;
         store = mod.redisStore({ client: sharedClient(port), prefix: 'bench' });
       } else {
-        store = mod.memoryStore();
+        store = plainTimers ? mod.memoryStore({ clock: timerClock }) : mod.memoryStore();
       }
       if (o.grantLog) store = logGrants(store as GrantSource, o.grantLog);
       valve = mod.createValve({
@@ -92,6 +118,7 @@ function valveAdapter(name: string, useRedis: boolean): Adapter {
         store,
         ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}),
         ...(o.batch !== undefined ? { batch: o.batch } : {}),
+        ...(plainTimers ? { clock: timerClock } : {}),
       });
     },
     schedule: (fn) => valve!.run(fn),
@@ -116,8 +143,13 @@ interface GrantSource {
  * Wraps a store so that every grant's time on the store's clock (`AcquireResult.now`) is logged:
  * the times the Guarantees page measures bounds on. Everything else passes through unchanged.
  */
+/** Store calls made through logGrants() in this process, and how many of them granted nothing. */
+export const acquireStats = { calls: 0, empty: 0 };
+
 function logGrants(inner: GrantSource, log: number[]): unknown {
   const record = (result: Granted): Granted => {
+    acquireStats.calls++;
+    if (result.granted === 0) acquireStats.empty++;
     for (let k = 0; k < result.granted; k++) log.push(result.now);
     return result;
   };
@@ -285,6 +317,8 @@ function rlfAdapter(name: string, useRedis: boolean): Adapter {
 const factories: Record<string, () => Adapter> = {
   valve: () => valveAdapter('valve', false),
   'valve-redis': () => valveAdapter('valve-redis', true),
+  'valve-plain-timers': () => valveAdapter('valve-plain-timers', false, true),
+  'valve-redis-plain-timers': () => valveAdapter('valve-redis-plain-timers', true, true),
   'p-limit': pLimitAdapter,
   'p-queue': pQueueAdapter,
   'p-queue-strict': pQueueStrictAdapter,

@@ -16,6 +16,9 @@ export interface FleetResult {
   readonly starts: number[];
   /** valve only: grant times on the store's clock, sorted. */
   readonly grants: number[];
+  /** valve with logGrants: store calls, and calls that granted nothing, over all processes. */
+  readonly calls: number;
+  readonly emptyCalls: number;
   readonly redis: RedisCounters;
   /** Keys and used memory sampled halfway through the run (keys with a TTL may be gone at the end). */
   readonly mid: { readonly keys: number; readonly usedMemoryDelta: number };
@@ -103,6 +106,8 @@ export async function runFleet(o: FleetOptions): Promise<FleetResult> {
       elapsedMs: Math.max(...results.map((r) => r.elapsedMs)),
       starts: results.flatMap((r) => r.starts).sort((a, b) => a - b),
       grants: results.flatMap((r) => r.grants).sort((a, b) => a - b),
+      calls: results.reduce((s, r) => s + r.calls, 0),
+      emptyCalls: results.reduce((s, r) => s + r.emptyCalls, 0),
       redis: diffCounters(before, after, 2),
       mid: { keys: midway.keys, usedMemoryDelta: midway.usedMemory - before.usedMemory },
     };

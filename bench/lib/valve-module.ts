@@ -16,8 +16,9 @@ export interface ValveModule {
     store?: unknown;
     concurrency?: number;
     batch?: number;
+    clock?: unknown;
   }): ValveLike;
-  memoryStore(): unknown;
+  memoryStore(options?: { clock?: unknown }): unknown;
   redisStore?: (options: { client: unknown; subscriber?: unknown; prefix?: string }) => unknown;
 }
 

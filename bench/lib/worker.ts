@@ -3,7 +3,7 @@
  * for the common start time, keeps the limiters saturated for the duration, and reports its
  * starts (and, for valve, the store-clock grant times).
  */
-import { type Adapter, createAdapter, type LimiterOptions } from './adapters.js';
+import { type Adapter, acquireStats, createAdapter, type LimiterOptions } from './adapters.js';
 import { nowMs, sleep } from './common.js';
 import { runFor } from './drive.js';
 
@@ -26,6 +26,9 @@ export interface WorkerDone {
   readonly elapsedMs: number;
   readonly starts: number[];
   readonly grants: number[];
+  /** valve with logGrants: store calls, and calls that granted nothing. */
+  readonly calls: number;
+  readonly emptyCalls: number;
 }
 
 type Message = WorkerSetup | { type: 'go'; at: number } | { type: 'exit' };
@@ -74,6 +77,8 @@ async function handle(message: Message): Promise<void> {
       elapsedMs: Math.max(...runs.map((r) => r.elapsedMs)),
       starts,
       grants,
+      calls: acquireStats.calls,
+      emptyCalls: acquireStats.empty,
     };
     send(done);
   } else if (message.type === 'exit') {

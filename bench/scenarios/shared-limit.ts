@@ -3,17 +3,21 @@
  * 500 jobs outstanding. Per peer: utilisation (all processes' starts in the 10 s after the first
  * start, over 2000 × 10) and violations over the merged start times (starts that make some
  * half-open 1 s window hold more than limit + burst - 1). For valve also on the grant times
- * reported by the store (AcquireResult.now, the store's clock), logged by wrapping the store.
+ * reported by the store (AcquireResult.now, the store's clock), logged by wrapping the store,
+ * with jobs granted per store call and the share of calls that granted nothing.
  */
 import { emit, parseScenarioArgs, round, windowStats } from '../lib/common.js';
 import { runFleet } from '../lib/fleet.js';
 import { startRedis } from '../lib/redis-server.js';
 
 export const cases: Record<string, { burst: number; peers: string[] }> = {
-  'burst 1': { burst: 1, peers: ['valve-redis', 'bottleneck-redis', 'rlf-redis'] },
-  'burst 20': { burst: 20, peers: ['valve-redis'] },
+  'burst 1': {
+    burst: 1,
+    peers: ['valve-redis', 'valve-redis-plain-timers', 'bottleneck-redis', 'rlf-redis'],
+  },
+  'burst 20': { burst: 20, peers: ['valve-redis', 'valve-redis-plain-timers'] },
 };
-export const peers = ['valve-redis', 'bottleneck-redis', 'rlf-redis'];
+export const peers = ['valve-redis', 'valve-redis-plain-timers', 'bottleneck-redis', 'rlf-redis'];
 
 const args = parseScenarioArgs();
 const durationMs = args.quick ? 2000 : 10_000;
@@ -52,6 +56,8 @@ async function measure(peer: string, name: string, burst: number): Promise<void>
         bound,
         grantViolations: granted ? granted.violations : null,
         grantMaxIn1s: granted ? granted.maxInWindow : null,
+        jobsPerCall: isValve && r.calls > 0 ? round(r.grants.length / r.calls, 2) : null,
+        emptyCallsPct: isValve && r.calls > 0 ? round((r.emptyCalls / r.calls) * 100, 1) : null,
       },
     });
   } finally {
