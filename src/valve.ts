@@ -1046,7 +1046,7 @@ class ValveImpl implements Valve {
       this.clock.clearTimeout(this.timer);
     }
     const now = this.clock.now();
-    const delay = next > now ? Math.ceil(next - now) : 0;
+    const delay = next > now ? next - now : 0;
     this.timerAt = now + delay;
     this.timer = this.clock.setTimeout(this.onTimer, delay);
   }

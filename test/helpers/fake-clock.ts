@@ -36,7 +36,11 @@ export class FakeClock implements Clock {
     const delay = Math.max(0, Number.isFinite(ms) ? ms : 0);
     this.requested.push(delay);
     const late = typeof this.lateness === 'function' ? this.lateness(delay) : this.lateness;
-    const timer = { id: this.nextId++, at: this.us + delayUs(delay) + delayUs(Math.max(0, late)), fn };
+    // The target is rounded to the nearest µs (the clock's resolution); a positive delay
+    // always moves at least 1 µs, so a re-armed timer can never fire at the same instant.
+    const wait = delay + Math.max(0, late);
+    const at = Math.max(toUs(this.us / 1000 + wait), this.us + (wait > 0 ? 1 : 0));
+    const timer = { id: this.nextId++, at, fn };
     this.timers.push(timer);
     return timer.id;
   }
@@ -116,11 +120,6 @@ export class FakeClock implements Clock {
 /** Milliseconds (possibly fractional) to the nearest integer microsecond. */
 function toUs(ms: number): number {
   return Math.round(ms * 1000);
-}
-
-/** A timer delay in integer microseconds, rounded up so a timer never fires before the delay asked for. */
-function delayUs(ms: number): number {
-  return Math.ceil(Math.round(ms * 1e6) / 1000);
 }
 
 /** Lets queued promise callbacks run (several rounds, for chains of awaits). */
