@@ -6,7 +6,7 @@
  * against the ideal evenly spaced schedule anchored at the first start. For valve, violations are
  * also counted on the grant times its store reports (AcquireResult.now, the store's clock), which
  * is what valve's bounds are stated on; observed starts can bunch by the delay between a grant
- * and the job's first line.
+ * and the job's first line. `cpuPct`: the process's CPU time over the run, in % of one core.
  */
 import { createAdapter } from '../lib/adapters.js';
 import { emit, lateness, parseScenarioArgs, percentile, round, windowStats } from '../lib/common.js';
@@ -37,7 +37,9 @@ async function measure(peer: string, name: string, limit: number, burst: number)
   const grants: number[] = [];
   await adapter.setup({ limit, intervalMs, burst, grantLog: isValve ? grants : undefined });
   const log: number[] = [];
-  await runFor(adapter, { window: 1000, durationMs: durationMs + 250, log });
+  const cpu0 = process.cpuUsage();
+  const run = await runFor(adapter, { window: 1000, durationMs: durationMs + 250, log });
+  const cpu = process.cpuUsage(cpu0);
   await adapter.teardown();
   log.sort((a, b) => a - b);
   const s0 = log[0] ?? 0;
@@ -61,6 +63,7 @@ async function measure(peer: string, name: string, limit: number, burst: number)
       latenessP99Ms: round(percentile(late, 99), 2),
       grantViolations: g ? g.violations : null,
       grantMaxIn1s: g ? g.maxInWindow : null,
+      cpuPct: round(((cpu.user + cpu.system) / 1000 / run.elapsedMs) * 100, 1),
     },
   });
 }
