@@ -13,7 +13,7 @@
  * and makes the process exit with code 70: the tests fail on either.
  */
 import { Redis as IORedis } from 'ioredis';
-import { createClient } from 'redis';
+import { createClient, createCluster } from 'redis';
 import type { ConcurrencyOption, Rule, StoreErrorMode } from '../../src/index.js';
 import { createValve, isValveError } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
@@ -24,6 +24,14 @@ export interface WorkerConfig {
   name: string;
   /** Redis client library (default 'ioredis'). */
   client?: 'ioredis' | 'node-redis';
+  /**
+   * Connect as a cluster client instead: seeds, and the map from each node's announced
+   * "host:port" to the address to use (the test's proxies). `host`/`port` are then unused.
+   */
+  cluster?: {
+    seeds: { host: string; port: number }[];
+    natMap: Record<string, { host: string; port: number }>;
+  };
   host: string;
   port: number;
   prefix: string;
@@ -199,6 +207,7 @@ function logged(inner: Store): Store {
 async function connect(
   config: WorkerConfig,
 ): Promise<{ client: object; subscriber: object | undefined; close: () => Promise<void> }> {
+  if (config.cluster) return connectCluster(config, config.cluster);
   if (config.client === 'node-redis') {
     const options = {
       url: `redis://${config.host}:${config.port}`,
@@ -242,6 +251,72 @@ async function connect(
   let sub: IORedis | undefined;
   if (config.subscriber) {
     sub = new IORedis({ ...options, enableOfflineQueue: true });
+    sub.on('error', () => {});
+    await sub.connect();
+  }
+  return {
+    client,
+    subscriber: sub,
+    close: async () => {
+      client.disconnect();
+      sub?.disconnect();
+    },
+  };
+}
+
+/** Cluster clients with the settings docs/timeouts-and-reconnection.md recommends. */
+async function connectCluster(
+  config: WorkerConfig,
+  cluster: NonNullable<WorkerConfig['cluster']>,
+): Promise<{ client: object; subscriber: object | undefined; close: () => Promise<void> }> {
+  if (config.client === 'node-redis') {
+    const make = (disableOfflineQueue: boolean) =>
+      createCluster({
+        rootNodes: cluster.seeds.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
+        nodeAddressMap: cluster.natMap,
+        defaults: {
+          disableOfflineQueue,
+          socket: {
+            connectTimeout: 1000,
+            reconnectStrategy: (retries: number) => Math.min(50 * (retries + 1), 500),
+          },
+        },
+      });
+    const client = make(true);
+    client.on('error', () => {});
+    await client.connect();
+    const sub = config.subscriber ? make(false) : undefined;
+    if (sub) {
+      sub.on('error', () => {});
+      await sub.connect();
+    }
+    return {
+      client,
+      subscriber: sub,
+      close: async () => {
+        client.destroy();
+        sub?.destroy();
+      },
+    };
+  }
+  const retry = (times: number) => Math.min(50 * times, 500);
+  const client = new IORedis.Cluster(cluster.seeds, {
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    natMap: cluster.natMap,
+    clusterRetryStrategy: retry,
+    redisOptions: { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 0, connectTimeout: 1000 },
+  });
+  client.on('error', () => {});
+  await client.connect();
+  let sub: InstanceType<typeof IORedis.Cluster> | undefined;
+  if (config.subscriber) {
+    sub = new IORedis.Cluster(cluster.seeds, {
+      lazyConnect: true,
+      natMap: cluster.natMap,
+      shardedSubscribers: true,
+      clusterRetryStrategy: retry,
+    });
     sub.on('error', () => {});
     await sub.connect();
   }

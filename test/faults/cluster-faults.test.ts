@@ -1,0 +1,138 @@
+/**
+ * The cluster variant of the network-fault run (issue 4 with the cluster settings of
+ * docs/timeouts-and-reconnection.md): four worker processes (two ioredis `Cluster`, two
+ * node-redis cluster clients) share one id on the shared 3-master Redis Cluster, through one
+ * TCP fault proxy per node (MOVED and CLUSTER SLOTS addresses are mapped to the proxies), while
+ * the proxies add latency, drop every connection and blackhole all traffic. Checked on the
+ * logs as in network-faults.test.ts: rate bound, concurrency limit (overlap only through
+ * logged lease losses), maxWait, fences, one 'store-error' per failed call, no unhandled
+ * rejection.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { checkBounds } from '../helpers/bounds.js';
+import { sharedCluster, uniquePrefix } from '../helpers/shared-servers.js';
+import { type ClusterProxies, startClusterProxies } from '../helpers/tcp-proxy.js';
+import {
+  concurrency,
+  expectCleanExit,
+  fenceOrder,
+  fenceViolations,
+  grants,
+  intervals,
+  lateJobs,
+  mono,
+  outcomes,
+  sleep,
+  startGrants,
+  startWorker,
+  stopWorkers,
+  storeErrorAccounting,
+  unhandled,
+  type Worker,
+  worstStall,
+} from './harness.js';
+
+/** Timer and event-loop slack allowed on a loaded 2-core machine when checking deadlines. */
+const SETTLE_TOLERANCE = 250;
+
+const workers: Worker[] = [];
+let proxies: ClusterProxies | undefined;
+afterAll(async () => {
+  await stopWorkers(workers);
+  await proxies?.close();
+});
+
+describe('network faults on a Redis Cluster', () => {
+  it('latency, dropped connections and a blackhole on every node: bounds, limit and maxWait hold', async () => {
+    const { nodes } = sharedCluster();
+    proxies = await startClusterProxies(nodes);
+    const prefix = uniquePrefix('faults-cluster');
+    const rule = { limit: 30, interval: 1000, burst: 3 };
+    const limit = 4;
+    const maxWait = 2000;
+    for (let i = 0; i < 4; i++) {
+      const client = i % 2 === 0 ? 'ioredis' : 'node-redis';
+      workers.push(
+        startWorker({
+          name: `cluster-${client}-${i}`,
+          client,
+          cluster: { seeds: proxies.seeds, natMap: proxies.natMap },
+          host: '',
+          port: 0,
+          prefix,
+          id: 'cluster-net',
+          rules: [rule],
+          concurrency: { limit, scope: 'global', leaseTtl: 1500 },
+          storeTimeout: 500,
+          subscriber: i < 2,
+          jobs: 40,
+          submitEvery: 110,
+          submitAfter: 300,
+          durationMs: i < 2 ? [10, 60] : [200, 900],
+          maxWait,
+          exitAfterMs: 45_000,
+        }),
+      );
+    }
+    await Promise.all(workers.map((w) => w.waitFor('start', undefined, 20_000)));
+    const t0 = mono();
+    const phases: string[] = [];
+    const phase = (name: string) => phases.push(`${name}@${(mono() - t0).toFixed(0)}`);
+    await sleep(600);
+    phase('latency 40ms');
+    proxies.setLatency(40);
+    await sleep(1000);
+    phase('latency 0');
+    proxies.setLatency(0);
+    phase('drop');
+    proxies.dropAll();
+    await sleep(700);
+    phase('blackhole');
+    proxies.blackhole(true);
+    await sleep(1200);
+    proxies.blackhole(false);
+    const healedAt = mono();
+    phase('healed');
+    await expectCleanExit(workers, 45_000);
+
+    const all = outcomes(workers);
+    const lost = all.filter((o) => o.settled === null);
+    const late = lateJobs(all, maxWait, SETTLE_TOLERANCE, workers);
+    const report = concurrency(intervals(workers), limit);
+    const startViolations = checkBounds(startGrants(workers), rule);
+    const grantViolations = checkBounds(grants(workers), rule);
+    const calls = workers.flatMap((w) => w.of('call'));
+    const codes = new Map<string, number>();
+    for (const o of all) {
+      const key = o.ok ? 'ok' : (o.code ?? 'error');
+      codes.set(key, (codes.get(key) ?? 0) + 1);
+    }
+    const leaseLost = workers.flatMap((w) => w.of('lease-lost'));
+    const perClient = workers.map((w) => `${w.name} ${w.of('start').length}`).join(', ');
+    console.log(
+      `[faults] cluster proxy faults (${phases.join(', ')}): ${all.length} jobs: ${[...codes].map(([k, v]) => `${k} ${v}`).join(', ')}; ` +
+        `started per worker: ${perClient}; lost ${lost.length}; past maxWait+${SETTLE_TOLERANCE}ms ${late.length}; ` +
+        `max concurrent ${report.max} (over-limit instants ${report.over.length}, unexplained ${report.unexplained.length}); ` +
+        `leases lost ${leaseLost.length}; rate violations on starts ${startViolations.length}, on grants ${grantViolations.length}; ` +
+        `store calls ${calls.length}, failed ${calls.filter((c) => !c.ok).length}; worst worker stall ${worstStall(workers).toFixed(0)} ms`,
+    );
+
+    expect(unhandled(workers)).toEqual([]);
+    expect(lost).toEqual([]);
+    expect(late).toEqual([]);
+    for (const o of all) {
+      if (o.ok === false) expect(['MAX_WAIT', 'STORE_UNAVAILABLE', 'LEASE_LOST']).toContain(o.code);
+    }
+    expect(startViolations).toEqual([]);
+    expect(grantViolations).toEqual([]);
+    expect(report.unexplained).toEqual([]);
+    expect(fenceViolations(fenceOrder(workers))).toEqual([]);
+    for (const w of workers) {
+      const acc = storeErrorAccounting(w);
+      expect(acc.events, `${w.name}: one 'store-error' per failed store call`).toBe(acc.failedCalls);
+      // Every client family ran jobs, before and after the faults.
+      expect(w.of('start').length).toBeGreaterThan(0);
+    }
+    expect(all.some((o) => o.start !== null && o.start > healedAt)).toBe(true);
+  }, 90_000);
+});
