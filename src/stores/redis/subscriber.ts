@@ -178,9 +178,8 @@ export class WakeHub {
             : subscribe
               ? 'subscribe'
               : 'unsubscribe';
-        result = subscribe
-          ? call(this.sub, command, name, entry?.nodeListener)
-          : call(this.sub, command, name, entry?.nodeListener);
+        // node-redis delivers per listener: pass the channel's own, to add or remove it.
+        result = call(this.sub, command, name, entry?.nodeListener);
       }
     } catch {
       if (subscribe) this.failed.add(name);
