@@ -3,7 +3,8 @@
  * (the commands valve and the clients use, keys `~<prefix>:*`, channels `&<prefix>:*`), through
  * every client family. A command outside the rule would fail with NOPERM.
  */
-import { afterAll, beforeAll, describe } from 'vitest';
+import { readFileSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore } from '../../src/stores/redis/index.js';
 import { storeContract } from '../contract/store-contract.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
@@ -44,6 +45,12 @@ const ACL_RULE = [
   '+cluster|slots',
   '+cluster|shards',
 ];
+
+it('docs/redis.md gives exactly this rule (for the default prefix)', () => {
+  const docs = readFileSync(new URL('../../docs/redis.md', import.meta.url), 'utf8');
+  const line = /^ACL SETUSER valve on >change-me (.+)$/m.exec(docs)?.[1];
+  expect(line?.split(' ')).toEqual(ACL_RULE.map((r) => r.replace('valve-acl', 'valve')));
+});
 
 for (const kind of ['redis', 'valkey'] as const) {
   describe(`least-privilege ACL user (${kind})`, () => {
