@@ -1,0 +1,552 @@
+/**
+ * The public API through the BUILT package, as an outside user sees it.
+ *
+ * `npm run build` runs once; then every test uses dist/ only: the ESM build through
+ * import(), the CommonJS build through require(), both in this process (two copies of
+ * the package side by side), and a plain Node child process that resolves the package
+ * by its name ('valve') through the exports map, with no test runner in between. A
+ * TypeScript consumer is type-checked against the bundled .d.ts / .d.cts.
+ *
+ * Names and shapes follow /work/shared/design/api.md (createValve, memoryStore,
+ * redisStore, ValveError, isValveError, the Store type).
+ */
+import { execFile, execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
+import { Redis as IORedis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const run = promisify(execFile);
+
+// The built package's shape, typed loosely on purpose: these tests look at runtime behaviour.
+// biome-ignore lint/suspicious/noExplicitAny: the built module is untyped here on purpose
+type Pkg = any;
+let esm: Pkg;
+let cjs: Pkg;
+let outside: string; // a directory outside the package with node_modules/valve → the package
+
+beforeAll(async () => {
+  execFileSync('npm', ['run', 'build'], { cwd: root, stdio: 'pipe' });
+  esm = await import(/* @vite-ignore */ pathToFileURL(join(root, 'dist/index.js')).href);
+  cjs = createRequire(import.meta.url)(join(root, 'dist/index.cjs'));
+  outside = mkdtempSync(join(tmpdir(), 'valve-outside-'));
+  mkdirSync(join(outside, 'node_modules'));
+  symlinkSync(root, join(outside, 'node_modules/valve'), 'dir');
+}, 120_000);
+
+afterAll(() => {
+  if (outside) rmSync(outside, { recursive: true, force: true });
+});
+
+const API_EXPORTS = ['createValve', 'isValveError', 'memoryStore', 'redisStore', 'ValveError'];
+
+/** Settles after `ms` real milliseconds. */
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('the built package (dist/)', () => {
+  it('both builds export the names of the API contract, and they are distinct copies', () => {
+    for (const pkg of [esm, cjs]) {
+      for (const name of API_EXPORTS) expect(typeof pkg[name], name).toBe('function');
+    }
+    expect(esm.ValveError).not.toBe(cjs.ValveError);
+    expect(esm.createValve).not.toBe(cjs.createValve);
+  });
+
+  it('instanceof ValveError and isValveError hold across the ESM and CJS copies', async () => {
+    for (const [from, to] of [
+      [cjs, esm],
+      [esm, cjs],
+    ] as const) {
+      const valve = from.createValve({ id: 'dual', maxQueue: 1 });
+      const first = valve.run(() => sleep(5));
+      const err = await valve.run(() => 1).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(to.ValveError);
+      expect(err).toBeInstanceOf(from.ValveError);
+      expect(err).toBeInstanceOf(Error);
+      expect(to.isValveError(err)).toBe(true);
+      expect(to.isValveError(err, 'QUEUE_FULL')).toBe(true);
+      expect(to.isValveError(err, 'CLOSED')).toBe(false);
+      expect(err).toMatchObject({ name: 'ValveError', code: 'QUEUE_FULL' });
+      await first;
+      // A programming error is never a ValveError, in either copy.
+      const bad = await valve.run(() => 1, { cost: -1 }).catch((e: unknown) => e);
+      expect(bad).toBeInstanceOf(RangeError);
+      expect(bad).not.toBeInstanceOf(to.ValveError);
+      expect(to.isValveError(bad)).toBe(false);
+      expect(to.isValveError(new Error('x'))).toBe(false);
+      await valve.close();
+    }
+    // An error constructed by one copy is recognised by the other.
+    const made = new cjs.ValveError('CLOSED', 'closed', { cause: 'c' });
+    expect(made).toBeInstanceOf(esm.ValveError);
+    expect(made.cause).toBe('c');
+    expect({ code: 'CLOSED', name: 'ValveError' }).not.toBeInstanceOf(esm.ValveError);
+  });
+
+  it('invalid options throw synchronously: TypeError/RangeError naming the option and the value', () => {
+    const cases: [unknown, ErrorConstructor, RegExp[]][] = [
+      [{ id: '' }, TypeError, [/`id`/, /0 characters/]],
+      [{ id: 'x'.repeat(201) }, TypeError, [/`id`/, /201/]],
+      [{ id: 'a{b}' }, TypeError, [/`id`/, /a\{b\}/]],
+      [{ id: 42 }, TypeError, [/`id`/, /42/]],
+      [{ id: 'x', rules: { limit: 0, interval: '1s' } }, RangeError, [/`rules.limit`/, /got 0/]],
+      [
+        {
+          id: 'x',
+          rules: [
+            { limit: 1, interval: '1s' },
+            { limit: 1.5, interval: 1000 },
+          ],
+        },
+        RangeError,
+        [/`rules\[1\].limit`/, /1\.5/],
+      ],
+      [{ id: 'x', rules: { limit: 1, interval: '2 weeks' } }, RangeError, [/`rules.interval`/, /2 weeks/]],
+      [{ id: 'x', rules: { limit: 1, interval: -5 } }, RangeError, [/`rules.interval`/, /-5/]],
+      [
+        { id: 'x', rules: { limit: 1, interval: '1s', algorithm: 'leaky' } },
+        TypeError,
+        [/`rules.algorithm`/, /leaky/],
+      ],
+      [{ id: 'x', rules: { limit: 1, interval: '1s', burst: 0 } }, RangeError, [/`rules.burst`/, /got 0/]],
+      [
+        { id: 'x', rules: { limit: 5, interval: '1s', algorithm: 'fixed-window', burst: 2 } },
+        TypeError,
+        [/`rules.burst`/, /fixed-window/],
+      ],
+      [{ id: 'x', batch: 0 }, RangeError, [/`batch`/, /got 0/]],
+      [{ id: 'x', concurrency: 2.5 }, RangeError, [/`concurrency`/, /2\.5/]],
+      [
+        { id: 'x', concurrency: { limit: 2, scope: 'global', leaseTtl: 999 } },
+        RangeError,
+        [/`concurrency.leaseTtl`/, /999/, /1000/],
+      ],
+      [{ id: 'x', concurrency: { limit: 2, scope: 'planet' } }, TypeError, [/`concurrency.scope`/, /planet/]],
+      [{ id: 'x', maxQueue: -1 }, RangeError, [/`maxQueue`/, /-1/]],
+      [{ id: 'x', maxWait: 0 }, RangeError, [/`maxWait`/, /got 0/]],
+      [{ id: 'x', onStoreError: 'ignore' }, TypeError, [/`onStoreError`/, /ignore/]],
+      [
+        { id: 'x', onStoreError: 'open', concurrency: { limit: 1, scope: 'global' } },
+        TypeError,
+        [/onStoreError/, /'open'/, /global/],
+      ],
+      [{ id: 'x', store: {} }, TypeError, [/`store/]],
+    ];
+    for (const pkg of [esm, cjs]) {
+      for (const [options, type, patterns] of cases) {
+        let thrown: unknown;
+        try {
+          pkg.createValve(options);
+        } catch (e) {
+          thrown = e;
+        }
+        expect(thrown, JSON.stringify(options)).toBeInstanceOf(type);
+        for (const p of patterns) expect((thrown as Error).message, JSON.stringify(options)).toMatch(p);
+        expect(pkg.isValveError(thrown)).toBe(false);
+      }
+    }
+  });
+
+  it('accepts every documented option shape', () => {
+    const store = esm.memoryStore();
+    const shapes = [
+      { id: 'github:app-42' },
+      { id: 'x'.repeat(200), rules: [] },
+      {
+        id: 'github:app-42',
+        rules: [
+          { limit: 10, interval: '1s' },
+          { limit: 100, interval: 60_000, burst: 20 },
+          { limit: 5000, interval: '1h', algorithm: 'fixed-window' },
+        ],
+        store,
+        concurrency: 4,
+        maxQueue: Number.POSITIVE_INFINITY,
+        maxWait: Number.POSITIVE_INFINITY,
+        batch: 32,
+        onStoreError: 'wait',
+      },
+      { id: 'a', rules: { limit: 1, interval: '250ms' }, concurrency: { limit: 4, scope: 'local' } },
+      {
+        id: 'a',
+        rules: { limit: 1, interval: '1.5s' },
+        concurrency: { limit: 4, scope: 'global', leaseTtl: 30_000 },
+      },
+      {
+        id: 'a',
+        rules: [
+          { limit: 1, interval: '5m' },
+          { limit: 1, interval: '1d' },
+        ],
+        onStoreError: 'throw',
+      },
+      { id: 'a', onStoreError: 'open', concurrency: 3 },
+    ];
+    for (const pkg of [esm, cjs]) for (const o of shapes) expect(() => pkg.createValve(o)).not.toThrow();
+  });
+
+  it('run(): result, rejection, priority order, wrap(), stats() shape; counters only grow', async () => {
+    const valve = esm.createValve({ id: 'run', rules: { limit: 50, interval: '1s' }, concurrency: 1 });
+    const order: string[] = [];
+    const samples: Record<string, unknown>[] = [];
+    const sample = () => samples.push(valve.stats());
+    valve.on('idle', sample);
+    const jobs = [
+      valve.run(() => order.push('first')),
+      valve.run(() => order.push('low'), { priority: -1 }),
+      valve.run(() => order.push('a')),
+      valve.run(() => order.push('high'), { priority: 5 }),
+      valve.run(() => order.push('b')),
+    ];
+    sample();
+    const stats = valve.stats();
+    expect(stats).toMatchObject({ queued: 5, running: 0, pausedUntil: null, started: 0, rejected: 0 });
+    await Promise.all(jobs);
+    // Admission happens in a microtask: all five are queued before the first start.
+    expect(order).toEqual(['high', 'first', 'a', 'b', 'low']);
+    await expect(valve.run(async () => 'value')).resolves.toBe('value');
+    const boom = new Error('boom');
+    await expect(
+      valve.run(() => {
+        throw boom;
+      }),
+    ).rejects.toBe(boom);
+    const add = valve.wrap((a: number, b: number) => a + b, { priority: 1 });
+    await expect(Promise.all([add(1, 2), add(3, 4)])).resolves.toEqual([3, 7]);
+    await valve.run(() => 1, { cost: 0 }).catch(() => {});
+    sample();
+    const last = valve.stats();
+    expect(last).toMatchObject({ queued: 0, running: 0, pausedUntil: null, started: 9, rejected: 1 });
+    for (const key of ['queued', 'running', 'started', 'rejected']) expect(typeof last[key]).toBe('number');
+    for (let i = 1; i < samples.length; i++) {
+      for (const key of ['started', 'rejected'] as const) {
+        expect(samples[i]![key] as number).toBeGreaterThanOrEqual(samples[i - 1]![key] as number);
+      }
+    }
+    expect(() => valve.wrap('not a function')).toThrow(TypeError);
+    await valve.close();
+  });
+
+  it('GCRA spacing on the memory store; a memoryStore instance from one copy shares a budget with the other', async () => {
+    const store = cjs.memoryStore();
+    const rules = { limit: 20, interval: '1s' }; // one start every 50 ms
+    const a = esm.createValve({ id: 'shared', rules, store });
+    const b = cjs.createValve({ id: 'shared', rules, store });
+    const other = esm.createValve({ id: 'other', rules, store });
+    const starts: number[] = [];
+    const t0 = performance.now();
+    const jobs = [];
+    for (let i = 0; i < 4; i++) {
+      jobs.push(a.run(() => starts.push(performance.now() - t0)));
+      jobs.push(b.run(() => starts.push(performance.now() - t0)));
+    }
+    const otherStart = other.run(() => performance.now() - t0);
+    await Promise.all(jobs);
+    starts.sort((x, y) => x - y);
+    for (let i = 1; i < starts.length; i++) expect(starts[i]! - starts[i - 1]!).toBeGreaterThanOrEqual(49);
+    expect(await otherStart).toBeLessThan(40); // another id: its own budget
+    for (const v of [a, b, other]) await v.close();
+  });
+
+  it('a cost no rule can ever admit rejects at once with a RangeError naming the rule', async () => {
+    const valve = cjs.createValve({
+      id: 'cost',
+      rules: [
+        { limit: 10, interval: '1s', burst: 5 },
+        { limit: 3, interval: '1m', algorithm: 'fixed-window' },
+      ],
+    });
+    const t0 = performance.now();
+    const err = await valve.run(() => 1, { cost: 4 }).catch((e: unknown) => e);
+    expect(performance.now() - t0).toBeLessThan(100);
+    expect(err).toBeInstanceOf(RangeError);
+    expect((err as Error).message).toMatch(/cost/);
+    expect((err as Error).message).toMatch(/3 per 60000ms \(fixed-window\)/);
+    expect((err as Error).message).toMatch(/got 4/);
+    await expect(valve.run(() => 'ok', { cost: 3 })).resolves.toBe('ok');
+    await valve.close();
+  });
+
+  it('ctx.signal: caller abort before the start rejects with signal.reason and never runs; after the start it aborts ctx.signal', async () => {
+    const valve = esm.createValve({ id: 'signal', rules: { limit: 10, interval: '1s' } });
+    await valve.run(() => {}); // spend the budget: the next start is 100 ms away
+    const before = new AbortController();
+    const ran = vi.fn();
+    const queued = valve.run(ran, { signal: before.signal });
+    const reason = new Error('caller gave up');
+    before.abort(reason);
+    await expect(queued).rejects.toBe(reason);
+    const already = new AbortController();
+    already.abort('already');
+    await expect(valve.run(ran, { signal: already.signal })).rejects.toBe('already');
+    expect(ran).not.toHaveBeenCalled();
+
+    const after = new AbortController();
+    const seen = valve.run(
+      (ctx: { signal: AbortSignal; lease?: unknown }) =>
+        new Promise((resolve) => {
+          expect(ctx.lease).toBeUndefined();
+          ctx.signal.addEventListener('abort', () => resolve(ctx.signal.reason));
+          after.abort('stop now');
+        }),
+      { signal: after.signal },
+    );
+    await expect(seen).resolves.toBe('stop now');
+    await valve.close();
+  });
+
+  it('close(): queued jobs reject CLOSED, running ones see ctx.signal abort; close({ drain: true }) runs them first', async () => {
+    const valve = esm.createValve({ id: 'close', rules: { limit: 10, interval: '1s' } });
+    const running = valve.run(
+      (ctx: { signal: AbortSignal }) =>
+        new Promise((resolve) => ctx.signal.addEventListener('abort', () => resolve(ctx.signal.reason))),
+    );
+    await sleep(5);
+    const queued = valve.run(() => 'never');
+    await valve.close();
+    const reason = await running;
+    expect(cjs.isValveError(reason, 'CLOSED')).toBe(true);
+    const err = await queued.catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(cjs.ValveError);
+    expect(err).toMatchObject({ code: 'CLOSED' });
+    await expect(valve.run(() => 1)).rejects.toMatchObject({ code: 'CLOSED' });
+
+    const draining = cjs.createValve({ id: 'drain', rules: { limit: 50, interval: '1s' } });
+    const results = [draining.run(() => 1), draining.run(() => 2), draining.run(() => 3)];
+    await draining.close({ drain: true });
+    await expect(Promise.all(results)).resolves.toEqual([1, 2, 3]);
+    expect(draining.stats()).toMatchObject({ queued: 0, running: 0, started: 3 });
+  });
+
+  it('pause({ until: Date }) holds starts, shows in stats().pausedUntil (epoch ms), emits pause; resume() lets them start', async () => {
+    const valve = esm.createValve({ id: 'pause' });
+    const events: unknown[] = [];
+    valve.on('pause', (e: unknown) => events.push(['pause', e]));
+    valve.on('resume', (e: unknown) => events.push(['resume', e]));
+    const until = new Date(Date.now() + 60_000);
+    await valve.pause({ until });
+    const paused = valve.stats().pausedUntil;
+    expect(typeof paused).toBe('number');
+    expect(Math.abs(paused - until.getTime())).toBeLessThan(50);
+    let started = false;
+    const job = valve.run(() => {
+      started = true;
+    });
+    await sleep(30);
+    expect(started).toBe(false);
+    await valve.resume();
+    await job;
+    expect(started).toBe(true);
+    expect(valve.stats().pausedUntil).toBeNull();
+    expect(events[0]).toEqual(['pause', { until: expect.any(Number), source: 'manual' }]);
+    expect(Math.abs((events[0] as [string, { until: number }])[1].until - until.getTime())).toBeLessThan(50);
+    expect(events[1]).toEqual(['resume', expect.anything()]);
+    await valve.close();
+  });
+
+  it("events: no 'error' event; a throwing listener neither crashes the process nor stops the valve", async () => {
+    const valve = cjs.createValve({ id: 'events' });
+    expect(() => valve.on('error', () => {})).toThrow(TypeError);
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
+    try {
+      valve.on('idle', () => {
+        throw new Error('listener bug');
+      });
+      await expect(valve.run(() => 1)).resolves.toBe(1);
+      await sleep(1);
+      await expect(valve.run(() => 2)).resolves.toBe(2);
+      expect(warn).toHaveBeenCalled();
+    } finally {
+      warn.mockRestore();
+    }
+    await valve.close();
+  });
+
+  it('from a plain Node process outside the package: import and require by name, one instanceof across both', async () => {
+    const script = `
+      import { createRequire } from 'node:module';
+      const require = createRequire(import.meta.url);
+      const esm = await import('valve');
+      const cjs = require('valve');
+      const out = { esmKeys: Object.keys(esm).sort(), cjsKeys: Object.keys(cjs).sort() };
+      const v = cjs.createValve({ id: 'outside', maxQueue: 1 });
+      const first = v.run(() => new Promise((r) => setTimeout(r, 5)));
+      const err = await v.run(() => 1).catch((e) => e);
+      out.crossInstanceof = err instanceof esm.ValveError && err instanceof cjs.ValveError;
+      out.isValveError = esm.isValveError(err, 'QUEUE_FULL');
+      out.sameClass = esm.ValveError === cjs.ValveError;
+      await first;
+      // A listener that throws, with no 'warning' handler installed: the process must live on.
+      v.on('idle', () => { throw new Error('listener bug'); });
+      out.after = await v.run(() => 'alive');
+      await new Promise((r) => setTimeout(r, 20));
+      await v.close();
+      console.log(JSON.stringify(out));
+    `;
+    writeFileSync(join(outside, 'outside.mjs'), script);
+    const { stdout, stderr } = await run(process.execPath, ['outside.mjs'], { cwd: outside });
+    const out = JSON.parse(stdout.trim().split('\n').pop()!);
+    for (const keys of [out.esmKeys, out.cjsKeys]) expect(keys).toEqual(expect.arrayContaining(API_EXPORTS));
+    expect(out).toMatchObject({
+      crossInstanceof: true,
+      isValveError: true,
+      sameClass: false,
+      after: 'alive',
+    });
+    expect(stderr).toMatch(/listener/i); // reported as a process warning, not thrown
+  });
+
+  it('type-checks a TypeScript consumer (ESM and CJS) against the bundled declarations, Store type included', async () => {
+    const consumer = `
+      import { createValve, isValveError, memoryStore, redisStore, ValveError, type Store } from 'valve';
+      const inner: Store = memoryStore();
+      const mine: Store = {
+        acquire: (r) => inner.acquire(r),
+        pause: (id, ms) => inner.pause(id, ms),
+        resume: (id) => inner.resume(id),
+        renew: (id, tokens, ttl) => inner.renew(id, tokens, ttl),
+        release: (id, tokens) => inner.release(id, tokens),
+      };
+      const valve = createValve({ id: 'ts', rules: { limit: 1, interval: '1s' }, store: mine, concurrency: { limit: 2, scope: 'global', leaseTtl: 30_000 } });
+      const n: Promise<number> = valve.run(async (ctx) => { ctx.signal.throwIfAborted(); return ctx.lease?.fence ?? 0; }, { cost: 1, priority: 2, maxWait: 1000 });
+      const f: (a: string) => Promise<number> = valve.wrap((a: string) => a.length);
+      const s = valve.stats();
+      const p: number | null = s.pausedUntil;
+      const counters: number[] = [s.queued, s.running, s.started, s.rejected];
+      void valve.pause({ until: new Date() });
+      valve.on('pause', (e) => { const u: number = e.until; void u; });
+      void valve.close({ drain: true });
+      const e: unknown = undefined;
+      if (isValveError(e, 'LEASE_LOST')) { const c: 'QUEUE_FULL' | 'MAX_WAIT' | 'STORE_UNAVAILABLE' | 'LEASE_LOST' | 'CLOSED' = e.code; void c; }
+      if (e instanceof ValveError) void e.code;
+      void redisStore; void n; void f; void p; void counters;
+    `;
+    writeFileSync(join(outside, 'consumer.mts'), consumer);
+    writeFileSync(join(outside, 'consumer.cts'), consumer);
+    const tsc = join(root, 'node_modules/typescript/bin/tsc');
+    const args = [
+      tsc,
+      '--noEmit',
+      '--strict',
+      '--skipLibCheck',
+      '--module',
+      'nodenext',
+      '--moduleResolution',
+      'nodenext',
+      '--target',
+      'es2022',
+      '--types',
+      'node',
+      '--typeRoots',
+      join(root, 'node_modules/@types'),
+      'consumer.mts',
+      'consumer.cts',
+    ];
+    const result = await run(process.execPath, args, { cwd: outside }).catch((e) => e);
+    expect(`${result.stdout ?? ''}${result.stderr ?? ''}`).toBe('');
+  });
+});
+
+describe('the built package over Redis (redisStore with an ioredis client)', () => {
+  let clients: IORedis[] = [];
+  const connect = () => {
+    const { host, port } = sharedRedis();
+    const client = new IORedis({ host, port, lazyConnect: false, maxRetriesPerRequest: 1 });
+    clients.push(client);
+    return client;
+  };
+  afterAll(async () => {
+    await Promise.all(clients.map((c) => c.quit().catch(() => {})));
+    clients = [];
+  });
+
+  it('an ESM valve and a CJS valve on two connections share one GCRA budget (same server, prefix, id, rules)', async () => {
+    const prefix = uniquePrefix('built');
+    const rules = { limit: 20, interval: '1s' };
+    const a = esm.createValve({ id: 'api:1', rules, store: esm.redisStore({ client: connect(), prefix }) });
+    const b = cjs.createValve({ id: 'api:1', rules, store: cjs.redisStore({ client: connect(), prefix }) });
+    const starts: number[] = [];
+    const jobs = [];
+    for (let i = 0; i < 5; i++) {
+      jobs.push(a.run(() => starts.push(performance.now())));
+      jobs.push(b.run(() => starts.push(performance.now())));
+    }
+    await Promise.all(jobs);
+    starts.sort((x, y) => x - y);
+    // The store spaces grants 50 ms apart on its clock; allow 10 ms for reply delivery jitter.
+    for (let i = 1; i < starts.length; i++) expect(starts[i]! - starts[i - 1]!).toBeGreaterThan(40);
+    expect(starts.at(-1)! - starts[0]!).toBeGreaterThanOrEqual(9 * 50 - 20);
+    expect(a.stats().started + b.stats().started).toBe(10);
+    await Promise.all([a.close(), b.close()]);
+  });
+
+  it('global concurrency: ctx.lease { token, fence } with growing fences, the limit across copies, leases released on close', async () => {
+    const prefix = uniquePrefix('builtlease');
+    const concurrency = { limit: 2, scope: 'global', leaseTtl: 3000 };
+    const a = esm.createValve({
+      id: 'lease',
+      concurrency,
+      store: esm.redisStore({ client: connect(), prefix }),
+    });
+    const b = cjs.createValve({
+      id: 'lease',
+      concurrency,
+      store: cjs.redisStore({ client: connect(), prefix }),
+    });
+    let active = 0;
+    let peak = 0;
+    const leases: { token: string; fence: number }[] = [];
+    const perValve: number[][] = [[], []];
+    const job = (which: number) => async (ctx: { lease?: { token: string; fence: number } }) => {
+      active++;
+      peak = Math.max(peak, active);
+      leases.push({ token: ctx.lease!.token, fence: ctx.lease!.fence });
+      perValve[which]!.push(ctx.lease!.fence);
+      await sleep(30);
+      active--;
+    };
+    const jobs = [];
+    for (let i = 0; i < 4; i++) jobs.push(a.run(job(0)), b.run(job(1)));
+    await Promise.all(jobs);
+    expect(peak).toBeLessThanOrEqual(2);
+    expect(leases).toHaveLength(8);
+    for (const l of leases) {
+      expect(typeof l.token).toBe('string');
+      expect(Number.isSafeInteger(l.fence)).toBe(true);
+    }
+    expect(new Set(leases.map((l) => l.token)).size).toBe(8);
+    const fences = leases.map((l) => l.fence);
+    expect(new Set(fences).size).toBe(8);
+    // Each valve sees its fences grow in start order.
+    for (const seen of perValve) expect(seen).toEqual([...seen].sort((x, y) => x - y));
+    await Promise.all([a.close(), b.close()]);
+    const redis = connect();
+    expect(await redis.zcard(`${prefix}:{lease}:leases`)).toBe(0);
+  });
+
+  it('a pause written by one copy stops the other (shared pause); resume() lets it start', async () => {
+    const prefix = uniquePrefix('builtpause');
+    const a = esm.createValve({ id: 'p', store: esm.redisStore({ client: connect(), prefix }) });
+    const b = cjs.createValve({ id: 'p', store: cjs.redisStore({ client: connect(), prefix }) });
+    await a.pause(60_000);
+    expect(a.stats().pausedUntil).toBeGreaterThan(Date.now() + 50_000);
+    let started = false;
+    const job = b.run(() => {
+      started = true;
+    });
+    await sleep(100);
+    expect(started).toBe(false);
+    expect(b.stats().pausedUntil).toBeGreaterThan(Date.now() + 50_000);
+    await a.resume();
+    await b.resume(); // b cached the pause; its own resume (or the pause's end) lets it go
+    await job;
+    expect(started).toBe(true);
+    await Promise.all([a.close(), b.close()]);
+  });
+});
