@@ -7,10 +7,11 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { createValve, type Rule } from '../../src/index.js';
+import { createValve, memoryStore, type Rule } from '../../src/index.js';
 import { type DemoOptions, HELP, parseArgs } from './args.js';
 import { startProvider } from './provider.js';
 import { busiest, Recorder } from './record.js';
+import { recordingStore } from './recording-store.js';
 import { renderTimeline } from './timeline.js';
 import { createLiveView, type Snapshot } from './view.js';
 
@@ -69,7 +70,12 @@ async function main(options: DemoOptions): Promise<number> {
   let retries = 0;
   let pauseSource = '';
 
-  const valve = createValve({ id: 'demo-api:token-1', rules });
+  // The memory store, wrapped to report each grant on the store's clock: the clock on
+  // which valve's bounds are stated.
+  const store = recordingStore(memoryStore(), (now, count) => {
+    for (let k = 0; k < count; k++) rec.start(rec.fromEpoch(now));
+  });
+  const valve = createValve({ id: 'demo-api:token-1', rules, store });
   valve.on('pause', (event) => {
     pauseSource = event.source;
     rec.pause(event.until, event.source);
@@ -79,12 +85,7 @@ async function main(options: DemoOptions): Promise<number> {
     retries++;
   });
 
-  // The fetch the valve calls: each call is one attempt that the valve has just started.
-  const instrumented: typeof fetch = (input, init) => {
-    rec.start();
-    return fetch(input, init);
-  };
-  const valveFetch = valve.wrapFetch(instrumented, { retries: 3 });
+  const valveFetch = valve.wrapFetch(fetch, { retries: 3 });
 
   let next = 0;
   const one = async (i: number): Promise<void> => {

@@ -8,7 +8,7 @@ export interface Pause {
 }
 
 export class Recorder {
-  /** Start of every attempt (the moment the valve let it call fetch), ms since the run started, ascending. */
+  /** Start of every attempt (its grant, on the store's clock), ms since the run started, ascending. */
   readonly starts: number[] = [];
   /** When each induced 429 reached the caller, ms since the run started. */
   readonly retries: number[] = [];
@@ -38,8 +38,9 @@ export class Recorder {
     return epochMs - performance.timeOrigin - this.origin;
   }
 
-  start(): void {
-    this.starts.push(this.elapsed());
+  /** Records one start at run time `at` (default: now). */
+  start(at = this.elapsed()): void {
+    this.starts.push(at);
   }
 
   fail(message: string): void {
