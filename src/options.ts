@@ -58,6 +58,8 @@ export interface NormalizedOptions {
   /** The smallest maxCost over the rules and the rule that sets it, or Infinity / undefined. */
   readonly maxCost: number;
   readonly maxCostRule: StoreRule | undefined;
+  /** The option path of that rule, e.g. "rules[1]" (for messages). */
+  readonly maxCostPath: string;
   readonly store: Store | undefined;
   /** Local slots (Infinity when unlimited). With global scope, the global limit also bounds this instance. */
   readonly limit: number;
@@ -270,20 +272,28 @@ export function normalizeOptions(options: unknown): NormalizedOptions {
 
   const rawRules = options.rules;
   let rules: StoreRule[];
+  let paths: string[] = [];
   if (rawRules === undefined) rules = [];
-  else if (Array.isArray(rawRules)) rules = rawRules.map((rule, i) => normalizeRule(rule, `rules[${i}]`));
-  else if (isPlainObject(rawRules)) rules = [normalizeRule(rawRules, 'rules')];
-  else {
+  else if (Array.isArray(rawRules)) {
+    paths = rawRules.map((_, i) => `rules[${i}]`);
+    rules = rawRules.map((rule, i) => normalizeRule(rule, paths[i]!));
+  } else if (isPlainObject(rawRules)) {
+    paths = ['rules'];
+    rules = [normalizeRule(rawRules, 'rules')];
+  } else {
     throw new TypeError(
       `Expected \`rules\` to be a rule like { limit: 10, interval: '1s' } or an array of rules, got ${describe(rawRules)}`,
     );
   }
   let maxCost = Number.POSITIVE_INFINITY;
   let maxCostRule: StoreRule | undefined;
-  for (const rule of rules) {
+  let maxCostPath = '';
+  for (let i = 0; i < rules.length; i++) {
+    const rule = rules[i]!;
     if (rule.maxCost < maxCost) {
       maxCost = rule.maxCost;
       maxCostRule = rule;
+      maxCostPath = paths[i]!;
     }
   }
 
@@ -316,6 +326,7 @@ export function normalizeOptions(options: unknown): NormalizedOptions {
     rules,
     maxCost,
     maxCostRule,
+    maxCostPath,
     store,
     limit,
     global,

@@ -262,6 +262,7 @@ class ValveImpl implements Valve {
   private readonly rules: readonly StoreRule[];
   private readonly maxCost: number;
   private readonly maxCostRule: StoreRule | undefined;
+  private readonly maxCostPath: string;
   private readonly store: Store;
   private readonly limit: number;
   private readonly global: boolean;
@@ -358,6 +359,7 @@ class ValveImpl implements Valve {
     this.rules = o.rules;
     this.maxCost = o.maxCost;
     this.maxCostRule = o.maxCostRule;
+    this.maxCostPath = o.maxCostPath;
     this.clock = o.clock;
     this.store = o.store ?? memoryStore({ clock: o.clock });
     this.limit = o.limit;
@@ -612,7 +614,7 @@ class ValveImpl implements Valve {
       const rule = this.maxCostRule!;
       return this.rejectNow(
         new RangeError(
-          `Expected \`cost\` to be at most ${rule.maxCost} (the largest cost rule ${rule.label} can ever admit), got ${cost}`,
+          `Expected \`cost\` to be at most ${rule.maxCost} (the largest cost rule \`${this.maxCostPath}\`, ${rule.label}, can ever admit), got ${cost}`,
         ),
       );
     }
