@@ -19,13 +19,25 @@ let empty = 0;
 let granted = 0;
 let expectedAt = 0;
 const late: number[] = [];
+/** For calls that granted nothing: the store's hint (ms), and the time until the next call (ms). */
+const emptyHints: number[] = [];
+const afterEmpty: number[] = [];
+let lastEmptyAt = 0;
 const store = new Proxy(inner, {
   get(target, key) {
     if (key === 'acquire') {
       return (request: unknown) => {
         const r = target.acquire(request);
         calls++;
-        if (r.granted === 0) empty++;
+        if (lastEmptyAt > 0) {
+          afterEmpty.push(r.now - lastEmptyAt);
+          lastEmptyAt = 0;
+        }
+        if (r.granted === 0) {
+          empty++;
+          emptyHints.push(r.retryAfter);
+          lastEmptyAt = r.now;
+        }
         granted += r.granted;
         if (expectedAt > 0) late.push(r.now - expectedAt);
         expectedAt = r.retryAfter > 0 ? r.now + r.retryAfter : 0;
@@ -53,6 +65,10 @@ process.stdout.write(
   `${limit}/s burst ${burst}: ${granted} grants in ${(elapsed / 1000).toFixed(1)} s (${((granted / ((limit * elapsed) / 1000)) * 100).toFixed(1)}%), ` +
     `${calls} store calls, ${empty} granted nothing, ${(granted / Math.max(1, calls - empty)).toFixed(2)} jobs per granting call\n` +
     `  call time after the hinted moment (ms): p10 ${q(0.1)}  p50 ${q(0.5)}  p90 ${q(0.9)}  p99 ${q(0.99)}\n`,
+);
+const median = (xs: number[]) => xs.sort((a, b) => a - b)[xs.length >> 1] ?? Number.NaN;
+process.stdout.write(
+  `  calls that granted nothing: median hint ${median(emptyHints).toFixed(4)} ms, median time to the next call ${median(afterEmpty).toFixed(3)} ms\n`,
 );
 await valve.close({ drain: false }).catch(() => {});
 process.exit(0);
