@@ -98,7 +98,9 @@ describe('network faults on a Redis Cluster', () => {
     const all = outcomes(workers);
     const lost = all.filter((o) => o.settled === null);
     const late = lateJobs(all, maxWait, SETTLE_TOLERANCE, workers);
-    const report = concurrency(intervals(workers), limit);
+    const ivs = intervals(workers);
+    const report = concurrency(ivs, limit);
+    const owned = concurrency(ivs, limit, (iv) => iv.ownedUntil);
     const startViolations = checkBounds(startGrants(workers), rule);
     const grantViolations = checkBounds(grants(workers), rule);
     const calls = workers.flatMap((w) => w.of('call'));
@@ -112,7 +114,8 @@ describe('network faults on a Redis Cluster', () => {
     console.log(
       `[faults] cluster proxy faults (${phases.join(', ')}): ${all.length} jobs: ${[...codes].map(([k, v]) => `${k} ${v}`).join(', ')}; ` +
         `started per worker: ${perClient}; lost ${lost.length}; past maxWait+${SETTLE_TOLERANCE}ms ${late.length}; ` +
-        `max concurrent ${report.max} (over-limit instants ${report.over.length}, unexplained ${report.unexplained.length}); ` +
+        `max concurrent ${report.max} (over-limit instants ${report.over.length}, unexplained ${report.unexplained.length}, ` +
+        `counting lost leases until their earliest store expiry ${owned.max}); ` +
         `leases lost ${leaseLost.length}; rate violations on starts ${startViolations.length}, on grants ${grantViolations.length}; ` +
         `store calls ${calls.length}, failed ${calls.filter((c) => !c.ok).length}; worst worker stall ${worstStall(workers).toFixed(0)} ms`,
     );
@@ -126,6 +129,7 @@ describe('network faults on a Redis Cluster', () => {
     expect(startViolations).toEqual([]);
     expect(grantViolations).toEqual([]);
     expect(report.unexplained).toEqual([]);
+    expect(owned.max).toBeLessThanOrEqual(limit);
     expect(fenceViolations(fenceOrder(workers))).toEqual([]);
     for (const w of workers) {
       const acc = storeErrorAccounting(w);

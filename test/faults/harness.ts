@@ -168,6 +168,13 @@ export interface Interval {
   end: number;
   /** The monotonic time this job's lease loss was logged ('abort' with LEASE_LOST), if it was. */
   lostAt: number | null;
+  /**
+   * Until when the job surely owned its slot on the store: its end; for a job whose lease was
+   * lost, the earliest its lease can have expired there: the send time of the last call that
+   * granted or renewed it (the server ran it no earlier) + leaseTtl, if that is before its end.
+   * Overlap past this point is what a lost lease allows; overlap before it is a violation.
+   */
+  ownedUntil: number;
 }
 
 /** The run intervals of every started job; a job still running at the end counts until `openEnd`. */
@@ -181,13 +188,34 @@ export function intervals(workers: readonly Worker[], openEnd = Number.POSITIVE_
         .filter((e) => e.code === 'LEASE_LOST')
         .map((e) => [e.job, e.t]),
     );
+    const c = w.config.concurrency;
+    const ttl = typeof c === 'object' && c.scope === 'global' ? Number(c.leaseTtl ?? 30_000) : 0;
+    // token → send time of the last renewal that found it held.
+    const renewed = new Map<string, number>();
+    for (const call of w.of('call')) {
+      if (call.op !== 'renew' || !call.ok || !call.tokens || !call.held) continue;
+      call.tokens.forEach((token, i) => {
+        if (call.held![i]) renewed.set(token, Math.max(renewed.get(token) ?? 0, call.t0));
+      });
+    }
+    // A job starts synchronously on its acquisition's answer: the last granting call before it.
+    const acquisitions = w.of('call').filter((c) => c.op === 'acquire' && c.ok && (c.granted ?? 0) > 0);
+    const grantSent = (t: number): number => {
+      let sent = t;
+      for (const c of acquisitions) if (c.t1 <= t) sent = c.t0;
+      return sent;
+    };
     for (const s of w.of('start')) {
+      const end = ends.get(s.job) ?? openEnd;
+      const lostAt = lost.get(s.job) ?? null;
+      const held = Math.max(grantSent(s.t), (s.token && renewed.get(s.token)) || 0);
       out.push({
         worker: w.name,
         job: s.job,
         start: s.t,
-        end: ends.get(s.job) ?? openEnd,
-        lostAt: lost.get(s.job) ?? null,
+        end,
+        lostAt,
+        ownedUntil: lostAt === null ? end : Math.min(end, held + ttl),
       });
     }
   }
@@ -209,11 +237,16 @@ export interface ConcurrencyReport {
  * than `limit` run at once, at least `count - limit` of them must be jobs whose lease was
  * lost (logged LEASE_LOST): the only way the seeds allow overlap.
  */
-export function concurrency(all: readonly Interval[], limit: number): ConcurrencyReport {
+export function concurrency(
+  all: readonly Interval[],
+  limit: number,
+  /** Count each job until this time instead of its end (e.g. `(iv) => iv.ownedUntil`). */
+  until: (iv: Interval) => number = (iv) => iv.end,
+): ConcurrencyReport {
   const points: { t: number; kind: 0 | 1; iv: Interval }[] = [];
   for (const iv of all) {
     points.push({ t: iv.start, kind: 1, iv });
-    points.push({ t: iv.end, kind: 0, iv });
+    points.push({ t: Math.max(iv.start, until(iv)), kind: 0, iv });
   }
   points.sort((a, b) => a.t - b.t || a.kind - b.kind);
   const running = new Set<Interval>();

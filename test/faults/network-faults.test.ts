@@ -126,6 +126,7 @@ describe('network faults through a TCP proxy', () => {
     const late = lateJobs(all, maxWait, SETTLE_TOLERANCE, workers);
     const ivs = intervals(workers);
     const report = concurrency(ivs, limit);
+    const owned = concurrency(ivs, limit, (iv) => iv.ownedUntil);
     const startViolations = checkBounds(startGrants(workers), rule);
     const grantViolations = checkBounds(grants(workers), rule);
     const calls = workers.flatMap((w) => w.of('call'));
@@ -147,7 +148,8 @@ describe('network faults through a TCP proxy', () => {
       `[faults] proxy faults (${phases.join(', ')}): ${all.length} jobs: ${[...codes].map(([k, v]) => `${k} ${v}`).join(', ')}; ` +
         `lost ${lost.length}; past maxWait+${SETTLE_TOLERANCE}ms ${late.length} (worst ${overWait.toFixed(0)} ms past maxWait), ` +
         `longest wait to start ${Math.max(...waits).toFixed(0)} ms; max concurrent ${report.max} ` +
-        `(over-limit instants ${report.over.length}, unexplained ${report.unexplained.length}); leases lost ${leaseLost.length} ` +
+        `(over-limit instants ${report.over.length}, unexplained ${report.unexplained.length}; counting lost leases ` +
+        `until their earliest store expiry: ${owned.max}); leases lost ${leaseLost.length} ` +
         `(${[...new Set(leaseLost.map((e) => e.reason))].join(',')}); rate violations on starts ${startViolations.length}, ` +
         `on grants ${grantViolations.length}; store calls ${calls.length}, failed ${calls.filter((c) => !c.ok).length}, ` +
         `timed out ${timedOut.length} (${inBlackhole.length} in the blackhole), abandoned after ` +
@@ -211,6 +213,7 @@ describe('network faults through a TCP proxy', () => {
     expect(startViolations).toEqual([]);
     expect(grantViolations).toEqual([]);
     expect(report.unexplained).toEqual([]);
+    expect(owned.max).toBeLessThanOrEqual(limit);
     expect(report.max).toBeGreaterThanOrEqual(limit); // saturated
     // Fences still only grow in grant order, across reconnections.
     expect(fenceViolations(fenceOrder(workers))).toEqual([]);

@@ -81,7 +81,12 @@ describe('FLUSHALL mid-run', () => {
     const before = starts.filter((g) => g.t < flushEpoch);
     const after = starts.filter((g) => g.t > flushEpoch);
     const across = checkBounds(starts, RULE);
-    const report = concurrency(intervals([a, b]), LIMIT);
+    const ivs = intervals([a, b]);
+    const report = concurrency(ivs, LIMIT);
+    // The flush ended the old leases: counted until then, never more than the limit.
+    const owned = concurrency(ivs, LIMIT, (iv) =>
+      iv.lostAt === null ? iv.end : Math.min(iv.end, flushedAt),
+    );
     const order = fenceOrder([a, b]);
     console.log(
       `[faults] FLUSHALL (leaseTtl ${TTL} ms, renewal every ${TTL / 3} ms): leases lost ${detect.toFixed(0)} ms ` +
@@ -89,7 +94,7 @@ describe('FLUSHALL mid-run', () => {
           .of('lease-lost')
           .map((e) => e.reason)
           .join(',')}); new jobs took the slots ${firstB.toFixed(0)} ms after it; ` +
-        `max concurrent ${report.max} (unexplained ${report.unexplained.length}); ` +
+        `max concurrent ${report.max} (unexplained ${report.unexplained.length}; counting lost leases until the flush: ${owned.max}); ` +
         `rate violations across the flush ${across.length} (expected: state loss), before ${checkBounds(before, RULE).length}, ` +
         `after ${checkBounds(after, RULE).length}; fences ${order.map((g) => g.fence).join(' < ')}`,
     );
@@ -103,6 +108,7 @@ describe('FLUSHALL mid-run', () => {
     expect(b.of('settled').every((e) => e.ok)).toBe(true);
     // Overlap only through the lost leases.
     expect(report.unexplained).toEqual([]);
+    expect(owned.max).toBeLessThanOrEqual(LIMIT);
     // The rate state started fresh: each side holds the bound, together they do not.
     expect(before).toHaveLength(LIMIT);
     expect(after).toHaveLength(LIMIT);

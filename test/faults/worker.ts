@@ -76,6 +76,7 @@ export type WorkerEvent =
       costs?: number[];
       fences?: number[];
       held?: boolean[];
+      tokens?: string[];
     }
   | { e: 'store-error'; t: number; op: string; action: string | null; err: string }
   | { e: 'lease-lost'; t: number; fence: number; reason: string }
@@ -184,7 +185,7 @@ function logged(inner: Store): Store {
       call(
         'renew',
         () => inner.renew(id, tokens, ttl),
-        (held) => ({ held }),
+        (held) => ({ held, tokens: [...tokens] }),
       ),
     release: (id, tokens) =>
       call(
