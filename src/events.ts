@@ -69,8 +69,8 @@ interface OnceWrapper extends AnyListener {
  * A tiny typed emitter. Listener arrays are copy-on-write, so a listener may add or
  * remove listeners while an event is being delivered.
  *
- * A listener that throws does not disturb the valve or the other listeners: the
- * exception is caught and reported with `process.emitWarning` (visible on stderr and
+ * A listener that throws (or an async listener that rejects) does not disturb the valve
+ * or the other listeners: the exception is caught and reported with `process.emitWarning` (visible on stderr and
  * through `process.on('warning')`), never rethrown into the scheduler and never
  * turned into an uncaught exception.
  */
@@ -113,13 +113,23 @@ export class Emitter {
     if (list === undefined) return;
     for (const listener of list) {
       try {
-        if (a === undefined) listener();
-        else if (b === undefined) listener(a);
-        else listener(a, b);
+        const result: unknown = a === undefined ? listener() : b === undefined ? listener(a) : listener(a, b);
+        // An async listener that rejects is reported like one that throws, never left unhandled.
+        if (result !== undefined) catchRejection(event, result);
       } catch (err) {
         reportListenerError(event, err);
       }
     }
+  }
+}
+
+function catchRejection(event: string, result: unknown): void {
+  if (
+    result !== null &&
+    (typeof result === 'object' || typeof result === 'function') &&
+    typeof (result as { then?: unknown }).then === 'function'
+  ) {
+    (result as PromiseLike<unknown>).then(undefined, (err: unknown) => reportListenerError(event, err));
   }
 }
 

@@ -159,3 +159,33 @@ describe('API contract: a caller signal and an in-flight grant', () => {
     expect(valve.stats()).toMatchObject({ started: 0, rejected: 1, queued: 0 });
   });
 });
+
+describe('API contract: events', () => {
+  it('"an unheard event must never crash the process": an async listener that rejects is reported, not left unhandled', async () => {
+    const { valve, clock } = setup({});
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
+    const unhandled = vi.fn();
+    process.on('unhandledRejection', unhandled);
+    try {
+      const after = vi.fn();
+      valve.on('pause', async () => {
+        throw new Error('async listener bug');
+      });
+      valve.on('pause', after);
+      await valve.pause(10);
+      await flushMicrotasks();
+      await new Promise((r) => setImmediate(r));
+      expect(after).toHaveBeenCalledTimes(1);
+      expect(warn).toHaveBeenCalledTimes(1);
+      expect((warn.mock.calls[0]![0] as Error).cause).toMatchObject({ message: 'async listener bug' });
+      expect(unhandled).not.toHaveBeenCalled();
+      await clock.runAllAsync();
+      const alive = valve.run(() => 'alive');
+      await clock.runAllAsync();
+      await expect(alive).resolves.toBe('alive');
+    } finally {
+      process.off('unhandledRejection', unhandled);
+      warn.mockRestore();
+    }
+  });
+});
