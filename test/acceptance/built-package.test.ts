@@ -384,6 +384,7 @@ describe('the built package (dist/)', () => {
       await first;
       // A listener that throws, with no 'warning' handler installed: the process must live on.
       v.on('idle', () => { throw new Error('listener bug'); });
+      v.on('idle', async () => { throw new Error('async listener bug'); });
       out.after = await v.run(() => 'alive');
       await new Promise((r) => setTimeout(r, 20));
       await v.close();
