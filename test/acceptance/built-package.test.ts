@@ -531,6 +531,32 @@ describe('the built package over Redis (redisStore with an ioredis client)', () 
     expect(await redis.zcard(`${prefix}:{lease}:leases`)).toBe(0);
   });
 
+  it("the default prefix is 'valve' and every key of a valve lives under the hash tag {id}", async () => {
+    const id = `acc-${uniquePrefix('id').replace(/:/g, '-')}`;
+    const valve = cjs.createValve({
+      id,
+      rules: [
+        { limit: 5, interval: '250ms' },
+        { limit: 9, interval: '250ms', algorithm: 'fixed-window' },
+      ],
+      concurrency: { limit: 1, scope: 'global', leaseTtl: 1000 },
+      store: cjs.redisStore({ client: connect() }),
+    });
+    const redis = connect();
+    let during: string[] = [];
+    await valve.run(async () => {
+      during = await redis.keys(`*${id}*`);
+    });
+    await valve.pause(200);
+    const after = await redis.keys(`*${id}*`);
+    await valve.close();
+    const all = [...new Set([...during, ...after])];
+    expect(all.length).toBeGreaterThanOrEqual(4); // two rules, the leases, the pause
+    for (const key of all) expect(key.startsWith(`valve:{${id}}:`)).toBe(true);
+    expect(all.filter((k) => k.startsWith(`valve:{${id}}:r:`))).toHaveLength(2); // one key per rule (digest)
+    for (const key of all) expect(await redis.pttl(key)).not.toBe(-1); // every key expires
+  });
+
   it('a pause written by one copy stops the other (shared pause); resume() lets it start', async () => {
     const prefix = uniquePrefix('builtpause');
     const a = esm.createValve({ id: 'p', store: esm.redisStore({ client: connect(), prefix }) });
