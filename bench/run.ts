@@ -57,9 +57,14 @@ const scenarios: Record<string, ScenarioSpec> = {
   'redis-throughput': {
     script: 'redis-throughput.ts',
     cases: ['1 process', '4 processes'],
-    peers: () => ['valve-redis', 'bottleneck-redis', 'rlf-redis'],
+    peers: (c) => [
+      'valve-redis',
+      ...(c === '1 process' ? ['valve-redis-batch128'] : []),
+      'bottleneck-redis',
+      'rlf-redis',
+    ],
     valve: 'valve-redis',
-    repeat: 3,
+    repeat: 5,
     ratios: ['jobsPerSec', 'commandsPerJob', 'redisCpuUsPerJob'],
     timeoutMs: 60_000,
   },

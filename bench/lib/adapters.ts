@@ -93,9 +93,10 @@ const timerClock = {
 
 /**
  * valve over its memory store, or (with `redis`) over redisStore through ioredis. With
- * `plainTimers`, valve (and its memory store) run on `timerClock` instead of the default clock.
+ * `plainTimers`, valve (and its memory store) run on `timerClock` instead of the default clock;
+ * `batch` overrides valve's default of 32 jobs per store call.
  */
-function valveAdapter(name: string, useRedis: boolean, plainTimers = false): Adapter {
+function valveAdapter(name: string, useRedis: boolean, plainTimers = false, batch?: number): Adapter {
   let valve: ValveLike | undefined;
   let port: number | undefined;
   return {
@@ -117,7 +118,7 @@ function valveAdapter(name: string, useRedis: boolean, plainTimers = false): Ada
         rules: [{ limit: o.limit, interval: o.intervalMs, burst: o.burst }],
         store,
         ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}),
-        ...(o.batch !== undefined ? { batch: o.batch } : {}),
+        ...((o.batch ?? batch) !== undefined ? { batch: o.batch ?? batch } : {}),
         ...(plainTimers ? { clock: timerClock } : {}),
       });
     },
@@ -319,6 +320,7 @@ const factories: Record<string, () => Adapter> = {
   'valve-redis': () => valveAdapter('valve-redis', true),
   'valve-plain-timers': () => valveAdapter('valve-plain-timers', false, true),
   'valve-redis-plain-timers': () => valveAdapter('valve-redis-plain-timers', true, true),
+  'valve-redis-batch128': () => valveAdapter('valve-redis-batch128', true, false, 128),
   'p-limit': pLimitAdapter,
   'p-queue': pQueueAdapter,
   'p-queue-strict': pQueueStrictAdapter,
