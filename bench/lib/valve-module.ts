@@ -1,3 +1,5 @@
+import { pathToFileURL } from 'node:url';
+
 /**
  * valve is imported from its source (../../src/index.js). The benchmark types only the few
  * names it uses, so the harness builds and runs its peer adapters before every part of valve exists.
@@ -22,9 +24,16 @@ export interface ValveModule {
   redisStore?: (options: { client: unknown; subscriber?: unknown; prefix?: string }) => unknown;
 }
 
-const source = '../../src/index.js';
+/**
+ * `VALVE_SRC` (a directory holding valve's `src/`, e.g. a git worktree of another commit) benchmarks
+ * another version of valve for before/after comparisons; default: this repository's `src/`.
+ */
+const root = process.env.VALVE_SRC
+  ? pathToFileURL(`${process.env.VALVE_SRC.replace(/\/$/, '')}/`).href
+  : undefined;
+const source = root ? `${root}src/index.ts` : '../../src/index.js';
 /** Until the package root exports redisStore, it is taken from its own module. */
-const redisSource = '../../src/stores/redis/index.js';
+const redisSource = root ? `${root}src/stores/redis/index.ts` : '../../src/stores/redis/index.js';
 
 export async function loadValve(): Promise<ValveModule> {
   const mod = (await import(source)) as Partial<ValveModule>;
