@@ -34,6 +34,8 @@ export interface FleetOptions {
   readonly durationMs: number;
   readonly logStarts?: boolean;
   readonly logGrants?: boolean;
+  /** Give each process its own share of `ids` (round robin) instead of every id. */
+  readonly splitIds?: boolean;
 }
 
 type Reply = { type: 'ready' } | WorkerDone | { type: 'error'; message: string };
@@ -88,7 +90,10 @@ export async function runFleet(o: FleetOptions): Promise<FleetResult> {
       logGrants: o.logGrants ?? false,
     };
     const ready = children.map((c) => waitFor(c, 'ready'));
-    for (const c of children) c.send(setup);
+    children.forEach((c, i) => {
+      const ids = o.splitIds ? o.ids.filter((_, k) => k % o.processes === i) : o.ids;
+      c.send({ ...setup, ids });
+    });
     await Promise.all(ready);
     const before = await readCounters(admin);
     const done = children.map((c) => waitFor(c, 'done'));

@@ -1,6 +1,7 @@
 /**
  * Scenario 6, scale: Redis cost per job as the number of ids and of processes grows.
- * - "ids N": one process, N valves (ids), 64 jobs outstanding per id, for 3 s.
+ * - "ids N": one process, N valves (ids), 64 jobs outstanding per id, for 3 s (10k ids: 4
+ *   processes with 2,500 ids each, for 9 s).
  * - "processes P": P processes sharing one id, 1000 jobs outstanding each, for 3 s.
  * The rule never binds within the run but keeps its state alive while measured: 10k per day
  * (8.64 s per job) with burst 1e7, so every job pushes the key's expiry further out. Per step: jobs/s, commands/job, script calls/job, Redis CPU µs/job,
@@ -20,7 +21,13 @@ const processSteps = args.quick ? [1, 2] : args.full ? [1, 2, 4, 8, 16] : [1, 2,
 
 export const cases = [...idSteps.map((n) => `ids ${n}`), ...processSteps.map((p) => `processes ${p}`)];
 
-async function measure(peer: string, name: string, processes: number, ids: number): Promise<void> {
+async function measure(
+  peer: string,
+  name: string,
+  processes: number,
+  ids: number,
+  splitIds = false,
+): Promise<void> {
   const server = await startRedis();
   try {
     const r = await runFleet({
@@ -30,7 +37,8 @@ async function measure(peer: string, name: string, processes: number, ids: numbe
       options: { limit: 10_000, intervalMs: 86_400_000, burst: 10_000_000 },
       ids: Array.from({ length: ids }, (_, i) => `bench-scale-${i}`),
       window: ids === 1 ? 1000 : 64,
-      durationMs,
+      durationMs: ids >= 10_000 ? 3 * durationMs : durationMs,
+      splitIds,
     });
     const jobs = Math.max(1, r.started);
     emit({
