@@ -533,6 +533,9 @@ export function memoryStore(options?: MemoryStoreOptions): Store {
   if (options !== undefined && (typeof options !== 'object' || options === null)) {
     throw new TypeError(`Expected \`options\` to be an object, got ${describe(options)}`);
   }
+  for (const key of Object.keys(options ?? {})) {
+    if (key !== 'clock') throw new TypeError(`Unknown option \`${key}\`; memoryStore() takes \`clock\``);
+  }
   const clock = options?.clock ?? systemClock;
   if (typeof clock !== 'object' || clock === null || typeof clock.now !== 'function') {
     throw new TypeError(`Expected \`options.clock\` to be a Clock with now(), got ${describe(clock)}`);

@@ -189,3 +189,13 @@ describe('API contract: events', () => {
     }
   });
 });
+
+describe('API contract: store options are validated like createValve options', () => {
+  it('memoryStore() rejects an unknown option, naming it (a typo must not silently fall back to the system clock)', () => {
+    expect(() => memoryStore({ clok: new FakeClock() } as never)).toThrow(TypeError);
+    expect(() => memoryStore({ clok: new FakeClock() } as never)).toThrow(/`clok`/);
+    expect(() => memoryStore({ clock: new FakeClock() })).not.toThrow();
+    expect(() => memoryStore({})).not.toThrow();
+    expect(() => memoryStore()).not.toThrow();
+  });
+});
