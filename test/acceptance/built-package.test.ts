@@ -301,6 +301,42 @@ describe('the built package (dist/)', () => {
     await valve.close();
   });
 
+  it('a user-written Store: ctx.signal aborts when its lease is lost; the job rejects LEASE_LOST once it settles', async () => {
+    const inner = cjs.memoryStore();
+    // biome-ignore lint/suspicious/noExplicitAny: a plain object implementing the Store contract
+    const store: any = {
+      acquire: (r: unknown) => inner.acquire(r),
+      pause: (id: string, ms: number) => inner.pause(id, ms),
+      resume: (id: string) => inner.resume(id),
+      renew: async (_id: string, tokens: string[]) => tokens.map(() => false), // the store lost them
+      release: (id: string, tokens: string[]) => inner.release(id, tokens),
+    };
+    const valve = esm.createValve({
+      id: 'lost',
+      store,
+      concurrency: { limit: 1, scope: 'global', leaseTtl: 1000 },
+    });
+    const lost: unknown[] = [];
+    valve.on('lease-lost', (e: unknown) => lost.push(e));
+    let reason: unknown;
+    const job = valve.run(
+      (ctx: { signal: AbortSignal; lease?: { token: string; fence: number } }) =>
+        new Promise((resolve) => {
+          ctx.signal.addEventListener('abort', () => {
+            reason = ctx.signal.reason;
+            resolve('finished anyway');
+          });
+        }),
+    );
+    const err = await job.catch((e: unknown) => e);
+    expect(cjs.isValveError(reason, 'LEASE_LOST')).toBe(true);
+    expect(err).toBeInstanceOf(esm.ValveError);
+    expect(err).toMatchObject({ code: 'LEASE_LOST' });
+    expect(lost).toEqual([expect.objectContaining({ token: expect.any(String), fence: expect.any(Number) })]);
+    expect(valve.stats()).toMatchObject({ running: 0, started: 1 });
+    await valve.close();
+  });
+
   it('close(): queued jobs reject CLOSED, running ones see ctx.signal abort; close({ drain: true }) runs them first', async () => {
     const valve = esm.createValve({ id: 'close', rules: { limit: 10, interval: '1s' } });
     const running = valve.run(
