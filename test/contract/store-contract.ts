@@ -39,7 +39,38 @@ async function waitFor(check: () => boolean, timeoutMs = 2000): Promise<void> {
   }
 }
 
-export function storeContract(name: string, makeStore: () => Promise<StoreUnderTest> | StoreUnderTest): void {
+/**
+ * What the store under test can do. Cases that need a capability are registered only when the
+ * caller declares it (they are not skipped at run time: a declared capability that is missing
+ * fails the case).
+ */
+export interface StoreCapabilities {
+  /** `makeStore` returns `advance`: time moves only when the test says so (exact-timing cases). */
+  controlledClock?: boolean;
+  /** The store implements `subscribe()` (wake-up cases). Default true. */
+  wakeUps?: boolean;
+}
+
+/** Registers nothing: used for cases whose capability the store under test does not declare. */
+const notRegistered = (() => undefined) as unknown as typeof it;
+
+export function storeContract(
+  name: string,
+  makeStore: () => Promise<StoreUnderTest> | StoreUnderTest,
+  capabilities: StoreCapabilities = {},
+): void {
+  const itClock = capabilities.controlledClock ? it : notRegistered;
+  const itWake = capabilities.wakeUps === false ? notRegistered : it;
+  const describeClock = capabilities.controlledClock
+    ? describe
+    : (notRegistered as unknown as typeof describe);
+  const describeWake =
+    capabilities.wakeUps === false ? (notRegistered as unknown as typeof describe) : describe;
+  const missing = (what: string): never => {
+    throw new Error(
+      `storeContract(${JSON.stringify(name)}): the store was declared with ${what} but has none`,
+    );
+  };
   let seq = 0;
   const run = Math.random().toString(36).slice(2, 8);
   const newId = () => `contract:${name}:${run}:${++seq}`;
@@ -209,14 +240,14 @@ export function storeContract(name: string, makeStore: () => Promise<StoreUnderT
       });
     });
 
-    describe('exact retry hints (controlled clock)', () => {
+    describeClock('exact retry hints (controlled clock)', () => {
       const exactness = async (
         rules: StoreRule[],
         costs: number[],
         expected: { granted: number; wait: number },
       ) => {
         const s = await setup();
-        if (!s.advance) return false;
+        if (!s.advance) return missing('a controlled clock');
         const id = newId();
         const r = await s.acquire({ id, rules, costs });
         expect(r.granted).toBe(expected.granted);
@@ -234,38 +265,39 @@ export function storeContract(name: string, makeStore: () => Promise<StoreUnderT
         return true;
       };
 
-      it('GCRA, burst 1: the next job fits exactly retryAfter later', async (ctx) => {
-        if (!(await exactness([rule({ limit: 10, interval: '1s' })], [1, 1], { granted: 1, wait: 100 })))
-          ctx.skip();
+      itClock('GCRA, burst 1: the next job fits exactly retryAfter later', async () => {
+        await exactness([rule({ limit: 10, interval: '1s' })], [1, 1], { granted: 1, wait: 100 });
       });
 
-      it('GCRA: an emission interval that does not divide evenly is rounded up to whole µs', async (ctx) => {
-        // 1s / 3 = 333333.33µs → 333334µs.
-        if (!(await exactness([rule({ limit: 3, interval: '1s' })], [1, 1], { granted: 1, wait: 333.334 })))
-          ctx.skip();
-      });
+      itClock(
+        'GCRA: an emission interval that does not divide evenly is rounded up to whole µs',
+        async () => {
+          // 1s / 3 = 333333.33µs → 333334µs.
+          await exactness([rule({ limit: 3, interval: '1s' })], [1, 1], { granted: 1, wait: 333.334 });
+        },
+      );
 
-      it('GCRA with burst and costs', async (ctx) => {
+      itClock('GCRA with burst and costs', async () => {
         const r = rule({ limit: 10, interval: '1s', burst: 4 }); // 100ms per unit, 400ms capacity
         // 3 + 1 fill the capacity; the next job of cost 2 needs 200ms more.
-        if (!(await exactness([r], [3, 1, 2], { granted: 2, wait: 200 }))) ctx.skip();
+        await exactness([r], [3, 1, 2], { granted: 2, wait: 200 });
       });
 
-      it('GCRA with a fractional cost', async (ctx) => {
+      itClock('GCRA with a fractional cost', async () => {
         const r = rule({ limit: 3, interval: '1s' }); // 333334µs per unit
         // 0.5 → 166667µs; two of them are 333334µs ≤ capacity; a third waits 166667µs.
-        if (!(await exactness([r], [0.5, 0.5, 0.5], { granted: 2, wait: 166.667 }))) ctx.skip();
+        await exactness([r], [0.5, 0.5, 0.5], { granted: 2, wait: 166.667 });
       });
 
-      it('GCRA rounds each fractional increment up to whole µs', async (ctx) => {
+      itClock('GCRA rounds each fractional increment up to whole µs', async () => {
         const r = rule({ limit: 3, interval: '1s' }); // 333334µs per unit
         // 0.25 → ceil(83333.5) = 83334µs; four of them need 333336µs: the fourth waits 2µs.
-        if (!(await exactness([r], [0.25, 0.25, 0.25, 0.25], { granted: 3, wait: 0.002 }))) ctx.skip();
+        await exactness([r], [0.25, 0.25, 0.25, 0.25], { granted: 3, wait: 0.002 });
       });
 
-      it('fixed window: the next job fits exactly when the window ends', async (ctx) => {
+      itClock('fixed window: the next job fits exactly when the window ends', async () => {
         const s = await setup();
-        if (!s.advance) return ctx.skip();
+        if (!s.advance) return missing('a controlled clock');
         const id = newId();
         const w = rule({ limit: 2, interval: '1s', algorithm: 'fixed-window' });
         const r = await s.acquire({ id, rules: [w], costs: ones(3) });
@@ -280,9 +312,9 @@ export function storeContract(name: string, makeStore: () => Promise<StoreUnderT
         expectMs(next.retryAfter, 1000);
       });
 
-      it('several rules: after the largest wait every rule fits', async (ctx) => {
+      itClock('several rules: after the largest wait every rule fits', async () => {
         const s = await setup();
-        if (!s.advance) return ctx.skip();
+        if (!s.advance) return missing('a controlled clock');
         const id = newId();
         const a = rule({ limit: 10, interval: '1s' }); // 100ms
         const b = rule({ limit: 4, interval: '1s' }); // 250ms
@@ -295,9 +327,9 @@ export function storeContract(name: string, makeStore: () => Promise<StoreUnderT
         expect((await s.acquire({ id, rules: [a, b], costs: [1] })).granted).toBe(1);
       });
 
-      it('GCRA: budget refills at the rule rate, never faster', async (ctx) => {
+      itClock('GCRA: budget refills at the rule rate, never faster', async () => {
         const s = await setup();
-        if (!s.advance) return ctx.skip();
+        if (!s.advance) return missing('a controlled clock');
         const id = newId();
         const r = rule({ limit: 10, interval: '1s', burst: 5 });
         expect((await s.acquire({ id, rules: [r], costs: ones(10) })).granted).toBe(5);
@@ -401,9 +433,9 @@ export function storeContract(name: string, makeStore: () => Promise<StoreUnderT
         await s.store.resume(id);
       });
 
-      it('ends exactly at pausedUntil (controlled clock)', async (ctx) => {
+      itClock('ends exactly at pausedUntil (controlled clock)', async () => {
         const s = await setup();
-        if (!s.advance) return ctx.skip();
+        if (!s.advance) return missing('a controlled clock');
         const id = newId();
         await s.store.pause(id, 1000);
         await s.advance(999.999);
@@ -540,31 +572,37 @@ export function storeContract(name: string, makeStore: () => Promise<StoreUnderT
         expect(await s.store.renew(id, [token], t)).toEqual([true]);
       });
 
-      it('the concurrency hint is the time until the earliest lease expires (controlled clock)', async (ctx) => {
-        const s = await setup();
-        if (!s.advance) return ctx.skip();
-        const id = newId();
-        await s.acquire({ id, rules: [], costs: [1], lease: { limit: 2, ttl: 5000 } });
-        await s.advance(1000);
-        const r = await s.acquire({ id, rules: [], costs: [1, 1], lease: { limit: 2, ttl: 5000 } });
-        expect(r.granted).toBe(1);
-        expectMs(r.retryAfter, 4000);
-        await s.advance(4000);
-        expect((await s.acquire({ id, rules: [], costs: [1], lease: { limit: 2, ttl: 5000 } })).granted).toBe(
-          1,
-        );
-      });
+      itClock(
+        'the concurrency hint is the time until the earliest lease expires (controlled clock)',
+        async () => {
+          const s = await setup();
+          if (!s.advance) return missing('a controlled clock');
+          const id = newId();
+          await s.acquire({ id, rules: [], costs: [1], lease: { limit: 2, ttl: 5000 } });
+          await s.advance(1000);
+          const r = await s.acquire({ id, rules: [], costs: [1, 1], lease: { limit: 2, ttl: 5000 } });
+          expect(r.granted).toBe(1);
+          expectMs(r.retryAfter, 4000);
+          await s.advance(4000);
+          expect(
+            (await s.acquire({ id, rules: [], costs: [1], lease: { limit: 2, ttl: 5000 } })).granted,
+          ).toBe(1);
+        },
+      );
 
-      it('fences keep growing after every lease of the id expired long ago (controlled clock)', async (ctx) => {
-        const s = await setup();
-        if (!s.advance) return ctx.skip();
-        const id = newId();
-        const r = await s.acquire({ id, rules: [], costs: ones(5), lease: { limit: 5, ttl: 1000 } });
-        const last = r.leases![4]!.fence;
-        await s.advance(86_400_000 * 3);
-        const later = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 5, ttl: 1000 } });
-        expect(later.leases![0]!.fence).toBeGreaterThan(last);
-      });
+      itClock(
+        'fences keep growing after every lease of the id expired long ago (controlled clock)',
+        async () => {
+          const s = await setup();
+          if (!s.advance) return missing('a controlled clock');
+          const id = newId();
+          const r = await s.acquire({ id, rules: [], costs: ones(5), lease: { limit: 5, ttl: 1000 } });
+          const last = r.leases![4]!.fence;
+          await s.advance(86_400_000 * 3);
+          const later = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 5, ttl: 1000 } });
+          expect(later.leases![0]!.fence).toBeGreaterThan(last);
+        },
+      );
     });
 
     describe('isolation and sharing', () => {
@@ -612,52 +650,55 @@ export function storeContract(name: string, makeStore: () => Promise<StoreUnderT
       });
     });
 
-    describe('wake-ups', () => {
-      it('subscribers hear pause, resume and release for their id only, until they unsubscribe', async (ctx) => {
-        const s = await setup();
-        if (typeof s.store.subscribe !== 'function') return ctx.skip();
-        const id = newId();
-        const other = newId();
-        const events: WakeEvent[] = [];
-        const foreign: WakeEvent[] = [];
-        const unsubscribe = s.store.subscribe(id, (e) => events.push(e));
-        const unsubscribeOther = s.store.subscribe(other, (e) => foreign.push(e));
-        onTestFinished(unsubscribeOther);
-        if (s.store.notifies === false) await waitFor(() => s.store.notifies === true, 5000);
-        // A subscription may take a moment to become active (e.g. SSUBSCRIBE on a cluster), and
-        // wake-ups sent before that are lost (they are hints). Probe with resume() until one arrives.
-        const probeEnd = Date.now() + 5000;
-        while (!events.some((e) => e.type === 'resume') || !foreign.some((e) => e.type === 'resume')) {
-          if (Date.now() > probeEnd) throw new Error('no wake-up arrived within 5s of subscribing');
+    describeWake('wake-ups', () => {
+      itWake(
+        'subscribers hear pause, resume and release for their id only, until they unsubscribe',
+        async () => {
+          const s = await setup();
+          if (typeof s.store.subscribe !== 'function') return missing('wake-ups');
+          const id = newId();
+          const other = newId();
+          const events: WakeEvent[] = [];
+          const foreign: WakeEvent[] = [];
+          const unsubscribe = s.store.subscribe(id, (e) => events.push(e));
+          const unsubscribeOther = s.store.subscribe(other, (e) => foreign.push(e));
+          onTestFinished(unsubscribeOther);
+          if (s.store.notifies === false) await waitFor(() => s.store.notifies === true, 5000);
+          // A subscription may take a moment to become active (e.g. SSUBSCRIBE on a cluster), and
+          // wake-ups sent before that are lost (they are hints). Probe with resume() until one arrives.
+          const probeEnd = Date.now() + 5000;
+          while (!events.some((e) => e.type === 'resume') || !foreign.some((e) => e.type === 'resume')) {
+            if (Date.now() > probeEnd) throw new Error('no wake-up arrived within 5s of subscribing');
+            await s.store.resume(id);
+            await s.store.resume(other);
+            await sleep(20);
+          }
+          await sleep(30); // late duplicates of the probe
+          events.length = 0;
+          foreign.length = 0;
+
+          const until = await s.store.pause(id, 60_000);
+          await waitFor(() => events.length >= 1);
+          expect(events[0]!.type).toBe('pause');
+          expectMs((events[0] as { until: number }).until, until);
+
           await s.store.resume(id);
-          await s.store.resume(other);
-          await sleep(20);
-        }
-        await sleep(30); // late duplicates of the probe
-        events.length = 0;
-        foreign.length = 0;
+          await waitFor(() => events.length >= 2);
+          expect(events[1]).toEqual({ type: 'resume' });
 
-        const until = await s.store.pause(id, 60_000);
-        await waitFor(() => events.length >= 1);
-        expect(events[0]!.type).toBe('pause');
-        expectMs((events[0] as { until: number }).until, until);
+          const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: 60_000 } });
+          await s.store.release(id, [r.leases![0]!.token]);
+          await waitFor(() => events.length >= 3);
+          expect(events[2]).toEqual({ type: 'release' });
 
-        await s.store.resume(id);
-        await waitFor(() => events.length >= 2);
-        expect(events[1]).toEqual({ type: 'resume' });
-
-        const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: 60_000 } });
-        await s.store.release(id, [r.leases![0]!.token]);
-        await waitFor(() => events.length >= 3);
-        expect(events[2]).toEqual({ type: 'release' });
-
-        unsubscribe();
-        unsubscribe(); // idempotent
-        await s.store.pause(id, 1000);
-        await sleep(30);
-        expect(events).toHaveLength(3);
-        expect(foreign).toEqual([]);
-      });
+          unsubscribe();
+          unsubscribe(); // idempotent
+          await s.store.pause(id, 1000);
+          await sleep(30);
+          expect(events).toHaveLength(3);
+          expect(foreign).toEqual([]);
+        },
+      );
     });
   });
 }

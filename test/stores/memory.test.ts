@@ -5,10 +5,14 @@ import type { AcquireResult, Store, WakeEvent } from '../../src/stores/store.js'
 import { storeContract } from '../contract/store-contract.js';
 import { FakeClock, flushMicrotasks } from '../helpers/fake-clock.js';
 
-storeContract('memory (fake clock)', () => {
-  const clock = new FakeClock();
-  return { store: memoryStore({ clock }), advance: (ms: number) => clock.advance(ms) };
-});
+storeContract(
+  'memory (fake clock)',
+  () => {
+    const clock = new FakeClock();
+    return { store: memoryStore({ clock }), advance: (ms: number) => clock.advance(ms) };
+  },
+  { controlledClock: true },
+);
 
 storeContract('memory (system clock)', () => ({ store: memoryStore() }));
 
