@@ -82,6 +82,26 @@ describe('Guarantees: Timing', () => {
     }
   });
 
+  it('"Waits caused by rate rules follow the store\'s retry hint" with global concurrency too (no poll, no jitter)', async () => {
+    const clock = new FakeClock();
+    const store = spyStore(memoryStore({ clock }), clock);
+    const valve = createValve({
+      id: 'gr',
+      clock,
+      store,
+      rules: { limit: 10, interval: '1s' },
+      concurrency: { limit: 5, scope: 'global', leaseTtl: 30_000 },
+    });
+    const t0 = clock.now();
+    const starts: number[] = [];
+    const jobs = Array.from({ length: 5 }, () => valve.run(() => starts.push(clock.now() - t0)));
+    await clock.runAllAsync();
+    await Promise.all(jobs);
+    expect(starts).toEqual([0, 100, 200, 300, 400]);
+    // One acquisition per start: the valve slept on each hint instead of polling.
+    expect(store.acquires.filter((a) => a.at > t0).map((a) => a.at - t0)).toEqual([100, 200, 300, 400]);
+  });
+
   it('"Every wakeup still asks the store, and another worker may have spent the budget first"', async () => {
     const clock = new FakeClock();
     const store = spyStore(memoryStore({ clock }), clock);
