@@ -310,6 +310,9 @@ class ValveImpl implements Valve {
   private sentPauseEpoch = 0;
   /** This valve's pause writes in flight: their wake-ups are not reported as 'remote' pauses. */
   private ownPauses = 0;
+  /** Bumped by resume(): a store answer sent before it cannot bring back the pause it deleted. */
+  private resumeEpoch = 0;
+  private sentResumeEpoch = 0;
   /** Store clock minus local clock, estimated at the last acquisition. */
   private offset = 0;
 
@@ -429,6 +432,7 @@ class ValveImpl implements Valve {
   }
 
   resume(): Promise<void> {
+    this.resumeEpoch++;
     this.pauseUntil = 0;
     this.storePauseUntil = 0;
     if (this.blocked === 'pause') {
@@ -728,6 +732,7 @@ class ValveImpl implements Valve {
     this.acquiring = true;
     this.sentAt = now;
     this.sentPauseEpoch = this.pauseEpoch;
+    this.sentResumeEpoch = this.resumeEpoch;
     let result: AcquireResult | PromiseLike<AcquireResult>;
     try {
       result = this.store.acquire(this.request as AcquireRequest);
@@ -782,8 +787,11 @@ class ValveImpl implements Valve {
     if (typeof r.now === 'number' && Number.isFinite(r.now)) this.offset = r.now - (this.sentAt + now) / 2;
 
     // The store's view of the shared pause.
-    if (typeof r.pausedUntil === 'number' && r.pausedUntil > 0) this.learnPause(r.pausedUntil, false);
-    else if (this.pauseUntil !== 0 && this.sentPauseEpoch === this.pauseEpoch) {
+    // A resume() called while this acquisition was in flight deleted the pause it may report.
+    const resumedSince = this.sentResumeEpoch !== this.resumeEpoch;
+    if (typeof r.pausedUntil === 'number' && r.pausedUntil > 0) {
+      if (!resumedSince) this.learnPause(r.pausedUntil, false);
+    } else if (this.pauseUntil !== 0 && this.sentPauseEpoch === this.pauseEpoch) {
       this.pauseUntil = 0;
       this.storePauseUntil = 0;
     }
@@ -810,6 +818,10 @@ class ValveImpl implements Valve {
       if (r.blocked === 'concurrency') {
         this.blocked = 'concurrency';
         this.wakeAt = now + this.pollDelay(hint);
+      } else if (r.blocked === 'pause' && resumedSince) {
+        // Refused for a pause that resume() has since deleted: ask again at once.
+        this.blocked = null;
+        this.wakeAt = now;
       } else {
         this.blocked = r.blocked === 'pause' ? 'pause' : 'rate';
         // Sleep for the store's hint minus the acquisition's own elapsed time.
@@ -1126,10 +1138,12 @@ class ValveImpl implements Valve {
     }
     if (isThenable(result)) {
       this.ownPauses++;
+      const epoch = this.resumeEpoch;
       const done = Promise.resolve(result).then(
         (until) => {
           this.ownPauses--;
-          this.paused(until, source, detail);
+          // A resume() called after this write deleted the pause: report it, do not keep it.
+          this.paused(until, source, detail, this.resumeEpoch === epoch);
         },
         (err: unknown) => {
           this.ownPauses--;
@@ -1143,9 +1157,9 @@ class ValveImpl implements Valve {
     return confirm ? Promise.resolve() : undefined;
   }
 
-  private paused(until: unknown, source: PauseSource, detail: unknown): void {
+  private paused(until: unknown, source: PauseSource, detail: unknown, learn = true): void {
     if (typeof until !== 'number' || !Number.isFinite(until)) return;
-    this.learnPause(until, true);
+    if (learn) this.learnPause(until, true);
     this.events.emit('pause', detail === undefined ? { until, source } : { until, source, detail });
   }
 

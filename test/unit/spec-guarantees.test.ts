@@ -219,3 +219,36 @@ describe('API contract: store options are validated like createValve options', (
     expect(() => memoryStore()).not.toThrow();
   });
 });
+
+describe('Guarantees: "resume() deletes it" (a late store answer does not bring the pause back)', () => {
+  it('a pause answered after resume() was called does not keep this valve paused', async () => {
+    const { valve, store, clock } = setup({});
+    store.async = { delay: 5 };
+    const paused = valve.pause(60_000);
+    const resumed = valve.resume(); // sent after the pause: the store ends with no pause
+    await clock.tickAsync(10);
+    await Promise.all([paused, resumed]);
+    expect(valve.stats().pausedUntil).toBeNull();
+    const job = track(valve.run(() => 'ran'));
+    await clock.tickAsync(20);
+    expect(job).toMatchObject({ done: true, value: 'ran' });
+  });
+
+  it('an acquisition answered with a pause after resume() was called does not keep this valve paused', async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const store = spyStore(inner, clock);
+    store.async = { delay: 5 };
+    store.subscribe = undefined; // like redisStore without a subscriber: no wake-up rescues it
+    const valve = createValve({ id: 'r', clock, store });
+    inner.pause('r', 60_000); // another process paused the id; this valve does not know yet
+    const first = track(valve.run(() => 'first'));
+    await flushMicrotasks(); // its acquisition is on the wire and will report the pause
+    const resumed = valve.resume();
+    await clock.tickAsync(10);
+    await resumed;
+    expect(valve.stats().pausedUntil).toBeNull();
+    await clock.tickAsync(20);
+    expect(first).toMatchObject({ done: true, value: 'first' });
+  });
+});
