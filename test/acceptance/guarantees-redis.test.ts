@@ -96,6 +96,19 @@ describe('"With a Redis subscriber, pause, resume, and slot release wake waiting
   });
 });
 
+describe('"resume() deletes it": a pause still on the wire when resume() is called does not stick', () => {
+  it('without a subscriber, a job queued after pause(); resume() starts at once', async () => {
+    const prefix = uniquePrefix('resume-race');
+    const valve = createValve({ id: 'rr', store: redisStore({ client: connect(), prefix }) });
+    const paused = valve.pause(60_000); // not awaited: the reply arrives after resume() was called
+    await valve.resume();
+    await paused;
+    expect(valve.stats().pausedUntil).toBeNull();
+    await expect(valve.run(() => 'ran', { maxWait: 1000 })).resolves.toBe('ran');
+    await valve.close();
+  });
+});
+
 describe('"If Redis loses valve\'s keys ... the rate budget starts fresh and the shared pause ends"', () => {
   it('a deleted rule key grants at once again; a deleted pause key ends the pause; nothing raises an error', async () => {
     const prefix = uniquePrefix('loss');
