@@ -30,6 +30,7 @@ type Pkg = any;
 let esm: Pkg;
 let cjs: Pkg;
 let outside: string; // a directory outside the package with node_modules/valve → the package
+let typecheck: Promise<{ stdout?: string; stderr?: string }>;
 
 beforeAll(async () => {
   execFileSync('npm', ['run', 'build'], { cwd: root, stdio: 'pipe' });
@@ -38,11 +39,63 @@ beforeAll(async () => {
   outside = mkdtempSync(join(tmpdir(), 'valve-outside-'));
   mkdirSync(join(outside, 'node_modules'));
   symlinkSync(root, join(outside, 'node_modules/valve'), 'dir');
+  typecheck = startTypecheck();
 }, 120_000);
 
-afterAll(() => {
+afterAll(async () => {
+  await typecheck;
   if (outside) rmSync(outside, { recursive: true, force: true });
 });
+
+/** Type-checks a consumer of the built declarations, as an outside TypeScript user (ESM and CJS). */
+function startTypecheck(): Promise<{ stdout?: string; stderr?: string }> {
+  const consumer = `
+    import { createValve, isValveError, memoryStore, redisStore, ValveError, type Store } from 'valve';
+    const inner: Store = memoryStore();
+    const mine: Store = {
+      acquire: (r) => inner.acquire(r),
+      pause: (id, ms) => inner.pause(id, ms),
+      resume: (id) => inner.resume(id),
+      renew: (id, tokens, ttl) => inner.renew(id, tokens, ttl),
+      release: (id, tokens) => inner.release(id, tokens),
+    };
+    const valve = createValve({ id: 'ts', rules: { limit: 1, interval: '1s' }, store: mine, concurrency: { limit: 2, scope: 'global', leaseTtl: 30_000 } });
+    const n: Promise<number> = valve.run(async (ctx) => { ctx.signal.throwIfAborted(); return ctx.lease?.fence ?? 0; }, { cost: 1, priority: 2, maxWait: 1000 });
+    const f: (a: string) => Promise<number> = valve.wrap((a: string) => a.length);
+    const s = valve.stats();
+    const p: number | null = s.pausedUntil;
+    const counters: number[] = [s.queued, s.running, s.started, s.rejected];
+    void valve.pause({ until: new Date() });
+    valve.on('pause', (e) => { const u: number = e.until; void u; });
+    void valve.close({ drain: true });
+    const e: unknown = undefined;
+    if (isValveError(e, 'LEASE_LOST')) { const c: 'QUEUE_FULL' | 'MAX_WAIT' | 'STORE_UNAVAILABLE' | 'LEASE_LOST' | 'CLOSED' = e.code; void c; }
+    if (e instanceof ValveError) void e.code;
+    void redisStore; void n; void f; void p; void counters;
+  `;
+  writeFileSync(join(outside, 'consumer.mts'), consumer);
+  writeFileSync(join(outside, 'consumer.cts'), consumer);
+  const tsc = join(root, 'node_modules/typescript/bin/tsc');
+  const args = [
+    tsc,
+    '--noEmit',
+    '--strict',
+    '--skipLibCheck',
+    '--module',
+    'nodenext',
+    '--moduleResolution',
+    'nodenext',
+    '--target',
+    'es2022',
+    '--types',
+    'node',
+    '--typeRoots',
+    join(root, 'node_modules/@types'),
+    'consumer.mts',
+    'consumer.cts',
+  ];
+  return run(process.execPath, args, { cwd: outside }).catch((e) => e);
+}
 
 const API_EXPORTS = ['createValve', 'isValveError', 'memoryStore', 'redisStore', 'ValveError'];
 
@@ -440,52 +493,8 @@ describe('the built package (dist/)', () => {
   });
 
   it('type-checks a TypeScript consumer (ESM and CJS) against the bundled declarations, Store type included', async () => {
-    const consumer = `
-      import { createValve, isValveError, memoryStore, redisStore, ValveError, type Store } from 'valve';
-      const inner: Store = memoryStore();
-      const mine: Store = {
-        acquire: (r) => inner.acquire(r),
-        pause: (id, ms) => inner.pause(id, ms),
-        resume: (id) => inner.resume(id),
-        renew: (id, tokens, ttl) => inner.renew(id, tokens, ttl),
-        release: (id, tokens) => inner.release(id, tokens),
-      };
-      const valve = createValve({ id: 'ts', rules: { limit: 1, interval: '1s' }, store: mine, concurrency: { limit: 2, scope: 'global', leaseTtl: 30_000 } });
-      const n: Promise<number> = valve.run(async (ctx) => { ctx.signal.throwIfAborted(); return ctx.lease?.fence ?? 0; }, { cost: 1, priority: 2, maxWait: 1000 });
-      const f: (a: string) => Promise<number> = valve.wrap((a: string) => a.length);
-      const s = valve.stats();
-      const p: number | null = s.pausedUntil;
-      const counters: number[] = [s.queued, s.running, s.started, s.rejected];
-      void valve.pause({ until: new Date() });
-      valve.on('pause', (e) => { const u: number = e.until; void u; });
-      void valve.close({ drain: true });
-      const e: unknown = undefined;
-      if (isValveError(e, 'LEASE_LOST')) { const c: 'QUEUE_FULL' | 'MAX_WAIT' | 'STORE_UNAVAILABLE' | 'LEASE_LOST' | 'CLOSED' = e.code; void c; }
-      if (e instanceof ValveError) void e.code;
-      void redisStore; void n; void f; void p; void counters;
-    `;
-    writeFileSync(join(outside, 'consumer.mts'), consumer);
-    writeFileSync(join(outside, 'consumer.cts'), consumer);
-    const tsc = join(root, 'node_modules/typescript/bin/tsc');
-    const args = [
-      tsc,
-      '--noEmit',
-      '--strict',
-      '--skipLibCheck',
-      '--module',
-      'nodenext',
-      '--moduleResolution',
-      'nodenext',
-      '--target',
-      'es2022',
-      '--types',
-      'node',
-      '--typeRoots',
-      join(root, 'node_modules/@types'),
-      'consumer.mts',
-      'consumer.cts',
-    ];
-    const result = await run(process.execPath, args, { cwd: outside }).catch((e) => e);
+    // Started in beforeAll, right after the build, so it overlaps the other tests.
+    const result = await typecheck;
     expect(`${result.stdout ?? ''}${result.stderr ?? ''}`).toBe('');
   });
 });
