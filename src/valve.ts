@@ -310,7 +310,7 @@ class ValveImpl implements Valve {
   private sentPauseEpoch = 0;
   /** This valve's pause writes in flight: their wake-ups are not reported as 'remote' pauses. */
   private ownPauses = 0;
-  /** Bumped by resume(): a store answer sent before it cannot bring back the pause it deleted. */
+  /** Bumped by resume() and by a 'resume' wake-up: a store answer sent before cannot bring back the pause it deleted. */
   private resumeEpoch = 0;
   private sentResumeEpoch = 0;
   /** Store clock minus local clock, estimated at the last acquisition. */
@@ -1200,6 +1200,8 @@ class ValveImpl implements Valve {
     if (event.type === 'pause') {
       if (typeof event.until === 'number') this.learnPause(event.until, false);
     } else if (event.type === 'resume') {
+      // Answers already on the wire may predate this resume: they report, but do not re-cache, a pause.
+      this.resumeEpoch++;
       const had = this.pauseUntil > this.clock.now();
       this.pauseUntil = 0;
       this.storePauseUntil = 0;

@@ -252,3 +252,39 @@ describe('Guarantees: "resume() deletes it" (a late store answer does not bring 
     expect(first).toMatchObject({ done: true, value: 'first' });
   });
 });
+
+describe('Guarantees: a resume from another valve, heard through the subscriber, is not undone by a late reply', () => {
+  it("this valve's pause reply that arrives after the remote resume's wake-up does not re-cache the deleted pause", async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    let answer: () => void = () => {};
+    // The pause is applied at the store at once; its reply reaches the valve only when we say so.
+    const slow = {
+      ...inner,
+      acquire: (r: Parameters<typeof inner.acquire>[0]) => inner.acquire(r),
+      pause: (id: string, ms: number) => {
+        const until = inner.pause(id, ms) as number;
+        return new Promise<number>((resolve) => {
+          answer = () => resolve(until);
+        });
+      },
+      resume: (id: string) => inner.resume(id),
+      renew: (id: string, t: readonly string[], ttl: number) => inner.renew(id, t, ttl),
+      release: (id: string, t: readonly string[]) => inner.release(id, t),
+      subscribe: (id: string, onWake: Parameters<NonNullable<typeof inner.subscribe>>[1]) =>
+        inner.subscribe!(id, onWake),
+    };
+    const a = createValve({ id: 'x', clock, store: slow });
+    const b = createValve({ id: 'x', clock, store: inner });
+    await a.run(() => {}); // a subscribes on its first acquisition
+    const paused = a.pause(60_000);
+    await b.resume(); // the store's pause is gone; a hears 'resume'
+    await flushMicrotasks();
+    answer(); // now a's pause reply arrives, stale
+    await paused;
+    expect(a.stats().pausedUntil).toBeNull();
+    const job = track(a.run(() => 'ran'));
+    await clock.tickAsync(5);
+    expect(job).toMatchObject({ done: true, value: 'ran' });
+  });
+});
