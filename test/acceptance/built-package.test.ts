@@ -439,6 +439,40 @@ describe('the built package (dist/)', () => {
     await valve.close();
   });
 
+  it('observe() and wrapFetch(): a 429 pauses the valve, the request is retried and its final response returned', async () => {
+    const valve = cjs.createValve({ id: 'fetch' });
+    const pauses: { until: number; source: string }[] = [];
+    const retries: { attempt: number; status: number }[] = [];
+    valve.on('pause', (e: { until: number; source: string }) => pauses.push(e));
+    valve.on('retry', (e: { attempt: number; status: number }) => retries.push(e));
+    const calls: number[] = [];
+    const fakeFetch = async (_url: string) => {
+      calls.push(performance.now());
+      return calls.length === 1
+        ? new Response('slow down', { status: 429, headers: { 'retry-after-ms': '60' } })
+        : new Response('ok', { status: 200 });
+    };
+    const fetchThroughValve = valve.wrapFetch(fakeFetch);
+    const res = await fetchThroughValve('https://api.example.test/x');
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe('ok');
+    expect(calls).toHaveLength(2);
+    expect(calls[1]! - calls[0]!).toBeGreaterThanOrEqual(55);
+    expect(retries).toEqual([expect.objectContaining({ attempt: 1, status: 429 })]);
+    expect(pauses).toEqual([
+      { until: expect.any(Number), source: expect.any(String), detail: expect.anything() },
+    ]);
+
+    // observe(): returns what it read at once and writes the pause in the background.
+    const reading = valve.observe(new Response(null, { status: 429, headers: { 'retry-after': '30' } }));
+    expect(reading).toMatchObject({ waitMs: 30_000 });
+    expect(valve.observe(new Response('fine'))).toBeUndefined();
+    await sleep(1);
+    expect(valve.stats().pausedUntil).toBeGreaterThan(Date.now() + 25_000);
+    expect(pauses.at(-1)).toMatchObject({ until: expect.any(Number) });
+    await valve.close();
+  });
+
   it("events: no 'error' event; a throwing listener neither crashes the process nor stops the valve", async () => {
     const valve = cjs.createValve({ id: 'events' });
     expect(() => valve.on('error', () => {})).toThrow(TypeError);
