@@ -89,7 +89,7 @@ export class Emitter {
   once(event: string, listener: AnyListener): void {
     const wrapper = ((...args: unknown[]) => {
       this.off(event, wrapper);
-      listener(...args);
+      return listener(...args); // an async listener's promise reaches emit()
     }) as OnceWrapper;
     wrapper.listener = listener;
     this.on(event, wrapper);

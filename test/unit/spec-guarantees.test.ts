@@ -191,13 +191,17 @@ describe('API contract: events', () => {
       valve.on('pause', async () => {
         throw new Error('async listener bug');
       });
+      valve.once('pause', async () => {
+        throw new Error('async once listener bug');
+      });
       valve.on('pause', after);
       await valve.pause(10);
       await flushMicrotasks();
       await new Promise((r) => setImmediate(r));
       expect(after).toHaveBeenCalledTimes(1);
-      expect(warn).toHaveBeenCalledTimes(1);
+      expect(warn).toHaveBeenCalledTimes(2);
       expect((warn.mock.calls[0]![0] as Error).cause).toMatchObject({ message: 'async listener bug' });
+      expect((warn.mock.calls[1]![0] as Error).cause).toMatchObject({ message: 'async once listener bug' });
       expect(unhandled).not.toHaveBeenCalled();
       await clock.runAllAsync();
       const alive = valve.run(() => 'alive');
