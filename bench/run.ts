@@ -7,7 +7,7 @@
  * targets of issue 6, and writes everything to bench/results/.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { median, type ResultLine } from './lib/common.js';
@@ -118,6 +118,7 @@ if (argv.includes('--help')) {
       '  --repeat <N>        interleaved repetitions per scenario (default: per scenario, 1-3)',
       '  --case <name>       only this case of the selected scenario(s), e.g. --case "1000/s b1"',
       '  --peers <a,b>       only these peers',
+      '  --from <file.json>  no runs: print the tables of an earlier results file again',
       '',
     ].join('\n'),
   );
@@ -245,7 +246,7 @@ function table(name: string, spec: ScenarioSpec, rows: readonly Aggregate[]): st
   for (const r of rows) {
     const valveRow = rows.find((v) => v.case === r.case && v.peer === spec.valve);
     const ratios = spec.ratios.map((m) => {
-      if (r.peer === spec.valve || !valveRow) return '';
+      if (r.peer.startsWith('valve') || !valveRow) return '';
       const a = valveRow.median[m];
       const b = r.median[m];
       return typeof a === 'number' && typeof b === 'number' && b !== 0 ? `${fmt(a / b)}×` : '–';
@@ -388,11 +389,21 @@ function machine(): Record<string, string | number> {
 
 // ---------------------------------------------------------------------------------------------- main
 
+interface SavedRun {
+  readonly started: string;
+  readonly machine: Record<string, string | number>;
+  readonly argv: string[];
+  readonly loadAverages?: number[];
+  readonly lines: ResultLine[];
+}
+
 async function main(): Promise<void> {
-  const started = new Date();
-  const lines: ResultLine[] = [];
-  const loads: number[] = [];
-  for (const name of selected) {
+  const from = option('from');
+  const saved = from ? (JSON.parse(readFileSync(from, 'utf8')) as SavedRun) : undefined;
+  const started = saved ? new Date(saved.started) : new Date();
+  const lines: ResultLine[] = saved ? [...saved.lines] : [];
+  const loads: number[] = saved ? [...(saved.loadAverages ?? [])] : [];
+  for (const name of saved ? [] : selected) {
     const spec = scenarios[name]!;
     const repeat = repeatOverride ?? spec.repeat;
     process.stderr.write(`# ${name} (${repeat}×, interleaved)\n`);
@@ -413,12 +424,14 @@ async function main(): Promise<void> {
     }
   }
   const rows = aggregate(lines);
-  const info = machine();
+  const info = saved ? saved.machine : machine();
+  const runQuick = saved ? saved.argv.includes('--quick') : quick;
+  const runFull = saved ? saved.argv.includes('--full') : full;
   const md: string[] = [
     `## valve benchmark, ${started.toISOString()}`,
     '',
-    `Machine: ${info.nproc} CPUs (${info.cpu}), ${info.memoryGb} GB, Node ${info.node}, ${String(info.redis).split(' ').slice(0, 3).join(' ')}, commit ${info.commit}${info.srcChanges ? ` + ${info.srcChanges} uncommitted src/ file(s)` : ''}${quick ? ', **--quick (not meaningful)**' : ''}${full ? ', --full' : ''}.`,
-    `Figures are medians over interleaved runs; each run is a fresh process. 1-minute load average during the run: ${Math.min(...loads).toFixed(1)}–${Math.max(...loads).toFixed(1)} (on ${info.nproc} CPUs; other work shared the machine).`,
+    `Machine: ${info.nproc} CPUs (${info.cpu}), ${info.memoryGb} GB, Node ${info.node}, ${String(info.redis).split(' ').slice(0, 3).join(' ')}, commit ${info.commit}${info.srcChanges ? ` + ${info.srcChanges} uncommitted src/ file(s)` : ''}${runQuick ? ', **--quick (not meaningful)**' : ''}${runFull ? ', --full' : ''}.`,
+    `Figures are medians over interleaved runs; each run is a fresh process.${loads.length ? ` 1-minute load average during the run: ${Math.min(...loads).toFixed(1)}–${Math.max(...loads).toFixed(1)} (on ${info.nproc} CPUs; other work shared the machine).` : ''}`,
     '',
   ];
   for (const name of selected) {
@@ -434,6 +447,7 @@ async function main(): Promise<void> {
   }
   const text = md.join('\n');
   process.stdout.write(`${text}\n`);
+  if (saved) return;
   const dir = `${benchDir}results`;
   mkdirSync(dir, { recursive: true });
   const stamp = started.toISOString().replace(/[:.]/g, '-');
@@ -443,6 +457,7 @@ async function main(): Promise<void> {
       finished: new Date().toISOString(),
       machine: info,
       argv,
+      loadAverages: loads,
       rows,
       lines,
       targets: checks,
