@@ -7,6 +7,14 @@ export interface Clock {
   now(): number;
   /** Calls `fn` once after `ms` milliseconds (fractional allowed), never earlier. Returns a handle for {@link Clock.clearTimeout}. */
   setTimeout(fn: () => void, ms: number): unknown;
+  /**
+   * Optional: like setTimeout, but fires within microseconds of its target instead of up to a
+   * millisecond late, by checking the time on every event-loop turn during the last moments
+   * before it. The valve uses it only where a late wake-up would cost rate. Without it,
+   * setTimeout is used.
+   */
+  setPreciseTimeout?(fn: () => void, ms: number): unknown;
+  /** Cancels a timer from setTimeout or setPreciseTimeout. */
   clearTimeout(handle: unknown): void;
 }
 
@@ -14,35 +22,45 @@ const origin = performance.timeOrigin;
 const now = (): number => origin + performance.now();
 
 /**
- * How long before its target a timer hands over from Node's millisecond timers to
- * checking on every event-loop turn. Node timers fire up to about a millisecond
- * late; at 1000 starts/s that alone would cost 10–20 % of the rate (a late start
- * pushes every later one). Within this window the timer re-checks the time once
- * per event-loop turn (setImmediate), so I/O keeps flowing and the wake-up lands
- * within a few microseconds of its target. Only a valve that is actually waiting
- * for less than this window spins, and only until its target.
+ * How long before its target a precise timer hands over from Node's millisecond timers
+ * to checking on every event-loop turn (setImmediate, so I/O keeps flowing). Node timers
+ * fire up to about a millisecond late; at 1000 starts/s with burst 1 that alone costs
+ * 10–20 % of the rate, because a late start pushes every later one.
  */
 const SPIN_WINDOW_MS = 1.5;
 
-/** A timer that fires at its target time, not up to a millisecond after it. */
-class PreciseTimer {
+/**
+ * A timer that never fires before its target on the performance clock. Node's timers
+ * count from the event loop's cached time and can fire early by up to a millisecond by
+ * that measure; when they do, this re-arms for the rest. With a spin window, the last
+ * part of the wait is spent checking once per event-loop turn.
+ */
+class Timer {
   private coarse: ReturnType<typeof setTimeout> | null = null;
   private fine: ReturnType<typeof setImmediate> | null = null;
 
   constructor(
     private readonly fn: () => void,
     private readonly target: number,
+    private readonly spinWindow: number,
   ) {
-    const delay = target - now();
-    if (delay > SPIN_WINDOW_MS) this.coarse = setTimeout(this.check, delay - SPIN_WINDOW_MS);
-    else this.fine = setImmediate(this.check);
+    this.arm(target - now());
+  }
+
+  private arm(remaining: number): void {
+    if (remaining > this.spinWindow && remaining >= 0.05) {
+      this.coarse = setTimeout(this.check, Math.max(1, remaining - this.spinWindow));
+    } else {
+      this.fine = setImmediate(this.check);
+    }
   }
 
   private readonly check = (): void => {
     this.coarse = null;
     this.fine = null;
-    if (now() >= this.target) this.fn();
-    else this.fine = setImmediate(this.check);
+    const remaining = this.target - now();
+    if (remaining <= 0) this.fn();
+    else this.arm(remaining);
   };
 
   cancel(): void {
@@ -53,13 +71,17 @@ class PreciseTimer {
   }
 }
 
+/** A timer's target; a negative or NaN delay means now. */
+const target = (ms: number): number => now() + (Number.isNaN(ms) ? 0 : Math.max(ms, 0));
+
 /**
  * The real clock: epoch ms with sub-millisecond precision (performance.timeOrigin +
- * performance.now(), monotonic within a process), and timers that fire at their
- * target rather than up to a millisecond late (see SPIN_WINDOW_MS).
+ * performance.now(), monotonic within a process). Its timers never fire early; precise
+ * timers also fire within microseconds of their target (see SPIN_WINDOW_MS).
  */
 export const systemClock: Clock = {
   now,
-  setTimeout: (fn, ms) => new PreciseTimer(fn, now() + (ms > 0 ? ms : 0)),
-  clearTimeout: (handle) => (handle as PreciseTimer).cancel(),
+  setTimeout: (fn, ms) => new Timer(fn, target(ms), 0),
+  setPreciseTimeout: (fn, ms) => new Timer(fn, target(ms), SPIN_WINDOW_MS),
+  clearTimeout: (handle) => (handle as Timer).cancel(),
 };

@@ -298,6 +298,15 @@ class ValveImpl implements Valve {
     lease: { limit: number; ttl: number } | undefined;
   };
   private sentAt = 0;
+  /** The last acquisition was answered synchronously (the store's hint counts from about now). */
+  private syncAnswer = false;
+  /**
+   * Some rule cannot absorb a late start ((burst − 1) × emission interval under 2 ms), so a
+   * rate wait with a synchronous store uses the clock's precise timer: with burst 1 every
+   * late wake-up pushes all later starts back. With Redis the network's jitter dominates and
+   * plain timers are used (spinning processes would also take CPU from a local Redis).
+   */
+  private readonly precise: boolean;
 
   // When the next acquisition may happen (local clock).
   private wakeAt = 0;
@@ -360,6 +369,7 @@ class ValveImpl implements Valve {
   constructor(o: NormalizedOptions) {
     this.id = o.id;
     this.rules = o.rules;
+    this.precise = o.rules.some((rule) => (rule.burst - 1) * rule.emissionUs < 2000);
     this.maxCost = o.maxCost;
     this.maxCostRule = o.maxCostRule;
     this.maxCostPath = o.maxCostPath;
@@ -740,6 +750,7 @@ class ValveImpl implements Valve {
       this.acquireFailed(err);
       return true;
     }
+    this.syncAnswer = !isThenable(result);
     if (isThenable(result)) {
       try {
         result.then(this.onAcquired, this.onAcquireFailed);
@@ -824,11 +835,16 @@ class ValveImpl implements Valve {
         this.wakeAt = now;
       } else {
         this.blocked = r.blocked === 'pause' ? 'pause' : 'rate';
-        // Sleep for the store's hint minus the acquisition's own elapsed time.
-        this.wakeAt = this.sentAt + hint;
+        // An asynchronous store's hint counts from about when it ran, mid-flight: sleep for
+        // the hint minus the acquisition's elapsed time, so the next call arrives on time. A
+        // synchronous store's hint counts from its own now, a few µs after sentAt.
+        this.wakeAt = (this.syncAnswer ? now : this.sentAt) + hint;
       }
-      // Never ask again at the same instant for nothing (a zero hint, or one lost in float rounding).
-      if (granted === 0 && this.wakeAt <= now) this.wakeAt = now + 1;
+      // Never ask again at the same instant for nothing (a zero hint, or one lost in float
+      // rounding), but don't oversleep a short hint either: at 1000/s a slot is 1 ms.
+      if (granted === 0 && this.wakeAt <= now) {
+        this.wakeAt = now + (this.blocked === null ? 0.01 : Math.max(hint, 0.01));
+      }
     } else {
       this.blocked = null;
       this.wakeAt = 0;
@@ -1062,7 +1078,15 @@ class ValveImpl implements Valve {
     const now = this.clock.now();
     const delay = next > now ? next - now : 0;
     this.timerAt = now + delay;
-    this.timer = this.clock.setTimeout(this.onTimer, delay);
+    const precise =
+      this.precise &&
+      this.syncAnswer &&
+      this.blocked === 'rate' &&
+      next === this.wakeAt &&
+      this.clock.setPreciseTimeout !== undefined;
+    this.timer = precise
+      ? this.clock.setPreciseTimeout!(this.onTimer, delay)
+      : this.clock.setTimeout(this.onTimer, delay);
   }
 
   private readonly onTimer = (): void => {

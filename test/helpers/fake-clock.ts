@@ -45,6 +45,15 @@ export class FakeClock implements Clock {
     return timer.id;
   }
 
+  /** Delays asked of setPreciseTimeout, in order (they also appear in `requested`). */
+  readonly preciseRequested: number[] = [];
+
+  /** A precise timer: on a virtual clock every timer is exact, so only the request is recorded. */
+  setPreciseTimeout(fn: () => void, ms: number): unknown {
+    this.preciseRequested.push(Math.max(0, Number.isFinite(ms) ? ms : 0));
+    return this.setTimeout(fn, ms);
+  }
+
   clearTimeout(handle: unknown): void {
     const i = this.timers.findIndex((t) => t.id === handle);
     if (i >= 0) this.timers.splice(i, 1);
