@@ -4,7 +4,9 @@
  * pipelined; reports commandstats usec per call (execution only, no network).
  *
  *   node --import tsx bench/experiments/script-cost.ts
+ *   BASELINE_ACQUIRE=old-acquire.lua node --import tsx bench/experiments/script-cost.ts   (before/after)
  */
+import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import * as scripts from '../../src/stores/redis/scripts.generated.js';
 import { startRedis } from '../lib/redis-server.js';
@@ -65,13 +67,43 @@ try {
   const keys = ['x:{a}:pause', 'x:{a}:leases', 'x:{a}:fence', 'x:{a}:r:1'];
   // One GCRA rule that never binds: emission 1 µs, burst 1e9.
   const rule = ['g', 1, 1_000_000_000];
-  const argv = (n: number) => ['', n, 1, 0, 0, 'nonce', ...rule, ...Array.from({ length: n }, () => 1)];
+  // Equal costs travel as one cost (the script's arithmetic fast path); mixed costs as "" and
+  // then one cost per job (the per-job loop). Same encoding as store.ts.
+  const argv = (n: number) => ['', n, 1, 0, 0, 'nonce', ...rule, 1];
+  const mixed = (n: number) => [
+    '',
+    n,
+    1,
+    0,
+    0,
+    'nonce',
+    ...rule,
+    '',
+    ...Array.from({ length: n }, (_, i) => 1 + (i % 2)),
+  ];
   const noReplicate = scripts.ACQUIRE.source.replace(/if redis\.replicate_commands then[\s\S]*?\nend\n/, '');
+  // Optional: the same measurements for an older acquire.lua (expanded source, one cost per job),
+  // e.g. `git show <rev>:src/stores/redis/scripts.generated.ts` → its ACQUIRE source saved to a file.
+  const baselineFile = process.env.BASELINE_ACQUIRE;
+  const baseline = baselineFile ? readFileSync(baselineFile, 'utf8') : undefined;
+  const perJob = (n: number) => ['', n, 1, 0, 0, 'nonce', ...rule, ...Array.from({ length: n }, () => 1)];
   const variants: { name: string; jobs: number; run: () => Promise<number> }[] = [
+    ...(baseline
+      ? [1, 8, 32, 128].map((n) => ({
+          name: `baseline acquire, batch ${n}`,
+          jobs: n,
+          run: () => cost(baseline, keys, perJob(n)),
+        }))
+      : []),
     ...[1, 8, 32, 128].map((n) => ({
       name: `valve acquire, batch ${n}`,
       jobs: n,
       run: () => cost(scripts.ACQUIRE.source, keys, argv(n)),
+    })),
+    ...[8, 32].map((n) => ({
+      name: `valve acquire, batch ${n}, mixed costs`,
+      jobs: n,
+      run: () => cost(scripts.ACQUIRE.source, keys, mixed(n)),
     })),
     {
       name: 'valve acquire, batch 32, no replicate_commands()',

@@ -302,7 +302,22 @@ class RedisStore implements Store {
       keyList.push(keys.rulePrefix + rule.digest);
       args.push(...argsOf(rule));
     }
-    for (let i = 0; i < count; i++) args.push(String(costs[i]));
+    // Equal costs (the common case) travel as one cost for all `count` jobs, which the script
+    // grants arithmetically; otherwise "" and then each job's cost.
+    const first = costs[0] as number;
+    let equal = true;
+    for (let i = 1; i < count; i++) {
+      if (costs[i] !== first) {
+        equal = false;
+        break;
+      }
+    }
+    if (equal) {
+      args.push(String(first));
+    } else {
+      args.push('');
+      for (let i = 0; i < count; i++) args.push(String(costs[i]));
+    }
     const reply = replyArray(await this.run(ACQUIRE, request.id, keyList, args), 'acquire');
     const granted = replyNumber(reply[0], 'acquire');
     const blockedCode = replyNumber(reply[2], 'acquire');

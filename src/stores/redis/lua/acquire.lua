@@ -16,7 +16,9 @@ ARGV[4]      lease limit, 0 when no leases are wanted
 ARGV[5]      lease ttl (µs)
 ARGV[6]      lease token nonce (random per call)
 ARGV[7+3(r-1)..9+3(r-1)]  rule r: "g", emissionUs, burst   or   "w", intervalUs, limit
-ARGV[7+3m..6+3m+n]        the cost of each job, in queue order
+ARGV[7+3m]   the cost of every job when all n are equal (one cost, n jobs: the fast path,
+             computed arithmetically), or "" when they differ
+ARGV[8+3m..7+3m+n]        when ARGV[7+3m] is "": the cost of each job, in queue order
 
 Reply: { granted, retryAfterUs, blocked, pausedUntilUs, nowUs, leaseExpiresUs,
          token_1, fence_1, ..., token_granted, fence_granted }
@@ -26,169 +28,311 @@ Reply: { granted, retryAfterUs, blocked, pausedUntilUs, nowUs, leaseExpiresUs,
   leaseExpiresUs: expiry of the leases granted in this call, 0 without leases
 ]]
 
--- @include common
+-- The hot path: no closures (lib/common.lua is not included, its helpers are inlined), one
+-- scratch table, every ARGV converted once.
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
 
+local floor, ceil = math.floor, math.ceil
 local clock = ARGV[1]
-local testing = test_mode(clock)
-local now = now_us(clock)
-local n = tonumber(ARGV[2])
-local m = tonumber(ARGV[3])
-local lease_limit = tonumber(ARGV[4])
-local lease_ttl = tonumber(ARGV[5])
-local nonce = ARGV[6]
+local testing = clock ~= ''
+local now
+if testing then
+  now = tonumber(clock)
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 
--- The shared pause.
+-- The shared pause (epoch ms with 3 decimals -> µs).
 local paused = redis.call('GET', KEYS[1])
 if paused then
-  local until_us = ms_str_to_us(paused)
+  local until_us = floor(tonumber(paused) * 1000 + 0.5)
   if until_us > now then
     return { 0, until_us - now, 1, until_us, now, 0 }
   end
 end
 
--- Rule state, read once and updated in place as jobs are granted.
-local kinds, a, b, state_tat, state_k, state_count = {}, {}, {}, {}, {}, {}
-for r = 1, m do
-  local base = 6 + 3 * (r - 1)
-  local kind = ARGV[base + 1]
-  kinds[r] = kind
-  a[r] = tonumber(ARGV[base + 2])
-  b[r] = tonumber(ARGV[base + 3])
-  local raw = redis.call('GET', KEYS[3 + r])
-  if kind == 'g' then
-    -- Missing state means tat = now.
-    local tat = raw and tonumber(raw) or now
-    if tat < now then
-      tat = now
-    end
-    state_tat[r] = tat
-  else
-    local k = math.floor(now / a[r])
-    -- Guard against the float division rounding up across a window edge.
-    if k * a[r] > now then
-      k = k - 1
-    end
-    local count = 0
-    if raw then
-      local sk, sc = string.match(raw, '^(%-?%d+):(.+)$')
-      -- A state of another window counts as 0.
-      if sk and tonumber(sk) == k then
-        count = tonumber(sc)
-      end
-    end
-    state_k[r] = k
-    state_count[r] = count
-  end
-end
+local n = tonumber(ARGV[2])
+local m = tonumber(ARGV[3])
+local lease_limit = tonumber(ARGV[4])
+local shared = ARGV[7 + 3 * m]
 
--- Leases: purge expired ones, count the held.
-local free = 0
+-- Leases: purge expired ones; `free` slots (n, i.e. never binding, without leases).
+local free = n
 if lease_limit > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', us_to_ms_str(now))
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d.%03d', floor(now / 1000), now % 1000))
   free = lease_limit - redis.call('ZCARD', KEYS[2])
 end
 
+-- Rule state, read once. Per rule r, at q = 5(r-1): st[q+1] true for GCRA; st[q+2] emissionUs
+-- or intervalUs; st[q+3] GCRA capacity (burst × emissionUs) or window limit; st[q+4] GCRA tat
+-- (>= now) or window count, as updated by the jobs granted; st[q+5] window index k.
+local st = {}
 local granted, retry, blocked = 0, 0, 0
-local cost_base = 6 + 3 * m
-local next_tat = {}
-for i = 1, n do
-  local c = tonumber(ARGV[cost_base + i])
-  if lease_limit > 0 and granted >= free then
-    -- No free slot (the hint, the earliest lease expiry, is computed once leases are issued).
-    blocked = 3
-    break
-  end
-  local wait = -1
+
+if shared ~= '' then
+  -- Equal costs: each rule's longest fitting prefix computed arithmetically; the batch grants
+  -- the shortest of them (and no more than the free lease slots). Exactly what the per-job
+  -- loop below computes: job j fits a rule iff its state after j-1 equal jobs admits one more.
+  local c = tonumber(shared)
+  local fit_min, wait = n, 0
   for r = 1, m do
-    if kinds[r] == 'g' then
-      local tat = state_tat[r]
-      local new = math.max(tat, now) + math.ceil(c * a[r])
-      local over = new - now - b[r] * a[r]
-      if over > 0 then
+    local base = 4 + 3 * r
+    local x = tonumber(ARGV[base + 1])
+    local y = tonumber(ARGV[base + 2])
+    local raw = redis.call('GET', KEYS[3 + r])
+    local q = 5 * (r - 1)
+    st[q + 2] = x
+    local fit, w
+    if ARGV[base] == 'g' then
+      -- Missing or past state means tat = now. Job j fits iff tat + j·inc − now ≤ capacity.
+      local tat = raw and tonumber(raw) or now
+      if tat < now then
+        tat = now
+      end
+      local cap = y * x
+      local inc = ceil(c * x)
+      fit = floor((cap - (tat - now)) / inc)
+      if fit < 0 then
+        fit = 0
+      elseif fit > n then
+        fit = n
+      end
+      -- The division is a float: settle the boundary exactly (integers below 2^53).
+      while fit > 0 and tat + fit * inc - now - cap > 0 do
+        fit = fit - 1
+      end
+      while fit < n and tat + (fit + 1) * inc - now - cap <= 0 do
+        fit = fit + 1
+      end
+      if fit < n then
+        w = tat + (fit + 1) * inc - now - cap
+      end
+      st[q + 1] = true
+      st[q + 3] = cap
+      st[q + 4] = tat
+    else
+      local k = floor(now / x)
+      -- Guard against the float division rounding up across a window edge.
+      if k * x > now then
+        k = k - 1
+      end
+      local count = 0
+      if raw then
+        local sk, sc = string.match(raw, '^(%-?%d+):(.+)$')
+        -- A state of another window counts as 0.
+        if sk and tonumber(sk) == k then
+          count = tonumber(sc)
+        end
+      end
+      if c % 1 == 0 and count % 1 == 0 then
+        -- Integers: exact. Job j fits iff count + j·c ≤ limit.
+        fit = floor((y - count) / c)
+        if fit < 0 then
+          fit = 0
+        elseif fit > n then
+          fit = n
+        end
+        while fit > 0 and count + fit * c > y do
+          fit = fit - 1
+        end
+        while fit < n and count + (fit + 1) * c <= y do
+          fit = fit + 1
+        end
+      else
+        -- Fractions: add job by job, as the per-job loop does (same float sums).
+        fit = 0
+        local s = count
+        while fit < n and s + c <= y do
+          s = s + c
+          fit = fit + 1
+        end
+      end
+      if fit < n then
+        w = (k + 1) * x - now
+      end
+      st[q + 1] = false
+      st[q + 3] = y
+      st[q + 4] = count
+      st[q + 5] = k
+    end
+    -- The first refused job is the same for every rule with the shortest prefix: its wait is
+    -- the largest of theirs.
+    if fit < fit_min then
+      fit_min = fit
+      wait = w
+    elseif fit == fit_min and w and w > wait then
+      wait = w
+    end
+  end
+  granted = fit_min
+  if free < granted then
+    granted = free > 0 and free or 0
+  end
+  if granted < n then
+    if granted >= free then
+      -- No free slot (the hint, the earliest lease expiry, is computed at the end).
+      blocked = 3
+    else
+      blocked = 2
+      retry = wait
+    end
+  end
+  -- The state after `granted` jobs.
+  if granted > 0 then
+    for q = 0, 5 * m - 5, 5 do
+      if st[q + 1] then
+        st[q + 4] = st[q + 4] + granted * ceil(c * st[q + 2])
+      elseif c % 1 == 0 and st[q + 4] % 1 == 0 then
+        st[q + 4] = st[q + 4] + granted * c
+      else
+        local s = st[q + 4]
+        for _ = 1, granted do
+          s = s + c
+        end
+        st[q + 4] = s
+      end
+    end
+  end
+else
+  -- Mixed costs: job by job, each against every rule as updated by the jobs before it.
+  for r = 1, m do
+    local base = 4 + 3 * r
+    local x = tonumber(ARGV[base + 1])
+    local y = tonumber(ARGV[base + 2])
+    local raw = redis.call('GET', KEYS[3 + r])
+    local q = 5 * (r - 1)
+    st[q + 2] = x
+    if ARGV[base] == 'g' then
+      local tat = raw and tonumber(raw) or now
+      if tat < now then
+        tat = now
+      end
+      st[q + 1] = true
+      st[q + 3] = y * x
+      st[q + 4] = tat
+    else
+      local k = floor(now / x)
+      if k * x > now then
+        k = k - 1
+      end
+      local count = 0
+      if raw then
+        local sk, sc = string.match(raw, '^(%-?%d+):(.+)$')
+        if sk and tonumber(sk) == k then
+          count = tonumber(sc)
+        end
+      end
+      st[q + 1] = false
+      st[q + 3] = y
+      st[q + 4] = count
+      st[q + 5] = k
+    end
+  end
+  local last = 5 * m - 5
+  local cost_base = 7 + 3 * m -- job i: ARGV[cost_base + i]
+  for i = 1, n do
+    if granted >= free then
+      blocked = 3
+      break
+    end
+    local c = tonumber(ARGV[cost_base + i])
+    local wait = 0
+    for q = 0, last, 5 do
+      if st[q + 1] then
+        local over = st[q + 4] + ceil(c * st[q + 2]) - now - st[q + 3]
         if over > wait then
           wait = over
         end
-      else
-        next_tat[r] = new
-      end
-    else
-      if state_count[r] + c > b[r] then
-        local w = (state_k[r] + 1) * a[r] - now
+      elseif st[q + 4] + c > st[q + 3] then
+        local w = (st[q + 5] + 1) * st[q + 2] - now
         if w > wait then
           wait = w
         end
       end
     end
-  end
-  if wait >= 0 then
-    blocked = 2
-    retry = wait
-    break
-  end
-  for r = 1, m do
-    if kinds[r] == 'g' then
-      state_tat[r] = next_tat[r]
-    else
-      state_count[r] = state_count[r] + c
+    if wait > 0 then
+      blocked = 2
+      retry = wait
+      break
     end
-  end
-  granted = i
-end
-
--- No free slot: hint at the earliest expiry of a held lease (a release usually wakes sooner).
-local function concurrency_hint()
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  if first[2] then
-    return ms_str_to_us(first[2]) - now
-  end
-  return 0
-end
-
-if granted == 0 then
-  if blocked == 3 then
-    retry = concurrency_hint()
-  end
-  return { 0, retry, blocked, 0, now, 0 }
-end
-
--- Spend: write every rule's state with a TTL at which it would be fresh again.
-for r = 1, m do
-  if kinds[r] == 'g' then
-    local tat = state_tat[r]
-    redis.call('SET', KEYS[3 + r], int_str(tat), 'PX', ttl_ms(tat - now, testing))
-  else
-    local k = state_k[r]
-    redis.call(
-      'SET',
-      KEYS[3 + r],
-      int_str(k) .. ':' .. string.format('%.17g', state_count[r]),
-      'PX',
-      ttl_ms((k + 1) * a[r] - now, testing)
-    )
+    for q = 0, last, 5 do
+      if st[q + 1] then
+        st[q + 4] = st[q + 4] + ceil(c * st[q + 2])
+      else
+        st[q + 4] = st[q + 4] + c
+      end
+    end
+    granted = i
   end
 end
 
 local reply = { granted, retry, blocked, 0, now, 0 }
-if lease_limit > 0 then
-  local expires = now + lease_ttl
-  local expires_ms = us_to_ms_str(expires)
-  -- The fencing number only grows: one more than the last, and never below the clock in µs,
-  -- so it keeps growing even after the fence key expired or was lost.
-  local fence = tonumber(redis.call('GET', KEYS[3]) or '0')
-  for i = 1, granted do
-    fence = math.max(fence + 1, now)
-    local token = nonce .. '.' .. int_str(fence)
-    redis.call('ZADD', KEYS[2], expires_ms, token)
-    reply[#reply + 1] = token
-    reply[#reply + 1] = fence
+if granted > 0 then
+  -- Spend: write every rule's state with a TTL (whole ms, at least 1; long under the test
+  -- clock) at which it would be fresh again.
+  for r = 1, m do
+    local q = 5 * (r - 1)
+    local s = st[q + 4]
+    local us, value
+    if st[q + 1] then
+      us = s - now
+      value = string.format('%d', s)
+    else
+      local k = st[q + 5]
+      us = (k + 1) * st[q + 2] - now
+      value = string.format('%d', k) .. ':' .. string.format('%.17g', s)
+    end
+    local ttl = ceil(us / 1000)
+    if ttl < 1 then
+      ttl = 1
+    end
+    if testing then
+      ttl = ttl + 600000
+    end
+    redis.call('SET', KEYS[3 + r], value, 'PX', ttl)
   end
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  local ttl = ttl_ms(ms_str_to_us(last[2]) - now, testing)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('SET', KEYS[3], int_str(fence), 'PX', ttl)
-  reply[6] = expires
-  if blocked == 3 then
-    reply[2] = concurrency_hint()
+
+  if lease_limit > 0 then
+    local expires = now + tonumber(ARGV[5])
+    local expires_ms = string.format('%d.%03d', floor(expires / 1000), expires % 1000)
+    local nonce = ARGV[6]
+    -- The fencing number only grows: one more than the last, and never below the clock in µs,
+    -- so it keeps growing even after the fence key expired or was lost.
+    local fence = tonumber(redis.call('GET', KEYS[3]) or '0')
+    local at = 6
+    for _ = 1, granted do
+      fence = fence + 1
+      if fence < now then
+        fence = now
+      end
+      local token = nonce .. '.' .. string.format('%d', fence)
+      redis.call('ZADD', KEYS[2], expires_ms, token)
+      reply[at + 1] = token
+      reply[at + 2] = fence
+      at = at + 2
+    end
+    local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    local ttl = ceil((floor(tonumber(latest[2]) * 1000 + 0.5) - now) / 1000)
+    if ttl < 1 then
+      ttl = 1
+    end
+    if testing then
+      ttl = ttl + 600000
+    end
+    redis.call('PEXPIRE', KEYS[2], ttl)
+    redis.call('SET', KEYS[3], string.format('%d', fence), 'PX', ttl)
+    reply[6] = expires
+  end
+end
+
+if blocked == 3 then
+  -- No free slot: hint at the earliest expiry of a held lease (a release usually wakes sooner).
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if first[2] then
+    reply[2] = floor(tonumber(first[2]) * 1000 + 0.5) - now
   end
 end
 return reply
