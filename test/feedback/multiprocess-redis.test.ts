@@ -26,17 +26,16 @@
  * grants no jobs until it expires; a grant issued before the pause can still start"), so the
  * same checks apply to both.
  */
-import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Rule } from '../../src/rules/rule.js';
 import { type FakeProvider, type LoggedRequest, startFakeProvider } from '../helpers/fake-provider.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { type RunningWorker, spawnWorker as spawnProcess } from '../helpers/workers.js';
 import type { FetchWorkerConfig, FetchWorkerReport } from './fetch-worker.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, '..', '..');
 const workerFile = path.join(here, 'fetch-worker.ts');
 
 const PROVIDER = 'github-secondary' as const;
@@ -49,47 +48,9 @@ const WINDOW_MS = 1000;
 /** Shared rule: a burst of 8 (more than the provider allows), then 25/s. */
 const RULES: Rule[] = [{ limit: 25, interval: '1s', burst: 8 }];
 
-interface Running {
-  ready: Promise<void>;
-  go(startAt: number): void;
-  report: Promise<FetchWorkerReport>;
-}
-
-/** Spawns a worker; it connects, says "ready", and starts its callers at the time given to go(). */
-function spawnWorker(config: FetchWorkerConfig): Running {
-  const child = spawn(process.execPath, ['--import', 'tsx', workerFile], {
-    cwd: root,
-    env: { ...process.env, FETCH_WORKER: JSON.stringify(config) },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  let markReady: () => void = () => {};
-  const ready = new Promise<void>((resolve) => {
-    markReady = resolve;
-  });
-  child.stdout.on('data', (d) => {
-    out += d;
-    if (out.startsWith('ready\n')) markReady();
-  });
-  child.stderr.on('data', (d) => {
-    err += d;
-  });
-  const killer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-  const report = new Promise<FetchWorkerReport>((resolve, reject) => {
-    child.on('exit', (code) => {
-      clearTimeout(killer);
-      markReady();
-      const line = out.trim().split('\n').pop() ?? '';
-      if (code !== 0 || !line.startsWith('{')) {
-        reject(new Error(`worker ${config.name} exited ${code}: ${err.slice(-2000)} ${out.slice(-500)}`));
-        return;
-      }
-      resolve(JSON.parse(line) as FetchWorkerReport);
-    });
-  });
-  return { ready, go: (startAt) => child.stdin.end(`go ${Math.round(startAt)}\n`), report };
-}
+/** Spawns a worker; it connects, says "ready", and starts at the time given to go(). */
+const spawnWorker = (config: FetchWorkerConfig): RunningWorker<FetchWorkerReport> =>
+  spawnProcess<FetchWorkerReport>(workerFile, 'FETCH_WORKER', config, 30_000);
 
 let server: FakeProvider;
 

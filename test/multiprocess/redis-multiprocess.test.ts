@@ -4,66 +4,21 @@
  * acquire reply's `now`); over all processes together no window may break its bound
  * (test/helpers/bounds.ts), and together they must use at least 95% of the limit.
  */
-import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import type { Rule } from '../../src/rules/rule.js';
 import { checkRules } from '../helpers/bounds.js';
 import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { type RunningWorker, spawnWorker as spawnProcess } from '../helpers/workers.js';
 import type { WorkerConfig, WorkerReport } from './worker.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, '..', '..');
 const workerFile = path.join(here, 'worker.ts');
 
-interface Running {
-  ready: Promise<void>;
-  go(startAt: number): void;
-  report: Promise<WorkerReport>;
-}
-
 /** Spawns a worker; it connects, says "ready", and starts at the time given to go(). */
-function spawnWorker(config: WorkerConfig): Running {
-  const child = spawn(process.execPath, ['--import', 'tsx', workerFile], {
-    cwd: root,
-    env: { ...process.env, VALVE_WORKER: JSON.stringify(config) },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  let markReady: () => void = () => {};
-  const ready = new Promise<void>((resolve) => {
-    markReady = resolve;
-  });
-  child.stdout.on('data', (d) => {
-    out += d;
-    if (out.startsWith('ready\n')) markReady();
-  });
-  child.stderr.on('data', (d) => {
-    err += d;
-  });
-  const killer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-  const report = new Promise<WorkerReport>((resolve, reject) => {
-    child.on('exit', (code) => {
-      clearTimeout(killer);
-      markReady();
-      const line = out.trim().split('\n').pop() ?? '';
-      if (code !== 0 || !line.startsWith('{')) {
-        reject(new Error(`worker ${config.name} exited ${code}: ${err.slice(-2000)} ${out.slice(-500)}`));
-        return;
-      }
-      resolve(JSON.parse(line) as WorkerReport);
-    });
-  });
-  return {
-    ready,
-    go: (startAt) => {
-      child.stdin.end(`go ${Math.round(startAt)}\n`);
-    },
-    report,
-  };
-}
+const spawnWorker = (config: WorkerConfig): RunningWorker<WorkerReport> =>
+  spawnProcess<WorkerReport>(workerFile, 'VALVE_WORKER', config, 60_000);
 
 interface Group {
   prefix: string;
