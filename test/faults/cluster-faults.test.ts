@@ -9,24 +9,18 @@
  * rejection.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { checkBounds } from '../helpers/bounds.js';
 import { sharedCluster, uniquePrefix } from '../helpers/shared-servers.js';
 import { type ClusterProxies, startClusterProxies } from '../helpers/tcp-proxy.js';
 import {
-  concurrency,
   expectCleanExit,
   fenceOrder,
   fenceViolations,
-  grants,
-  intervals,
-  lateJobs,
   mono,
-  outcomes,
   sleep,
-  startGrants,
   startWorker,
   stopWorkers,
   storeErrorAccounting,
+  summarize,
   unhandled,
   type Worker,
   worstStall,
@@ -95,21 +89,8 @@ describe('network faults on a Redis Cluster', () => {
     phase('healed');
     await expectCleanExit(workers, 45_000);
 
-    const all = outcomes(workers);
-    const lost = all.filter((o) => o.settled === null);
-    const late = lateJobs(all, maxWait, SETTLE_TOLERANCE, workers);
-    const ivs = intervals(workers);
-    const report = concurrency(ivs, limit);
-    const owned = concurrency(ivs, limit, (iv) => iv.ownedUntil);
-    const startViolations = checkBounds(startGrants(workers), rule);
-    const grantViolations = checkBounds(grants(workers), rule);
-    const calls = workers.flatMap((w) => w.of('call'));
-    const codes = new Map<string, number>();
-    for (const o of all) {
-      const key = o.ok ? 'ok' : (o.code ?? 'error');
-      codes.set(key, (codes.get(key) ?? 0) + 1);
-    }
-    const leaseLost = workers.flatMap((w) => w.of('lease-lost'));
+    const { all, lost, late, report, owned, startViolations, grantViolations, calls, codes, leaseLost } =
+      summarize(workers, { maxWait, tolerance: SETTLE_TOLERANCE, limit, rule });
     const perClient = workers.map((w) => `${w.name} ${w.of('start').length}`).join(', ');
     console.log(
       `[faults] cluster proxy faults (${phases.join(', ')}): ${all.length} jobs: ${[...codes].map(([k, v]) => `${k} ${v}`).join(', ')}; ` +

@@ -7,6 +7,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Rule } from '../../src/rules/rule.js';
+import { checkBounds } from '../helpers/bounds.js';
 import type { WorkerConfig, WorkerEvent } from './worker.js';
 
 const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'worker.ts');
@@ -357,6 +359,37 @@ export function lateJobs(
     const w = workers.find((x) => x.name === o.worker);
     return late > tolerance + stalledDuring(w, o.submit + maxWait, end);
   });
+}
+
+/**
+ * What every fault run is judged on, from the workers' logs: outcomes (lost, past maxWait,
+ * per code), concurrency (by start/end and by lease ownership), the rate bound on observed
+ * starts and on the store's grant times, and every store call.
+ */
+export function summarize(
+  workers: readonly Worker[],
+  options: { maxWait: number; tolerance: number; limit: number; rule: Rule },
+) {
+  const all = outcomes(workers);
+  const ivs = intervals(workers);
+  const codes = new Map<string, number>();
+  for (const o of all) {
+    const key = o.ok ? 'ok' : (o.code ?? 'error');
+    codes.set(key, (codes.get(key) ?? 0) + 1);
+  }
+  return {
+    all,
+    lost: all.filter((o) => o.settled === null),
+    late: lateJobs(all, options.maxWait, options.tolerance, workers),
+    ivs,
+    report: concurrency(ivs, options.limit),
+    owned: concurrency(ivs, options.limit, (iv) => iv.ownedUntil),
+    startViolations: checkBounds(startGrants(workers), options.rule),
+    grantViolations: checkBounds(grants(workers), options.rule),
+    calls: workers.flatMap((w) => w.of('call')),
+    codes,
+    leaseLost: workers.flatMap((w) => w.of('lease-lost')),
+  };
 }
 
 /** The longest measured stall of each worker, for the reports. */

@@ -23,25 +23,19 @@ import { Redis as IORedis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createValve } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
-import { checkBounds } from '../helpers/bounds.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 import { startProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
 import {
-  concurrency,
   expectCleanExit,
   fenceOrder,
   fenceViolations,
-  grants,
-  intervals,
-  lateJobs,
   mono,
-  outcomes,
   sleep,
   stalledDuring,
-  startGrants,
   startWorker,
   stopWorkers,
   storeErrorAccounting,
+  summarize,
   unhandled,
   type Worker,
   worstStall,
@@ -121,24 +115,11 @@ describe('network faults through a TCP proxy', () => {
     phase('healed');
     await expectCleanExit(workers, 45_000);
 
-    const all = outcomes(workers);
-    const lost = all.filter((o) => o.settled === null);
-    const late = lateJobs(all, maxWait, SETTLE_TOLERANCE, workers);
-    const ivs = intervals(workers);
-    const report = concurrency(ivs, limit);
-    const owned = concurrency(ivs, limit, (iv) => iv.ownedUntil);
-    const startViolations = checkBounds(startGrants(workers), rule);
-    const grantViolations = checkBounds(grants(workers), rule);
-    const calls = workers.flatMap((w) => w.of('call'));
+    const { all, lost, late, report, owned, startViolations, grantViolations, calls, codes, leaseLost } =
+      summarize(workers, { maxWait, tolerance: SETTLE_TOLERANCE, limit, rule });
     const timedOut = calls.filter((c) => !c.ok && c.err?.startsWith('RedisStoreTimeoutError'));
     const timeoutElapsed = timedOut.map((c) => c.t1 - c.t0);
     const inBlackhole = timedOut.filter((c) => c.t0 >= blackholedAt && c.t1 <= healedAt + SETTLE_TOLERANCE);
-    const codes = new Map<string, number>();
-    for (const o of all) {
-      const key = o.ok ? 'ok' : (o.code ?? 'error');
-      codes.set(key, (codes.get(key) ?? 0) + 1);
-    }
-    const leaseLost = workers.flatMap((w) => w.of('lease-lost'));
     const waits = all.filter((o) => o.start !== null).map((o) => o.start! - o.submit);
     const overWait = Math.max(
       0,
