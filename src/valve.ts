@@ -138,6 +138,11 @@ const STORE_BACKOFF_MAX = 5000;
 const POLL_MIN = 50;
 const POLL_JITTER = 25;
 const NOTIFIED_RECHECK = 1000;
+/**
+ * A sub-millisecond rate wait is spent asking the store again at once only when its round trip
+ * took at least this long (ms): a store that answers faster would be asked in a tight loop.
+ */
+const MIN_POLL_ROUND_TRIP = 0.05;
 
 type AnyJob = (ctx: JobContext) => unknown;
 
@@ -152,6 +157,11 @@ function capture(resolve: (value: unknown) => void): void {
 /** Rejects a job's promise through its resolve function. */
 function rejectWith(resolve: (value: unknown) => void, reason: unknown): void {
   resolve(Promise.reject(reason));
+}
+
+/** Queue order: higher priority first, then call order. */
+function ranksAhead(a: Job, b: Job): boolean {
+  return a.priority > b.priority || (a.priority === b.priority && a.seq < b.seq);
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
@@ -257,6 +267,47 @@ class AbortHook {
 /** Why the last acquisition stopped short. */
 type Blocked = 'pause' | 'rate' | 'concurrency' | 'error' | null;
 
+// Store call states.
+const CALL_IDLE = 0;
+const CALL_SENT = 1;
+
+/**
+ * One store call: its request and when it was sent. A valve owns two, so that a second call can
+ * be in flight while the first one travels (see ValveImpl.mayPipeline). The jobs of every call in
+ * flight wait in one line (ValveImpl.line).
+ */
+class Call {
+  readonly costs: number[] = [];
+  readonly request: {
+    id: string;
+    rules: readonly StoreRule[];
+    costs: number[];
+    count: number;
+    lease: { limit: number; ttl: number } | undefined;
+  };
+  state = CALL_IDLE;
+  sentAt = 0;
+  pauseEpoch = 0;
+  resumeEpoch = 0;
+  /** Answered synchronously (the store's hint counts from about now). */
+  sync = false;
+  /** The cost every job of this call has, or NaN when they differ. */
+  uniform = Number.NaN;
+  readonly onAnswer: (result: AcquireResult) => void;
+  readonly onFail: (err: unknown) => void;
+
+  constructor(
+    id: string,
+    rules: readonly StoreRule[],
+    lease: { limit: number; ttl: number } | undefined,
+    settled: (call: Call, ok: boolean, value: unknown) => void,
+  ) {
+    this.request = { id, rules, costs: this.costs, count: 0, lease };
+    this.onAnswer = (result) => settled(this, true, result);
+    this.onFail = (err) => settled(this, false, err);
+  }
+}
+
 class ValveImpl implements Valve {
   readonly id: string;
   private readonly rules: readonly StoreRule[];
@@ -270,6 +321,11 @@ class ValveImpl implements Valve {
   private readonly maxQueue: number;
   private readonly maxWait: number;
   private readonly batch: number;
+  /**
+   * Jobs to ask for in the next store call: `batch`, or after a rate refusal one more than the
+   * store last granted (at least 2), doubling back up to `batch` with every call granted in full.
+   */
+  private ask: number;
   private readonly mode: 'wait' | 'throw' | 'open';
   private readonly clock: Clock;
   private readonly feedback: FeedbackSettings;
@@ -286,19 +342,24 @@ class ValveImpl implements Valve {
   /** Jobs not yet started nor ended: waiting + in flight. */
   private pending = 0;
 
-  // The acquisition in flight (at most one).
-  private acquiring = false;
-  private readonly batchJobs: Job[] = [];
-  private readonly costs: number[] = [];
-  private readonly request: {
-    id: string;
-    rules: readonly StoreRule[];
-    costs: number[];
-    count: number;
-    lease: { limit: number; ttl: number } | undefined;
-  };
+  // Store calls: at most two in flight (see mayPipeline).
+  private readonly calls: readonly [Call, Call];
+  private inFlight = 0;
+  /**
+   * The jobs of every call in flight, in queue order (line[lineHead..]). Grants from any answer
+   * go to the front of the line: with pipelining both calls carry jobs of one cost, so any of
+   * them may use any grant, and a job the first call could not get keeps its place ahead of the
+   * second call's. When no call is left in flight, jobs still in line go back to the queue.
+   */
+  private line: Job[] = [];
+  private lineHead = 0;
+  /** Buffers for a pipelined call's jobs and for merging them into the line. */
+  private incoming: Job[] = [];
+  private spare: Job[] = [];
+  /** The last answer granted every job it was asked for. */
+  private lastFull = false;
+  /** The call being processed: when it was sent, and whether it was answered synchronously. */
   private sentAt = 0;
-  /** The last acquisition was answered synchronously (the store's hint counts from about now). */
   private syncAnswer = false;
   /**
    * Some rule cannot absorb a late start ((burst − 1) × emission interval under 2 ms), so a
@@ -381,15 +442,12 @@ class ValveImpl implements Valve {
     this.maxQueue = o.maxQueue;
     this.maxWait = o.maxWait;
     this.batch = o.batch;
+    this.ask = o.batch;
     this.mode = o.onStoreError;
     this.feedback = o.feedback;
-    this.request = {
-      id: o.id,
-      rules: o.rules,
-      costs: this.costs,
-      count: 0,
-      lease: o.global ? { limit: o.limit, ttl: o.leaseTtl } : undefined,
-    };
+    const lease = o.global ? { limit: o.limit, ttl: o.leaseTtl } : undefined;
+    const settled = (call: Call, ok: boolean, value: unknown): void => this.callSettled(call, ok, value);
+    this.calls = [new Call(o.id, o.rules, lease, settled), new Call(o.id, o.rules, lease, settled)];
     this.internals = {
       id: this.id,
       clock: this.clock,
@@ -708,17 +766,30 @@ class ValveImpl implements Valve {
 
   /** One admission round. Returns true when it made synchronous progress and another round may help. */
   private admit(): boolean {
-    if (this.acquiring || this.waiting === 0) return false;
+    if (this.waiting === 0) return false;
     if (this.closed && !this.draining) return false;
-    const free = this.limit - this.runningJobs.length;
+    const piped = this.inFlight > 0;
+    if (piped && !this.mayPipeline()) return false;
+    // The jobs in line may all start: leave room for them.
+    const free = this.limit - this.runningJobs.length - (this.line.length - this.lineHead);
     if (free <= 0) return false;
     const now = this.clock.now();
     if (now < this.wakeAt || now < this.pauseUntil) return false;
-    const max = Math.min(free, this.batch);
-    const jobs = this.batchJobs;
-    const costs = this.costs;
+    if (piped && this.openUntil > now) return false;
+    const calls = this.calls;
+    const call = calls[0].state === CALL_IDLE ? calls[0] : calls[1];
+    const first = calls[0].state === CALL_IDLE ? calls[1] : calls[0];
+    const max = Math.min(free, this.ask);
+    const jobs = piped ? this.incoming : this.line;
+    const costs = call.costs;
     let n = 0;
+    let uniform = Number.NaN;
     while (n < max) {
+      if (piped) {
+        // A second call carries only jobs of the first call's cost (see mayPipeline).
+        const next = this.queue.peek();
+        if (next === undefined || (next.state === QUEUED && next.cost !== first.uniform)) break;
+      }
       const job = this.queue.shift();
       if (job === undefined) break;
       if (job.state !== QUEUED) continue; // cancelled: skipped lazily
@@ -728,54 +799,144 @@ class ValveImpl implements Valve {
         continue;
       }
       job.state = INFLIGHT;
-      jobs[n] = job;
+      jobs.push(job);
       costs[n] = job.cost;
+      if (n === 0) uniform = job.cost;
+      else if (job.cost !== uniform) uniform = Number.NaN;
       n++;
     }
-    if (n === 0) return this.waiting > 0;
-    this.request.count = n;
+    if (n === 0) return !piped && this.waiting > 0;
+    if (piped) this.joinLine();
+    call.request.count = n;
+    call.uniform = uniform;
     if (this.openUntil > now) {
-      this.startWithoutStore(n);
+      this.startInLine(Number.POSITIVE_INFINITY, undefined, now);
       return true;
     }
     if (!this.subscribed) this.subscribe();
-    this.acquiring = true;
-    this.sentAt = now;
-    this.sentPauseEpoch = this.pauseEpoch;
-    this.sentResumeEpoch = this.resumeEpoch;
+    call.state = CALL_SENT;
+    call.sentAt = now;
+    call.pauseEpoch = this.pauseEpoch;
+    call.resumeEpoch = this.resumeEpoch;
+    this.inFlight++;
     let result: AcquireResult | PromiseLike<AcquireResult>;
     try {
-      result = this.store.acquire(this.request as AcquireRequest);
+      result = this.store.acquire(call.request as AcquireRequest);
     } catch (err) {
-      this.acquireFailed(err);
+      call.sync = true;
+      this.callSettled(call, false, err, false);
       return true;
     }
-    this.syncAnswer = !isThenable(result);
     if (isThenable(result)) {
+      call.sync = false;
       try {
-        result.then(this.onAcquired, this.onAcquireFailed);
+        result.then(call.onAnswer, call.onFail);
       } catch (err) {
-        this.acquireFailed(err);
+        this.callSettled(call, false, err, false);
         return true;
       }
-      return false;
+      // Another round may send a second call while this one travels.
+      return this.mayPipeline();
     }
-    this.acquired(result);
+    call.sync = true;
+    this.callSettled(call, true, result, false);
     return true;
   }
 
-  private readonly onAcquired = (result: AcquireResult): void => {
-    this.acquired(result);
-    this.pump();
-  };
+  /** A pipelined call's jobs (this.incoming, in queue order) join the line, merged by rank. */
+  private joinLine(): void {
+    const line = this.line;
+    const incoming = this.incoming;
+    if (line.length === this.lineHead || !ranksAhead(incoming[0]!, line[line.length - 1]!)) {
+      // The common case: nothing newer ranks ahead of the jobs already in line.
+      for (let i = 0; i < incoming.length; i++) line.push(incoming[i]!);
+    } else {
+      const merged = this.spare;
+      let i = this.lineHead;
+      let j = 0;
+      while (i < line.length || j < incoming.length) {
+        if (j >= incoming.length || (i < line.length && !ranksAhead(incoming[j]!, line[i]!))) {
+          merged.push(line[i++]!);
+        } else {
+          merged.push(incoming[j++]!);
+        }
+      }
+      line.length = 0;
+      this.spare = line;
+      this.line = merged;
+      this.lineHead = 0;
+    }
+    incoming.length = 0;
+  }
 
-  private readonly onAcquireFailed = (err: unknown): void => {
-    this.acquireFailed(err);
-    this.pump();
-  };
+  /**
+   * Whether a second store call may be sent while one is in flight: only when the store is
+   * asynchronous, its last answer granted everything (the rules are not binding), nothing is
+   * failing, there is no global concurrency (leases go with the call that got them), and the
+   * call in flight asked for jobs of one cost. Two calls in flight halve the round trips a
+   * saturated valve waits for.
+   */
+  private mayPipeline(): boolean {
+    if (this.inFlight !== 1 || !this.lastFull || this.global || this.failing) return false;
+    const first = this.calls[0].state === CALL_SENT ? this.calls[0] : this.calls[1];
+    return !first.sync && !Number.isNaN(first.uniform);
+  }
 
-  private acquired(r: AcquireResult): void {
-    const n = this.request.count;
+  /** A store call settled. Answers are used as they come: grants go to the front of the line. */
+  private callSettled(call: Call, ok: boolean, value: unknown, pump = true): void {
+    if (call.state !== CALL_SENT) return;
+    call.state = CALL_IDLE;
+    this.inFlight--;
+    this.sentAt = call.sentAt;
+    this.sentPauseEpoch = call.pauseEpoch;
+    this.sentResumeEpoch = call.resumeEpoch;
+    this.syncAnswer = call.sync;
+    // Jobs started below run synchronously and may call back into the valve: a pump they ask
+    // for waits until this answer is processed (the line is not changed mid-processing).
+    const outer = !this.inPump;
+    this.inPump = true;
+    try {
+      if (ok) this.acquired(call, value as AcquireResult);
+      else this.acquireFailed(value);
+    } finally {
+      if (outer) this.inPump = false;
+    }
+    if (pump || (outer && this.again)) this.pump();
+  }
+
+  /**
+   * Starts up to `count` jobs from the front of the line (Infinity: all), the k-th with
+   * leases[k]. A job cancelled in flight spends its grant (and its lease is released). When no
+   * call is left in flight, the jobs still in line go back to the queue.
+   */
+  private startInLine(count: number, leases: readonly Lease[] | undefined, now: number): void {
+    const line = this.line;
+    for (let k = 0; k < count && this.lineHead < line.length; k++) {
+      const job = line[this.lineHead]!;
+      line[this.lineHead++] = undefined as unknown as Job;
+      const lease = leases?.[k];
+      if (job.state === INFLIGHT) this.start(job, lease, now);
+      else if (lease !== undefined) this.releaseLater(lease.token); // cancelled in flight: lease freed
+    }
+    if (this.inFlight === 0) this.requeueLine();
+  }
+
+  /** Jobs left in line go back to the queue, last first (each insert then lands at its front). */
+  private requeueLine(): void {
+    const line = this.line;
+    for (let i = line.length - 1; i >= this.lineHead; i--) {
+      const job = line[i]!;
+      if (job.state !== INFLIGHT) continue; // ended meanwhile (cancelled, expired, closed)
+      job.state = QUEUED;
+      this.waiting++;
+      this.queue.insert(job);
+    }
+    line.length = 0;
+    this.lineHead = 0;
+  }
+
+  private acquired(call: Call, r: AcquireResult): void {
+    const n = call.request.count;
     if (
       typeof r !== 'object' ||
       r === null ||
@@ -788,9 +949,7 @@ class ValveImpl implements Valve {
       this.acquireFailed(new TypeError(`store.acquire() returned an invalid result: ${describe(r)}`));
       return;
     }
-    this.acquiring = false;
     const now = this.clock.now();
-    const jobs = this.batchJobs;
     const granted = Math.min(Math.floor(r.granted), n);
     this.failing = false;
     this.lastStoreError = undefined;
@@ -807,22 +966,8 @@ class ValveImpl implements Valve {
       this.storePauseUntil = 0;
     }
 
-    const leases = r.leases;
-    for (let i = 0; i < granted; i++) {
-      const job = jobs[i]!;
-      const lease = leases?.[i];
-      if (job.state === INFLIGHT) this.start(job, lease, now);
-      else if (lease !== undefined) this.releaseLater(lease.token); // cancelled in flight: grant spent, lease freed
-    }
-    for (let i = n - 1; i >= granted; i--) {
-      const job = jobs[i]!;
-      if (job.state === INFLIGHT) {
-        job.state = QUEUED;
-        this.waiting++;
-        this.queue.insert(job);
-      }
-    }
-    for (let i = 0; i < n; i++) jobs[i] = undefined as unknown as Job;
+    this.startInLine(granted, r.leases, now);
+    this.lastFull = granted === n;
 
     if (granted < n) {
       const hint = typeof r.retryAfter === 'number' && r.retryAfter > 0 ? r.retryAfter : 0;
@@ -845,9 +990,29 @@ class ValveImpl implements Valve {
       if (granted === 0 && this.wakeAt <= now) {
         this.wakeAt = now + (this.blocked === null ? 0.01 : Math.max(hint, 0.01));
       }
+      if (this.blocked === 'rate') {
+        // The rule binds: ask for one more job than it just granted (at least 2, at most batch),
+        // so that a refused call does not take a whole batch out of the queue and put it back,
+        // while a partial answer still carries the wait for the next job.
+        this.ask = Math.min(this.batch, Math.max(2, granted + 1));
+        // Less than a timer tick (1 ms) to wait for a rule that cannot absorb a late start, with
+        // a store a network round trip away: ask again at once instead of sleeping a whole tick.
+        // The round trip is the timer; the call arrives after the slot, by less than one round
+        // trip, or is refused again with a shorter wait. Rules with burst tolerance never get here
+        // for sub-millisecond waits often, and synchronous stores use the precise timer instead.
+        if (
+          this.precise &&
+          !this.syncAnswer &&
+          this.wakeAt - now < 1 &&
+          now - this.sentAt >= MIN_POLL_ROUND_TRIP
+        ) {
+          this.wakeAt = now;
+        }
+      }
     } else {
       this.blocked = null;
       this.wakeAt = 0;
+      if (this.ask < this.batch) this.ask = Math.min(this.batch, this.ask * 2);
     }
     this.checkClosed();
   }
@@ -860,22 +1025,31 @@ class ValveImpl implements Valve {
   }
 
   private acquireFailed(err: unknown): void {
-    this.acquiring = false;
     const now = this.clock.now();
-    const n = this.request.count;
-    const jobs = this.batchJobs;
+    this.lastFull = false;
     this.backoff = this.backoff === 0 ? STORE_BACKOFF_MIN : Math.min(this.backoff * 2, STORE_BACKOFF_MAX);
+    // The failed call's share of the line: what a call still in flight cannot grant.
+    const other =
+      this.inFlight > 0 ? (this.calls[0].state === CALL_SENT ? this.calls[0] : this.calls[1]) : null;
+    const share = this.line.length - this.lineHead - (other === null ? 0 : other.request.count);
     const mode = this.mode;
     if (mode === 'open') {
       this.openUntil = now + this.backoff;
-      this.startWithoutStore(n);
+      this.startInLine(share, undefined, now);
     } else if (mode === 'throw') {
       const error = new ValveError('STORE_UNAVAILABLE', 'The store failed (onStoreError: throw)', {
         cause: err,
       });
-      for (let i = 0; i < n; i++) {
-        const job = jobs[i]!;
+      const line = this.line;
+      const keep = line.length - share;
+      for (let i = keep; i < line.length; i++) {
+        const job = line[i]!;
         if (job.state === INFLIGHT) this.end(job, error);
+      }
+      line.length = keep;
+      if (keep === this.lineHead) {
+        line.length = 0;
+        this.lineHead = 0;
       }
       for (const job of this.queue.drain()) {
         if (job.state === QUEUED) {
@@ -889,29 +1063,10 @@ class ValveImpl implements Valve {
       this.blocked = 'error';
       // Exponential backoff with jitter: half fixed, half random.
       this.wakeAt = now + this.backoff / 2 + (Math.random() * this.backoff) / 2;
-      for (let i = n - 1; i >= 0; i--) {
-        const job = jobs[i]!;
-        if (job.state === INFLIGHT) {
-          job.state = QUEUED;
-          this.waiting++;
-          this.queue.insert(job);
-        }
-      }
+      if (this.inFlight === 0) this.requeueLine();
     }
-    for (let i = 0; i < n; i++) jobs[i] = undefined as unknown as Job;
     this.reportStoreError(err, 'acquire', mode);
     this.checkClosed();
-  }
-
-  /** onStoreError 'open': start the taken jobs without asking the store (local concurrency still holds). */
-  private startWithoutStore(n: number): void {
-    const jobs = this.batchJobs;
-    const now = this.clock.now();
-    for (let i = 0; i < n; i++) {
-      const job = jobs[i]!;
-      jobs[i] = undefined as unknown as Job;
-      if (job.state === INFLIGHT) this.start(job, undefined, now);
-    }
   }
 
   // ---------------------------------------------------------------- running jobs
@@ -1038,7 +1193,7 @@ class ValveImpl implements Valve {
   }
 
   private maybeIdle(): void {
-    if (this.busy && this.pending === 0 && this.runningJobs.length === 0 && !this.acquiring) {
+    if (this.busy && this.pending === 0 && this.runningJobs.length === 0 && this.inFlight === 0) {
       this.busy = false;
       this.events.emit('idle');
     }
@@ -1051,7 +1206,7 @@ class ValveImpl implements Valve {
     let next = Number.POSITIVE_INFINITY;
     if (
       this.waiting > 0 &&
-      !this.acquiring &&
+      this.inFlight === 0 &&
       this.runningJobs.length < this.limit &&
       (!this.closed || this.draining)
     ) {
@@ -1420,9 +1575,10 @@ class ValveImpl implements Valve {
         this.end(job, error);
       }
     }
-    // Jobs of the acquisition in flight, or of a batch being started (a job that closes the valve).
-    for (let i = 0; i < this.request.count; i++) {
-      const job = this.batchJobs[i];
+    // Jobs of the calls in flight, or of a batch being started (a job that closes the valve).
+    const line = this.line;
+    for (let i = this.lineHead; i < line.length; i++) {
+      const job = line[i];
       if (job !== undefined && job.state === INFLIGHT) this.end(job, error);
     }
     const reason = new ValveError('CLOSED', 'The valve was closed while the job ran');
@@ -1435,7 +1591,7 @@ class ValveImpl implements Valve {
       this.closeResolve === null ||
       this.pending !== 0 ||
       this.runningJobs.length !== 0 ||
-      this.acquiring ||
+      this.inFlight !== 0 ||
       this.releasing !== 0 ||
       this.releaseScheduled
     ) {

@@ -121,7 +121,14 @@ async function simulate(s: Scenario): Promise<{
   clock.lateness = () => s.lateness[li++ % s.lateness.length]!;
   const shared = memoryStore({ clock });
   let ev = 0;
-  const lastSent: number[] = [];
+  // Per valve: the earliest send event among the store call whose answer is being delivered and
+  // the calls still in flight. Jobs start while the valve processes an answer, and a job that
+  // starts belongs to one of those batches: with pipelining (two calls in flight, same-cost jobs)
+  // grants are interchangeable and go to the front of the valve's line of jobs in flight, so a
+  // job may start on the other call's answer. A job that ranks ahead and arrived after all of
+  // those sends could not have been in them ("a batch already sent can receive grants first").
+  const answering: number[] = [];
+  const outstanding: number[][] = [];
   const storeFor = (v: number): Store => {
     const delay = s.asyncDelay;
     return {
@@ -133,11 +140,19 @@ async function simulate(s: Scenario): Promise<{
       renew: shared.renew.bind(shared),
       release: shared.release.bind(shared),
       acquire(request) {
-        lastSent[v] = ev++;
-        if (delay === undefined) return shared.acquire(request);
+        const sent = ev++;
+        if (delay === undefined) {
+          answering[v] = Math.min(sent, ...(outstanding[v] ?? []));
+          return shared.acquire(request);
+        }
+        const mine = outstanding[v] ?? [];
+        outstanding[v] = mine;
+        mine.push(sent);
         // The store decides when the answer is computed (its clock), then the reply travels back at once.
         return new Promise((resolve, reject) => {
           clock.setTimeout(() => {
+            answering[v] = Math.min(...mine);
+            mine.splice(mine.indexOf(sent), 1);
             try {
               resolve(shared.acquire(request));
             } catch (err) {
@@ -191,7 +206,7 @@ async function simulate(s: Scenario): Promise<{
     valves[spec.valve]!.run(
       () => {
         rec.startEv = ev++;
-        rec.sentEv = lastSent[spec.valve]!;
+        rec.sentEv = answering[spec.valve]!;
         rec.start = clock.now();
         running[spec.valve]!++;
         runningTotal++;
