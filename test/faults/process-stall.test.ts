@@ -80,7 +80,9 @@ describe('a worker holding global leases stops or dies', () => {
     const firstB = await b.waitFor('start', undefined, TTL + 5000);
     // Keep it frozen well past the TTL, while the other process runs its jobs in the freed slots.
     await b.waitFor('settled', (e) => e.job === LIMIT - 1, 10_000);
-    await sleep(200);
+    // Its leases can expire up to TTL / 3 before stoppedAt + TTL (renewed before the stop), and
+    // the other process's short jobs can be done by then: keep it frozen past the TTL anyway.
+    await sleep(Math.max(200, stoppedAt + TTL + 200 - mono()));
     const contAt = mono();
     a.kill('SIGCONT');
     const aborts = await Promise.all(
