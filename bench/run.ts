@@ -47,7 +47,8 @@ const scenarios: Record<string, ScenarioSpec> = {
       'p-queue-strict',
       'bottleneck',
       'rlf-memory',
-      ...(c === '1000/s b1' ? ['ref-timer', 'ref-spin'] : []),
+      ...(c === '1000/s b1' ? ['ref-timer'] : []),
+      ...(c === '1000/s b10' ? [] : ['ref-spin', 'ref-busy']),
     ],
     valve: 'valve',
     repeat: 2,
@@ -62,6 +63,7 @@ const scenarios: Record<string, ScenarioSpec> = {
       ...(c === '1 process' ? ['valve-redis-batch128'] : []),
       'bottleneck-redis',
       'rlf-redis',
+      ...(c === '1 process' ? ['ref-roundtrip'] : []),
     ],
     valve: 'valve-redis',
     repeat: 5,
@@ -74,7 +76,7 @@ const scenarios: Record<string, ScenarioSpec> = {
     peers: (c) =>
       c === 'burst 20'
         ? ['valve-redis', 'valve-redis-plain-timers']
-        : ['valve-redis', 'valve-redis-plain-timers', 'bottleneck-redis', 'rlf-redis'],
+        : ['valve-redis', 'valve-redis-plain-timers', 'bottleneck-redis', 'rlf-redis', 'ref-redis-poll'],
     valve: 'valve-redis',
     repeat: 2,
     ratios: [],
@@ -143,6 +145,16 @@ for (const name of selected) {
 
 const benchDir = fileURLToPath(new URL('.', import.meta.url));
 
+/** The machine's CPU time counters (/proc/stat, all CPUs): total and stolen by the hypervisor. */
+function cpuTimes(): { total: number; steal: number } | undefined {
+  try {
+    const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    return { total: f.slice(0, 8).reduce((a, b) => a + b, 0), steal: f[7] ?? 0 };
+  } catch {
+    return undefined;
+  }
+}
+
 function runChild(spec: ScenarioSpec, caseName: string | undefined, peer: string): Promise<ResultLine[]> {
   const nodeArgs = [
     ...(spec.exposeGc ? ['--expose-gc'] : []),
@@ -153,6 +165,7 @@ function runChild(spec: ScenarioSpec, caseName: string | undefined, peer: string
   const scriptArgs = ['--peer', peer, ...(caseName ? ['--case', caseName] : [])];
   if (quick) scriptArgs.push('--quick');
   if (full) scriptArgs.push('--full');
+  const cpu0 = cpuTimes();
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [...nodeArgs, ...scriptArgs], {
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -172,8 +185,17 @@ function runChild(spec: ScenarioSpec, caseName: string | undefined, peer: string
     child.on('close', (code) => {
       clearTimeout(timer);
       const lines: ResultLine[] = [];
+      // Share of the machine's CPU time the hypervisor took during this measurement (steal): time
+      // in which no process here could run, whatever it did.
+      const cpu1 = cpuTimes();
+      const stealPct =
+        cpu0 && cpu1 && cpu1.total > cpu0.total
+          ? Math.round(((cpu1.steal - cpu0.steal) / (cpu1.total - cpu0.total)) * 1000) / 10
+          : null;
       for (const line of out.split('\n')) {
-        if (line.startsWith('{')) lines.push(JSON.parse(line) as ResultLine);
+        if (!line.startsWith('{')) continue;
+        const parsed = JSON.parse(line) as ResultLine;
+        lines.push({ ...parsed, metrics: { ...parsed.metrics, stealPct } });
       }
       if (code !== 0 || lines.length === 0) {
         process.stderr.write(
@@ -267,15 +289,31 @@ interface Target {
   readonly text: string;
   readonly value: string;
   readonly met: boolean | null;
+  /** The same measure for a reference in the same run (what this machine allows at all), if any. */
+  readonly reference?: string | undefined;
 }
 
 function targets(rows: readonly Aggregate[]): Target[] {
   const get = (scenario: string, c: string, peer: string) =>
     rows.find((r) => r.scenario === scenario && r.case === c && r.peer === peer);
   const out: Target[] = [];
-  const add = (text: string, value: number | null | undefined, ok: (v: number) => boolean, unit = '') => {
+  const add = (
+    text: string,
+    value: number | null | undefined,
+    ok: (v: number) => boolean,
+    unit = '',
+    reference?: [string, number | null | undefined][],
+  ) => {
     if (value === null || value === undefined || Number.isNaN(value)) return;
-    out.push({ text, value: `${fmt(value)}${unit}`, met: ok(value) });
+    const refs = (reference ?? [])
+      .filter((r): r is [string, number] => typeof r[1] === 'number' && !Number.isNaN(r[1]))
+      .map(([name, v]) => `${name} ${fmt(v)}${unit}`);
+    out.push({
+      text,
+      value: `${fmt(value)}${unit}`,
+      met: ok(value),
+      reference: refs.join(', ') || undefined,
+    });
   };
   const ratio = (a: number | null | undefined, b: number | null | undefined) =>
     typeof a === 'number' && typeof b === 'number' && b !== 0 ? a / b : null;
@@ -304,7 +342,10 @@ function targets(rows: readonly Aggregate[]): Target[] {
       (v) => v === 0,
     );
     add(`precision ${c}: 0 violations on observed starts (worst run)`, r?.max.violations, (v) => v === 0);
-    add(`precision ${c}: utilisation ≥ ${pct}%`, r?.median.utilisationPct, (v) => v >= pct, '%');
+    add(`precision ${c}: utilisation ≥ ${pct}%`, r?.median.utilisationPct, (v) => v >= pct, '%', [
+      ['ref-spin', get('precision', c, 'ref-spin')?.median.utilisationPct],
+      ['ref-busy', get('precision', c, 'ref-busy')?.median.utilisationPct],
+    ]);
   }
 
   const rt = (p: string) => get('redis-throughput', '1 process', p);
@@ -319,6 +360,7 @@ function targets(rows: readonly Aggregate[]): Target[] {
     ratio(rt('valve-redis')?.median.jobsPerSec, rt('rlf-redis')?.median.jobsPerSec),
     (v) => v >= 3,
     '×',
+    [['ref-roundtrip', ratio(rt('ref-roundtrip')?.median.jobsPerSec, rt('rlf-redis')?.median.jobsPerSec)]],
   );
   add(
     'Redis 1 process: ≤ 1/16 script call per job',
@@ -330,6 +372,16 @@ function targets(rows: readonly Aggregate[]): Target[] {
     ratio(rt('valve-redis')?.median.redisCpuUsPerJob, rt('rlf-redis')?.median.redisCpuUsPerJob),
     (v) => v <= 0.1,
     '×',
+    [
+      [
+        'ref-roundtrip',
+        ratio(rt('ref-roundtrip')?.median.redisCpuUsPerJob, rt('rlf-redis')?.median.redisCpuUsPerJob),
+      ],
+      [
+        'valve batch 128',
+        ratio(rt('valve-redis-batch128')?.median.redisCpuUsPerJob, rt('rlf-redis')?.median.redisCpuUsPerJob),
+      ],
+    ],
   );
 
   for (const [c, pct] of [
@@ -347,7 +399,9 @@ function targets(rows: readonly Aggregate[]): Target[] {
         ? r.max.maxIn1s - r.max.bound
         : null;
     add(`shared ${c}: observed starts at most +1 over the bound (worst run)`, excess, (v) => v <= 1);
-    add(`shared ${c}: utilisation ≥ ${pct}%`, r?.median.utilisationPct, (v) => v >= pct, '%');
+    add(`shared ${c}: utilisation ≥ ${pct}%`, r?.median.utilisationPct, (v) => v >= pct, '%', [
+      ['ref-redis-poll', get('shared-limit', c, 'ref-redis-poll')?.median.utilisationPct],
+    ]);
   }
 
   const scale = rows.filter((r) => r.scenario === 'scale');
@@ -441,8 +495,14 @@ async function main(): Promise<void> {
   }
   const checks = targets(rows);
   if (checks.length) {
-    md.push('### targets (issue 6)', '', '| target | valve | met |', '|---|---|---|');
-    for (const t of checks) md.push(`| ${t.text} | ${t.value} | ${t.met ? 'met' : '**missed**'} |`);
+    md.push(
+      '### targets (issue 6)',
+      '',
+      '| target | valve | met | reference in the same run |',
+      '|---|---|---|---|',
+    );
+    for (const t of checks)
+      md.push(`| ${t.text} | ${t.value} | ${t.met ? 'met' : '**missed**'} | ${t.reference ?? ''} |`);
     md.push('');
   }
   const text = md.join('\n');

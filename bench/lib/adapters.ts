@@ -9,6 +9,7 @@ import PQueue from 'p-queue';
 import { RateLimiterMemory, RateLimiterRedis, type RateLimiterRes } from 'rate-limiter-flexible';
 import { nowMs } from './common.js';
 import { referenceAdapter } from './reference.js';
+import { redisReferenceAdapter, roundTripReferenceAdapter } from './reference-redis.js';
 import { loadValve, type ValveLike } from './valve-module.js';
 
 export interface LimiterOptions {
@@ -330,6 +331,9 @@ const factories: Record<string, () => Adapter> = {
   'rlf-redis': () => rlfAdapter('rlf-redis', true),
   'ref-timer': () => referenceAdapter('ref-timer'),
   'ref-spin': () => referenceAdapter('ref-spin'),
+  'ref-busy': () => referenceAdapter('ref-busy'),
+  'ref-redis-poll': redisReferenceAdapter,
+  'ref-roundtrip': roundTripReferenceAdapter,
 };
 
 export const peerNames = Object.keys(factories);

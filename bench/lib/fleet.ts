@@ -19,6 +19,8 @@ export interface FleetResult {
   /** valve with logGrants: store calls, and calls that granted nothing, over all processes. */
   readonly calls: number;
   readonly emptyCalls: number;
+  /** CPU time of all worker processes during the run, ms. */
+  readonly clientCpuMs: number;
   readonly redis: RedisCounters;
   /** Keys and used memory sampled halfway through the run (keys with a TTL may be gone at the end). */
   readonly mid: { readonly keys: number; readonly usedMemoryDelta: number };
@@ -74,7 +76,12 @@ export async function runFleet(o: FleetOptions): Promise<FleetResult> {
     for (let i = 0; i < o.processes; i++) {
       children.push(
         fork(workerPath, [], {
-          execArgv: ['--import', 'tsx'],
+          // BENCH_WORKER_FLAGS: extra node flags for the workers, e.g. '--cpu-prof --cpu-prof-dir=prof'.
+          execArgv: [
+            '--import',
+            'tsx',
+            ...(process.env.BENCH_WORKER_FLAGS?.split(' ').filter(Boolean) ?? []),
+          ],
           stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
         }),
       );
@@ -113,6 +120,7 @@ export async function runFleet(o: FleetOptions): Promise<FleetResult> {
       grants: results.flatMap((r) => r.grants).sort((a, b) => a - b),
       calls: results.reduce((s, r) => s + r.calls, 0),
       emptyCalls: results.reduce((s, r) => s + r.emptyCalls, 0),
+      clientCpuMs: results.reduce((s, r) => s + r.cpuMs, 0),
       redis: diffCounters(before, after, 2),
       mid: { keys: midway.keys, usedMemoryDelta: midway.usedMemory - before.usedMemory },
     };

@@ -6,12 +6,16 @@
  * - `ref-timer` wakes with setTimeout(at − now) (no rounding; an early timer re-arms).
  * - `ref-spin` sleeps with setTimeout until 1.5 ms before the target, then turns the event loop
  *   with setImmediate until the target: the best an in-process waker can do, at a CPU cost.
+ * - `ref-busy` never sleeps: it turns the event loop with setImmediate all the time (a whole core).
+ *   What it loses is time the process was not running at all (the VM or the OS took the CPU):
+ *   the ceiling for any limiter in one process on this machine.
  */
 import type { Adapter, LimiterOptions } from './adapters.js';
 import { nowMs } from './common.js';
 
-export function referenceAdapter(name: 'ref-timer' | 'ref-spin'): Adapter {
-  const spin = name === 'ref-spin';
+export function referenceAdapter(name: 'ref-timer' | 'ref-spin' | 'ref-busy'): Adapter {
+  const spin = name !== 'ref-timer';
+  const spinWindow = name === 'ref-busy' ? Number.POSITIVE_INFINITY : 1.5;
   let queue: (() => void)[] = [];
   let head = 0;
   let tat = 0;
@@ -52,8 +56,8 @@ export function referenceAdapter(name: 'ref-timer' | 'ref-spin'): Adapter {
     const wait = at - nowMs();
     if (!spin) {
       setTimeout(drain, Math.max(0, wait));
-    } else if (wait > 1.5) {
-      setTimeout(poll, wait - 1.5);
+    } else if (wait > spinWindow) {
+      setTimeout(poll, wait - spinWindow);
     } else {
       setImmediate(poll);
     }

@@ -29,6 +29,8 @@ export interface WorkerDone {
   /** valve with logGrants: store calls, and calls that granted nothing. */
   readonly calls: number;
   readonly emptyCalls: number;
+  /** This process's CPU time (user + system) during the run, ms. */
+  readonly cpuMs: number;
 }
 
 type Message = WorkerSetup | { type: 'go'; at: number } | { type: 'exit' };
@@ -62,6 +64,7 @@ async function handle(message: Message): Promise<void> {
   } else if (message.type === 'go') {
     const s = setup!;
     await sleep(Math.max(0, message.at - nowMs()));
+    const cpu0 = process.cpuUsage();
     const runs = await Promise.all(
       adapters.map((adapter) =>
         runFor(adapter, {
@@ -79,6 +82,7 @@ async function handle(message: Message): Promise<void> {
       grants,
       calls: acquireStats.calls,
       emptyCalls: acquireStats.empty,
+      cpuMs: ((c) => (c.user + c.system) / 1000)(process.cpuUsage(cpu0)),
     };
     send(done);
   } else if (message.type === 'exit') {

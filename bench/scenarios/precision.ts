@@ -20,6 +20,7 @@ export const peers = [
   'rlf-memory',
   'ref-timer',
   'ref-spin',
+  'ref-busy',
 ];
 export const cases: Record<string, { limit: number; burst: number }> = {
   '1000/s b1': { limit: 1000, burst: 1 },

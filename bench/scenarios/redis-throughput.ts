@@ -10,7 +10,13 @@ import { emit, parseScenarioArgs, round } from '../lib/common.js';
 import { runFleet } from '../lib/fleet.js';
 import { startRedis } from '../lib/redis-server.js';
 
-export const peers = ['valve-redis', 'valve-redis-batch128', 'bottleneck-redis', 'rlf-redis'];
+export const peers = [
+  'valve-redis',
+  'valve-redis-batch128',
+  'bottleneck-redis',
+  'rlf-redis',
+  'ref-roundtrip',
+];
 export const cases: Record<string, { processes: number }> = {
   '1 process': { processes: 1 },
   '4 processes': { processes: 4 },

@@ -13,11 +13,17 @@ import { startRedis } from '../lib/redis-server.js';
 export const cases: Record<string, { burst: number; peers: string[] }> = {
   'burst 1': {
     burst: 1,
-    peers: ['valve-redis', 'valve-redis-plain-timers', 'bottleneck-redis', 'rlf-redis'],
+    peers: ['valve-redis', 'valve-redis-plain-timers', 'bottleneck-redis', 'rlf-redis', 'ref-redis-poll'],
   },
   'burst 20': { burst: 20, peers: ['valve-redis', 'valve-redis-plain-timers'] },
 };
-export const peers = ['valve-redis', 'valve-redis-plain-timers', 'bottleneck-redis', 'rlf-redis'];
+export const peers = [
+  'valve-redis',
+  'valve-redis-plain-timers',
+  'bottleneck-redis',
+  'rlf-redis',
+  'ref-redis-poll',
+];
 
 const args = parseScenarioArgs();
 const durationMs = args.quick ? 2000 : 10_000;
@@ -28,7 +34,7 @@ const processes = 4;
 async function measure(peer: string, name: string, burst: number): Promise<void> {
   const server = await startRedis();
   try {
-    const isValve = peer.startsWith('valve');
+    const isValve = peer.startsWith('valve') || peer === 'ref-redis-poll';
     const r = await runFleet({
       processes,
       peer,
