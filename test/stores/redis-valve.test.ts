@@ -1,6 +1,7 @@
 /**
- * createValve over redisStore, in one test process: lost script caches never fail a job, and
- * global concurrency holds across two valves on two connections.
+ * createValve over redisStore, in one test process: lost script caches never fail a job,
+ * pipelined admission keeps order and bounds, and global concurrency holds across two valves
+ * on two connections.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createValve } from '../../src/index.js';
@@ -97,6 +98,73 @@ describe('valves over redisStore', () => {
         await server.stop();
       }
     }, 30_000);
+  }
+
+  for (const family of CLIENT_FAMILIES) {
+    it(`pipelined admission keeps queue order and the bounds as the rule starts to bind (${family})`, async () => {
+      const c = await connectClient(family, sharedRedis());
+      try {
+        // The burst lets the first ~600 jobs through without binding (two calls in flight), then
+        // the rule binds mid-pipeline: a call is cut short while the next one travels.
+        const rules = [{ limit: 4000, interval: '1s', burst: 600 }];
+        const grants: { t: number; cost: number }[] = [];
+        const inner = logging(redisStore({ client: c.client, prefix: uniquePrefix('vpipe') }), grants);
+        let inFlight = 0;
+        let maxInFlight = 0;
+        const store: Store = {
+          ...inner,
+          acquire: async (request) => {
+            inFlight++;
+            maxInFlight = Math.max(maxInFlight, inFlight);
+            try {
+              return await inner.acquire(request);
+            } finally {
+              inFlight--;
+            }
+          },
+        };
+        const valve = createValve({ id: 'pipe', rules, store });
+        const order: number[] = [];
+        // Two priorities, arriving in waves while calls are in flight: within each priority,
+        // jobs start in call order, whichever call's grant starts them.
+        const low: number[] = [];
+        const high: number[] = [];
+        const all: Promise<unknown>[] = [];
+        for (let wave = 0; wave < 10; wave++) {
+          for (let i = 0; i < 150; i++) {
+            const k = wave * 1000 + i;
+            all.push(
+              valve.run(() => {
+                order.push(k);
+                low.push(k);
+              }),
+            );
+          }
+          for (let i = 0; i < 20; i++) {
+            const k = wave * 1000 + 500 + i;
+            all.push(
+              valve.run(
+                () => {
+                  order.push(k);
+                  high.push(k);
+                },
+                { priority: 1 },
+              ),
+            );
+          }
+          await sleep(10);
+        }
+        await Promise.all(all);
+        expect(order.length).toBe(1700);
+        expect(low).toEqual([...low].sort((a, b) => a - b));
+        expect(high).toEqual([...high].sort((a, b) => a - b));
+        expect(maxInFlight).toBe(2);
+        expect(checkRules(grants, rules)).toEqual([]);
+        await valve.close();
+      } finally {
+        await c.close();
+      }
+    });
   }
 
   it('global concurrency: two valves on two connections never run more than the limit', async () => {
