@@ -61,6 +61,18 @@ const grant = (clock: FakeClock, granted: number, count: number, retryAfter = 5)
   now: clock.now(),
 });
 
+/** Answers every call, including those sent meanwhile, granting all it asked; returns their sizes. */
+async function grantAll(store: { pending: Pending[] }, clock: FakeClock): Promise<number[]> {
+  const counts: number[] = [];
+  while (store.pending.length > 0) {
+    const p = store.pending.shift()!;
+    counts.push(p.count);
+    p.resolve(grant(clock, p.count, p.count));
+    await flushMicrotasks();
+  }
+  return counts;
+}
+
 /** Enqueues n jobs that record their index when they start. */
 function enqueue(valve: ReturnType<typeof createValve>, n: number, started: number[], from = 0) {
   return Array.from({ length: n }, (_, i) => track(valve.run(() => started.push(from + i))));
@@ -81,11 +93,7 @@ describe('pipelined admission', () => {
     // The answer granted everything: two calls in flight now.
     expect(store.pending.map((p) => p.count)).toEqual([32, 32]);
     expect(started).toEqual(Array.from({ length: 32 }, (_, i) => i));
-    while (store.pending.length > 0) {
-      const p = store.pending.shift()!;
-      p.resolve(grant(clock, p.count, p.count));
-      await flushMicrotasks();
-    }
+    await grantAll(store, clock);
     expect(started).toEqual(Array.from({ length: 200 }, (_, i) => i));
     expect(store.maxInFlight).toBe(2);
     expect(store.sent).toBe(7); // 200 jobs, 32 per call
@@ -111,11 +119,7 @@ describe('pipelined admission', () => {
     // That answer, the later one, granted everything: the valve asks again at once, for twice
     // the 11 it asked after the refusal, and pipelines the last 4 behind it.
     expect(store.pending.map((p) => p.count)).toEqual([22, 4]);
-    while (store.pending.length > 0) {
-      const p = store.pending.shift()!;
-      p.resolve(grant(clock, p.count, p.count));
-      await flushMicrotasks();
-    }
+    await grantAll(store, clock);
     expect(started).toEqual(Array.from({ length: 100 }, (_, i) => i));
     expect(jobs.every((j) => j.ok)).toBe(true);
   });
@@ -157,13 +161,7 @@ describe('pipelined admission', () => {
     await clock.tickAsync(3);
     // After a refusal the valve asks for a few jobs, then grows back; one call at a time until
     // an answer grants everything.
-    const counts: number[] = [];
-    while (store.pending.length > 0) {
-      const p = store.pending.shift()!;
-      counts.push(p.count);
-      p.resolve(grant(clock, p.count, p.count));
-      await flushMicrotasks();
-    }
+    const counts = await grantAll(store, clock);
     expect(counts[0]).toBe(2);
     expect(started).toEqual(Array.from({ length: 96 }, (_, i) => i));
   });
@@ -289,11 +287,7 @@ describe('pipelined admission', () => {
     await flushMicrotasks();
     expect(started).toEqual(Array.from({ length: 64 }, (_, i) => i));
     await clock.tickAsync(200); // the failure's backoff
-    while (store.pending.length > 0) {
-      const p = store.pending.shift()!;
-      p.resolve(grant(clock, p.count, p.count));
-      await flushMicrotasks();
-    }
+    await grantAll(store, clock);
     expect(started).toEqual(Array.from({ length: 96 }, (_, i) => i));
   });
 
