@@ -121,13 +121,16 @@ async function simulate(s: Scenario): Promise<{
   clock.lateness = () => s.lateness[li++ % s.lateness.length]!;
   const shared = memoryStore({ clock });
   let ev = 0;
-  // Per valve: the earliest send event among the store call whose answer is being delivered and
-  // the calls still in flight. Jobs start while the valve processes an answer, and a job that
-  // starts belongs to one of those batches: with pipelining (two calls in flight, same-cost jobs)
-  // grants are interchangeable and go to the front of the valve's line of jobs in flight, so a
-  // job may start on the other call's answer. A job that ranks ahead and arrived after all of
-  // those sends could not have been in them ("a batch already sent can receive grants first").
+  // Per valve: the first send of the current busy period (calls in flight without a break).
+  // Jobs start while the valve processes an answer. With pipelining (two calls in flight,
+  // same-cost jobs) grants are interchangeable and go to the front of the valve's line of jobs
+  // in flight, so a job may start on another call's answer, and the line keeps jobs of any call
+  // of the busy period until no call is left in flight. A job that starts was therefore sent in
+  // a batch no earlier than this send; one that ranks ahead and arrived after it may wait ("a
+  // batch already sent to the store can receive grants before a newly arrived higher-priority
+  // job"). Without pipelining every busy period is one call, and this is that call's send.
   const answering: number[] = [];
+  const periodStart: number[] = [];
   const outstanding: number[][] = [];
   const storeFor = (v: number): Store => {
     const delay = s.asyncDelay;
@@ -141,17 +144,18 @@ async function simulate(s: Scenario): Promise<{
       release: shared.release.bind(shared),
       acquire(request) {
         const sent = ev++;
-        if (delay === undefined) {
-          answering[v] = Math.min(sent, ...(outstanding[v] ?? []));
-          return shared.acquire(request);
-        }
         const mine = outstanding[v] ?? [];
         outstanding[v] = mine;
+        if (mine.length === 0) periodStart[v] = sent;
+        if (delay === undefined) {
+          answering[v] = periodStart[v]!;
+          return shared.acquire(request);
+        }
         mine.push(sent);
         // The store decides when the answer is computed (its clock), then the reply travels back at once.
         return new Promise((resolve, reject) => {
           clock.setTimeout(() => {
-            answering[v] = Math.min(...mine);
+            answering[v] = periodStart[v]!;
             mine.splice(mine.indexOf(sent), 1);
             try {
               resolve(shared.acquire(request));
