@@ -195,7 +195,12 @@ function check(reports: FetchWorkerReport[], subscriber: boolean): Checked {
         e.until! >= announcedEnd - 5 &&
         e.at < announcedEnd,
     );
-    expect(seen, `${r.name} saw the shared pause`).toBeDefined();
+    expect(
+      seen,
+      `${r.name} saw the shared pause (ending ${announcedEnd.toFixed(1)}); its pause events: ${JSON.stringify(
+        r.events.filter((e) => e.type === 'pause'),
+      )}`,
+    ).toBeDefined();
     // The moment this process knew: its own write began (the valve pauses locally first), or the event.
     const own = r.pauseWrites.find((w) => w.at < announcedEnd && w.until >= announcedEnd - 5);
     const knew = Math.min(seen!.at, own?.at ?? Number.POSITIVE_INFINITY);
