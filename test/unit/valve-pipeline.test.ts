@@ -78,6 +78,22 @@ function enqueue(valve: ReturnType<typeof createValve>, n: number, started: numb
   return Array.from({ length: n }, (_, i) => track(valve.run(() => started.push(from + i))));
 }
 
+/**
+ * A valve over a manual store with `n` jobs queued, after its first call was granted in full:
+ * two calls in flight (jobs 32..63 and 64..95).
+ */
+async function twoInFlight(n: number, options: Partial<Parameters<typeof createValve>[0]> = {}) {
+  const clock = new FakeClock();
+  const store = manualStore(clock);
+  const valve = createValve({ id: 'p', rules: [], store, clock, ...options });
+  const started: number[] = [];
+  const jobs = enqueue(valve, n, started);
+  await flushMicrotasks();
+  store.pending.shift()!.resolve(grant(clock, 32, 32));
+  await flushMicrotasks();
+  return { clock, store, valve, started, jobs };
+}
+
 describe('pipelined admission', () => {
   it('sends a second call while the first travels once an answer granted everything, never a third', async () => {
     const clock = new FakeClock();
@@ -100,14 +116,7 @@ describe('pipelined admission', () => {
   });
 
   it("gives the second call's grants to the jobs the first call could not get, in line order", async () => {
-    const clock = new FakeClock();
-    const store = manualStore(clock);
-    const valve = createValve({ id: 'p', rules: [], store, clock });
-    const started: number[] = [];
-    const jobs = enqueue(valve, 100, started);
-    await flushMicrotasks();
-    store.pending.shift()!.resolve(grant(clock, 32, 32)); // jobs 0..31
-    await flushMicrotasks();
+    const { clock, store, started, jobs } = await twoInFlight(100);
     expect(store.pending.map((p) => p.count)).toEqual([32, 32]); // jobs 32..63 and 64..95
     store.pending.shift()!.resolve(grant(clock, 10, 32)); // 32..41 start; 42..63 wait in line
     await flushMicrotasks();
@@ -125,14 +134,7 @@ describe('pipelined admission', () => {
   });
 
   it('uses an answer as it comes: grants go to the front of the line, whichever call settles first', async () => {
-    const clock = new FakeClock();
-    const store = manualStore(clock);
-    const valve = createValve({ id: 'p', rules: [], store, clock });
-    const started: number[] = [];
-    enqueue(valve, 96, started);
-    await flushMicrotasks();
-    store.pending.shift()!.resolve(grant(clock, 32, 32));
-    await flushMicrotasks();
+    const { clock, store, started } = await twoInFlight(96);
     const [first, second] = store.pending.splice(0, 2);
     second!.resolve(grant(clock, 32, 32));
     await flushMicrotasks();
@@ -145,14 +147,7 @@ describe('pipelined admission', () => {
   });
 
   it('a refused first call and a refused second call put every job back in order', async () => {
-    const clock = new FakeClock();
-    const store = manualStore(clock);
-    const valve = createValve({ id: 'p', rules: [], store, clock });
-    const started: number[] = [];
-    enqueue(valve, 96, started);
-    await flushMicrotasks();
-    store.pending.shift()!.resolve(grant(clock, 32, 32));
-    await flushMicrotasks();
+    const { clock, store, valve, started } = await twoInFlight(96);
     store.pending.shift()!.resolve(grant(clock, 0, 32, 3));
     store.pending.shift()!.resolve(grant(clock, 0, 32, 3));
     await flushMicrotasks();
@@ -272,15 +267,8 @@ describe('pipelined admission', () => {
   });
 
   it("a failed first call (onStoreError 'wait') keeps its jobs ahead of the second call's", async () => {
-    const clock = new FakeClock();
-    const store = manualStore(clock);
-    const valve = createValve({ id: 'p', rules: [], store, clock });
+    const { clock, store, valve, started } = await twoInFlight(96);
     valve.on('store-error', () => {});
-    const started: number[] = [];
-    enqueue(valve, 96, started);
-    await flushMicrotasks();
-    store.pending.shift()!.resolve(grant(clock, 32, 32));
-    await flushMicrotasks();
     store.pending.shift()!.reject(new Error('connection reset'));
     await flushMicrotasks();
     store.pending.shift()!.resolve(grant(clock, 32, 32)); // its grants go to 32..63
@@ -292,15 +280,8 @@ describe('pipelined admission', () => {
   });
 
   it("a failed call (onStoreError 'throw') rejects its share of the line, the last in line, and the queue", async () => {
-    const clock = new FakeClock();
-    const store = manualStore(clock);
-    const valve = createValve({ id: 'p', rules: [], store, clock, onStoreError: 'throw' });
+    const { clock, store, valve, started, jobs } = await twoInFlight(100, { onStoreError: 'throw' });
     valve.on('store-error', () => {});
-    const started: number[] = [];
-    const jobs = enqueue(valve, 100, started);
-    await flushMicrotasks();
-    store.pending.shift()!.resolve(grant(clock, 32, 32));
-    await flushMicrotasks();
     expect(store.pending.map((p) => p.count)).toEqual([32, 32]); // 32..63 and 64..95; 96..99 queued
     store.pending.shift()!.reject(new Error('connection reset'));
     await flushMicrotasks();
@@ -317,14 +298,7 @@ describe('pipelined admission', () => {
   });
 
   it('close() without drain rejects the jobs of both calls and those waiting in line; late grants start nothing', async () => {
-    const clock = new FakeClock();
-    const store = manualStore(clock);
-    const valve = createValve({ id: 'p', rules: [], store, clock });
-    const started: number[] = [];
-    const jobs = enqueue(valve, 96, started);
-    await flushMicrotasks();
-    store.pending.shift()!.resolve(grant(clock, 32, 32));
-    await flushMicrotasks();
+    const { clock, store, valve, started, jobs } = await twoInFlight(96);
     store.pending.shift()!.resolve(grant(clock, 0, 32)); // 32..63 wait in line
     await flushMicrotasks();
     const closed = track(valve.close({ drain: false }));
