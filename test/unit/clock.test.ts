@@ -14,7 +14,11 @@ function captureTimers() {
     return { ref() {}, unref() {}, hasRef: () => false } as unknown as NodeJS.Timeout;
   }) as typeof setTimeout);
   const clearSpy = vi.spyOn(globalThis, 'clearTimeout').mockImplementation(() => {});
-  return { delays, callbacks, restore: () => (spy.mockRestore(), clearSpy.mockRestore()) };
+  const restore = () => {
+    spy.mockRestore();
+    clearSpy.mockRestore();
+  };
+  return { delays, callbacks, restore };
 }
 
 function collectWarnings(): { warnings: string[]; stop: () => void } {
