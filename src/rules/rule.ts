@@ -1,4 +1,7 @@
 import { describe, parseDuration } from '../duration.js';
+import { checkKnownKeys } from '../stores/checks.js';
+
+const RULE_KEYS = ['limit', 'interval', 'algorithm', 'burst'];
 
 /** One provider quota as the user writes it: `limit` cost units per `interval`. */
 export interface Rule {
@@ -59,13 +62,7 @@ export function normalizeRule(rule: unknown, path: string): StoreRule {
     );
   }
   const r = rule as Record<string, unknown>;
-  for (const key of Object.keys(r)) {
-    if (key !== 'limit' && key !== 'interval' && key !== 'algorithm' && key !== 'burst') {
-      throw new TypeError(
-        `Unknown option \`${path}.${key}\`; a rule takes \`limit\`, \`interval\`, \`algorithm\` and \`burst\``,
-      );
-    }
-  }
+  checkKnownKeys(r, RULE_KEYS, 'a rule', `${path}.`);
   const limit = positiveInteger(r.limit, `${path}.limit`);
   const intervalMs = parseDuration(r.interval, `${path}.interval`);
   const algorithm = r.algorithm ?? 'gcra';

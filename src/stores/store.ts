@@ -23,7 +23,7 @@ export interface Lease {
 
 /** One batch admission: ask for the longest prefix of `costs` that fits every rule (and a lease each). */
 export interface AcquireRequest {
-  /** The validated valve id (1..200 chars, no '{' or '}'). */
+  /** The validated valve id (well-formed Unicode, 1..200 code points, no '{' or '}'). */
   readonly id: string;
   /** The rules, all checked and spent atomically. May be empty. */
   readonly rules: readonly StoreRule[];
