@@ -1,0 +1,266 @@
+/**
+ * redisStore against hostile state and a hostile server: keys holding what valve never writes
+ * (every key type), rules at the validation bounds, an out-of-memory server. Real servers.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isValveError } from '../../src/errors.js';
+import { createValve } from '../../src/index.js';
+import { normalizeRule } from '../../src/rules/rule.js';
+import { redisStore } from '../../src/stores/redis/index.js';
+import type { Store } from '../../src/stores/store.js';
+import { type RedisServer, startRedis } from '../helpers/servers.js';
+import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { type Connected, connectClient } from '../multiprocess/redis-clients.js';
+
+type IORedis = import('ioredis').Redis;
+
+const gcra = normalizeRule({ limit: 10, interval: '1s', burst: 2 }, 'rules[0]');
+const window = normalizeRule({ limit: 10, interval: '1h', algorithm: 'fixed-window' }, 'rules[1]');
+
+describe('keys holding what valve never writes: an error naming the key, never a silent answer', () => {
+  let c: Connected;
+  beforeAll(async () => {
+    c = await connectClient('ioredis', sharedRedis());
+  });
+  afterAll(async () => {
+    await c?.close();
+  });
+  const redis = () => c.client as IORedis;
+
+  async function setup() {
+    const prefix = uniquePrefix('corrupt');
+    const store = redisStore({ client: c.client, prefix });
+    const id = 'bad';
+    const key = (suffix: string) => `${prefix}:{${id}}:${suffix}`;
+    return { store, id, key };
+  }
+  const corrupt = (key: string) =>
+    new RegExp(`VALVE_CORRUPT_STATE ${key.replace(/[{}[\]().*+?^$|\\]/g, '\\$&')} holds`);
+
+  for (const value of ['inf', '1e999', 'nan', '-5', 'abc', '', '12.5', '99999999999999999999']) {
+    it(`a GCRA rule key holding ${JSON.stringify(value)}`, async () => {
+      const { store, id, key } = await setup();
+      const k = key(`r:${gcra.digest}`);
+      await redis().set(k, value, 'PX', 60_000);
+      // Both script paths: equal costs, and mixed costs.
+      await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+      await expect(store.acquire({ id, rules: [gcra], costs: [1, 2], count: 2 })).rejects.toThrow(corrupt(k));
+      expect(await redis().get(k)).toBe(value);
+    });
+  }
+
+  it('a GCRA state far beyond its burst tolerance (more than a day of clock slack)', async () => {
+    const { store, id, key } = await setup();
+    const k = key(`r:${gcra.digest}`);
+    const nowUs = Date.now() * 1000;
+    await redis().set(k, String(nowUs + 200_000 + 2 * 86_400_000_000), 'PX', 60_000);
+    await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+    // Within the tolerance (an honest state) it answers with a wait.
+    await redis().set(k, String(nowUs + 150_000), 'PX', 60_000);
+    const r = await store.acquire({ id, rules: [gcra], costs: [1], count: 1 });
+    expect(r.blocked).toBe('rate');
+  });
+
+  for (const count of ['-5', 'inf', '11', 'x', '1e3']) {
+    it(`a fixed-window key holding a count of ${JSON.stringify(count)} (limit 10)`, async () => {
+      const { store, id, key } = await setup();
+      const k = key(`r:${window.digest}`);
+      const index = Math.floor((Date.now() * 1000) / window.intervalUs);
+      await redis().set(k, `${index}:${count}`, 'PX', 60_000);
+      await expect(store.acquire({ id, rules: [window], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+      await expect(store.acquire({ id, rules: [window], costs: [1, 2], count: 2 })).rejects.toThrow(
+        corrupt(k),
+      );
+    });
+  }
+
+  it('a rule key of another type', async () => {
+    const { store, id, key } = await setup();
+    const k = key(`r:${gcra.digest}`);
+    await redis().zadd(k, 1, 'x');
+    await redis().pexpire(k, 60_000);
+    await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+  });
+
+  for (const value of ['1e999', 'inf', 'abc', '-1', String(Date.now() + 400 * 86_400_000)]) {
+    it(`a pause key holding ${JSON.stringify(value)}`, async () => {
+      const { store, id, key } = await setup();
+      const k = key('pause');
+      await redis().set(k, value, 'PX', 60_000);
+      await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+      await expect(store.pause(id, 1000)).rejects.toThrow(corrupt(k));
+      // resume deletes whatever is there: the way out.
+      await store.resume(id);
+      expect((await store.acquire({ id, rules: [gcra], costs: [1], count: 1 })).granted).toBe(1);
+    });
+  }
+
+  for (const value of ['abc', '1e999', '-1', '12.5']) {
+    it(`a fence key holding ${JSON.stringify(value)}: refused before anything is spent`, async () => {
+      const { store, id, key } = await setup();
+      const k = key('fence');
+      await redis().set(k, value, 'PX', 60_000);
+      const lease = { limit: 2, ttl: 5000 };
+      await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1, lease })).rejects.toThrow(
+        corrupt(k),
+      );
+      // Nothing was spent: neither the rule nor a lease.
+      expect(await redis().exists(key(`r:${gcra.digest}`), key('leases'))).toBe(0);
+    });
+  }
+
+  it('a lease expiring at +inf or years ahead, and a leases key of another type', async () => {
+    const { store, id, key } = await setup();
+    const k = key('leases');
+    const lease = { limit: 5, ttl: 5000 };
+    await redis().zadd(k, 'inf', 'forever');
+    await redis().pexpire(k, 60_000);
+    await expect(store.acquire({ id, rules: [], costs: [1], count: 1, lease })).rejects.toThrow(corrupt(k));
+    await redis().zadd(k, String(Date.now() + 3 * 365 * 86_400_000), 'forever');
+    await expect(store.acquire({ id, rules: [], costs: [1], count: 1, lease })).rejects.toThrow(corrupt(k));
+    await expect(store.renew(id, ['forever'], 1000)).rejects.toThrow(corrupt(k));
+    await redis().del(k);
+    await redis().set(k, 'x', 'PX', 60_000);
+    await expect(store.acquire({ id, rules: [], costs: [1], count: 1, lease })).rejects.toThrow(corrupt(k));
+    await expect(store.renew(id, ['t'], 1000)).rejects.toThrow(corrupt(k));
+    await expect(store.release(id, ['t'])).rejects.toThrow(corrupt(k));
+  });
+});
+
+describe('rules at the validation bounds', () => {
+  it('refuses what the scripts could not compute exactly, naming the option', () => {
+    // The case that over-admitted: 1e6 units of burst on a yearly rule pushed the state past 2^63 µs.
+    expect(() => normalizeRule({ limit: 1, interval: '365d', burst: 1e6 }, 'rules[0]')).toThrow(RangeError);
+    expect(() => normalizeRule({ limit: 1, interval: '365d', burst: 2 }, 'rules[0]')).toThrow(
+      /`rules\[0\].burst` × interval \/ limit.*at most 365 days/,
+    );
+    expect(() => normalizeRule({ limit: 1e15 + 1, interval: '1s' }, 'rules[0]')).toThrow(
+      /`rules\[0\].limit` to be at most 1000000000000000/,
+    );
+    expect(() => normalizeRule({ limit: 1, interval: '366d' }, 'rules[0]')).toThrow(/`rules\[0\].interval`/);
+    // The extremes themselves are accepted.
+    expect(normalizeRule({ limit: 1, interval: '365d', burst: 1 }, 'r').emissionUs).toBe(31_536_000_000_000);
+    expect(normalizeRule({ limit: 1e15, interval: '1ms', burst: 31_536_000_000_000 }, 'r').maxCost).toBe(
+      31_536_000_000_000,
+    );
+    expect(normalizeRule({ limit: 1e15, interval: '365d', algorithm: 'fixed-window' }, 'r').maxCost).toBe(
+      1e15,
+    );
+  });
+
+  it('a yearly rule spent by one job of its largest cost refuses the next on Redis (no overflow)', async () => {
+    const c = await connectClient('ioredis', sharedRedis());
+    try {
+      const store = redisStore({ client: c.client, prefix: uniquePrefix('extreme') });
+      const year = normalizeRule({ limit: 10, interval: '365d', burst: 10 }, 'r');
+      expect((await store.acquire({ id: 'y', rules: [year], costs: [10], count: 1 })).granted).toBe(1);
+      const next = await store.acquire({ id: 'y', rules: [year], costs: [1], count: 1 });
+      expect(next.granted).toBe(0);
+      expect(next.retryAfter).toBeGreaterThan(36 * 86_400_000 - 1000);
+      const huge = normalizeRule({ limit: 1e15, interval: '1ms', burst: 31_536_000_000_000 }, 'r');
+      const a = await store.acquire({ id: 'z', rules: [huge], costs: [31_536_000_000_000, 1], count: 2 });
+      expect(a.granted).toBe(1);
+      expect(a.retryAfter).toBeGreaterThan(0);
+      expect(Number.isSafeInteger(Math.round(a.retryAfter * 1000))).toBe(true);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe('an out-of-memory server (maxmemory, noeviction): scripts fail before their first write', () => {
+  for (const kind of ['redis', 'valkey'] as const) {
+    describe(kind, () => {
+      let server: RedisServer;
+      let c: Connected;
+      let prefix: string;
+      let store: Store;
+      const lease = { limit: 5, ttl: 30_000 };
+      const leaseKey = () => `${prefix}:{oom}:leases`;
+      beforeAll(async () => {
+        server = await startRedis({ kind, args: ['--maxmemory', '4mb', '--maxmemory-policy', 'noeviction'] });
+        c = await connectClient('ioredis', server);
+        prefix = uniquePrefix('oom');
+        store = redisStore({ client: c.client, prefix });
+        // Load the scripts and take a lease while there is memory: later calls go by EVALSHA.
+        const first = await store.acquire({ id: 'oom', rules: [gcra], costs: [1], count: 1, lease });
+        expect(first.granted).toBe(1);
+        await store.pause('other', 1);
+        await store.renew('oom', [first.leases![0]!.token], 30_000);
+        await store.resume('other');
+        // Fill the server until it refuses writes: big values, then small ones (a refused big
+        // value's own buffer, once freed, could bring the server back under its limit).
+        for (const size of [64 * 1024, 64]) {
+          const junk = 'x'.repeat(size);
+          let refused = false;
+          for (let i = 0; i < 100_000 && !refused; i++) {
+            try {
+              await (c.client as IORedis).set(`${prefix}:junk:${size}:${i}`, junk);
+            } catch (err) {
+              expect(String(err)).toMatch(/OOM/);
+              refused = true;
+            }
+          }
+          if (!refused) throw new Error('the server never ran out of memory');
+        }
+      }, 30_000);
+      afterAll(async () => {
+        await c?.close();
+        await server?.stop();
+      });
+
+      it('acquire (with and without leases), pause and renew are refused whole with OOM (EVALSHA)', async () => {
+        const before = await (c.client as IORedis).zcard(leaseKey());
+        await expect(
+          store.acquire({ id: 'oom', rules: [gcra], costs: [1], count: 1, lease }),
+        ).rejects.toThrow(/OOM/);
+        await expect(store.acquire({ id: 'oom2', rules: [], costs: [1], count: 1, lease })).rejects.toThrow(
+          /OOM/,
+        );
+        await expect(store.acquire({ id: 'oom3', rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(
+          /OOM/,
+        );
+        await expect(store.pause('oom', 1000)).rejects.toThrow(/OOM/);
+        await expect(store.renew('oom', ['t'], 1000)).rejects.toThrow(/OOM/);
+        // Nothing was written: no lease, no key for the new ids.
+        expect(await (c.client as IORedis).zcard(leaseKey())).toBe(before);
+        expect(await (c.client as IORedis).exists(`${prefix}:{oom2}:leases`, `${prefix}:{oom2}:fence`)).toBe(
+          0,
+        );
+        // release and resume only delete: they still run, and free what they can.
+        await store.release('oom', ['unknown']);
+        await store.resume('oom');
+      });
+
+      it('the same after the script cache was flushed (EVAL)', async () => {
+        await server.command(['SCRIPT', 'FLUSH']);
+        await expect(
+          store.acquire({ id: 'oom', rules: [gcra], costs: [1], count: 1, lease }),
+        ).rejects.toThrow(/OOM/);
+        await expect(store.acquire({ id: 'oom3', rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(
+          /OOM/,
+        );
+      });
+
+      it('a global-concurrency valve fails with STORE_UNAVAILABLE like a plain valve, and starts nothing', async () => {
+        let started = 0;
+        for (const concurrency of [undefined, { limit: 3, scope: 'global' as const }]) {
+          const valve = createValve({
+            id: concurrency ? 'oom-global' : 'oom-plain',
+            rules: { limit: 100, interval: '1s' },
+            store,
+            onStoreError: 'throw',
+            ...(concurrency ? { concurrency } : {}),
+          });
+          valve.on('store-error', () => {});
+          const error = await valve.run(() => started++).catch((err: unknown) => err);
+          expect(isValveError(error, 'STORE_UNAVAILABLE'), String(error)).toBe(true);
+          expect(String((error as Error).cause)).toMatch(/OOM/);
+          await valve.close();
+        }
+        expect(started).toBe(0);
+        expect(await (c.client as IORedis).exists(`${prefix}:{oom-global}:leases`)).toBe(0);
+      });
+    });
+  }
+});
