@@ -6,11 +6,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isValveError } from '../../src/errors.js';
 import { createValve } from '../../src/index.js';
 import { normalizeRule } from '../../src/rules/rule.js';
+import { MAX_BATCH } from '../../src/stores/checks.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
-import { type Connected, connectClient } from '../multiprocess/redis-clients.js';
+import { CLIENT_FAMILIES, type Connected, connectClient } from '../multiprocess/redis-clients.js';
 
 type IORedis = import('ioredis').Redis;
 
@@ -262,5 +263,44 @@ describe('an out-of-memory server (maxmemory, noeviction): scripts fail before t
         expect(await (c.client as IORedis).exists(`${prefix}:{oom-global}:leases`)).toBe(0);
       });
     });
+  }
+});
+
+describe(`a batch at the cap (${MAX_BATCH} jobs of mixed costs) on every client family`, () => {
+  for (const family of CLIENT_FAMILIES) {
+    it(family, async () => {
+      const c = await connectClient(family, sharedRedis());
+      try {
+        const store = redisStore({ client: c.client, prefix: uniquePrefix('cap') });
+        const rule = normalizeRule({ limit: 1_000_000, interval: '1h', burst: 10_000 }, 'r');
+        const costs = Array.from({ length: MAX_BATCH }, (_, i) => 1 + (i % 3));
+        const r = await store.acquire({
+          id: 'cap',
+          rules: [rule],
+          costs,
+          count: MAX_BATCH,
+          lease: { limit: MAX_BATCH, ttl: 30_000 },
+        });
+        expect(r.granted).toBe(MAX_BATCH);
+        expect(r.leases).toHaveLength(MAX_BATCH);
+        const tokens = r.leases!.map((l) => l.token);
+        // Renewal and release carry one argument per running job: far more than a call could
+        // spread (200 000 arguments overflow V8's stack in a spread call).
+        const many = tokens.concat(Array.from({ length: 200_000 }, (_, i) => `gone.${i}`));
+        const held = await store.renew('cap', many, 30_000);
+        expect(held.filter(Boolean)).toHaveLength(MAX_BATCH);
+        await store.release('cap', many);
+        const after = await store.acquire({
+          id: 'cap',
+          rules: [],
+          costs: [1],
+          count: 1,
+          lease: { limit: 1, ttl: 1000 },
+        });
+        expect(after.granted).toBe(1);
+      } finally {
+        await c.close();
+      }
+    }, 30_000);
   }
 });

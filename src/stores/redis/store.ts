@@ -3,7 +3,15 @@ import type { Clock } from '../../clock.js';
 import { describe } from '../../duration.js';
 import { RedisStoreTimeoutError } from '../../errors.js';
 import type { StoreRule } from '../../rules/rule.js';
-import { checkId, checkKnownKeys, checkLease, checkMs, checkRequest, checkTokens } from '../checks.js';
+import {
+  checkId,
+  checkKnownKeys,
+  checkLease,
+  checkMs,
+  checkRequest,
+  checkTokens,
+  MAX_BATCH,
+} from '../checks.js';
 import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from '../store.js';
 import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
 import { type IdKeys, idKeys, validatePrefix } from './keys.js';
@@ -287,18 +295,33 @@ class RedisStore implements Store {
     checkTokens(tokens);
     const us = checkMs(ttl, 'ttl', false);
     if (tokens.length === 0) return [];
-    const reply = replyArray(
-      await this.run(RENEW, id, [keys.leases, keys.fence], [this.clockArg(), String(us), ...tokens]),
-      'renew',
-    );
-    return tokens.map((_, i) => replyNumber(reply[2 + i], 'renew') === 1);
+    // At most MAX_BATCH tokens per script call: node-redis spreads a call's arguments, which
+    // overflows the stack somewhere above 100 000. Each token's renewal stands alone.
+    const calls: Promise<unknown>[] = [];
+    for (let from = 0; from < tokens.length; from += MAX_BATCH) {
+      const args = [this.clockArg(), String(us)];
+      for (let i = from; i < tokens.length && i < from + MAX_BATCH; i++) args.push(tokens[i]!);
+      calls.push(this.run(RENEW, id, [keys.leases, keys.fence], args));
+    }
+    const replies = await Promise.all(calls);
+    const held = new Array<boolean>(tokens.length);
+    for (let i = 0; i < tokens.length; i++) {
+      const reply = replyArray(replies[Math.floor(i / MAX_BATCH)], 'renew');
+      held[i] = replyNumber(reply[2 + (i % MAX_BATCH)], 'renew') === 1;
+    }
+    return held;
   }
 
   async release(id: string, tokens: readonly string[]): Promise<void> {
     const keys = this.keysOf(id);
     checkTokens(tokens);
-    if (tokens.length === 0) return;
-    await this.run(RELEASE, id, [keys.leases], [keys.wake, this.publish, ...tokens]);
+    const calls: Promise<unknown>[] = [];
+    for (let from = 0; from < tokens.length; from += MAX_BATCH) {
+      const args = [keys.wake, this.publish];
+      for (let i = from; i < tokens.length && i < from + MAX_BATCH; i++) args.push(tokens[i]!);
+      calls.push(this.run(RELEASE, id, [keys.leases], args));
+    }
+    await Promise.all(calls);
   }
 }
 
