@@ -314,6 +314,11 @@ class MemoryStore implements Store {
     if (removed) this.notify(id, { type: 'release' });
   }
 
+  /** Wake-ups of an id are delivered (in this process) as soon as it has a subscriber. */
+  listening(id: string): boolean {
+    return this.subscribers.has(id);
+  }
+
   subscribe(id: string, onWake: (event: WakeEvent) => void): () => void {
     checkId(id);
     if (typeof onWake !== 'function') {

@@ -14,7 +14,7 @@ import { startRedis } from '../helpers/servers.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const luaDir = path.join(root, 'src/stores/redis/lua');
-const all = [scripts.ACQUIRE, scripts.PAUSE, scripts.RESUME, scripts.RENEW, scripts.RELEASE];
+const all = [scripts.ACQUIRE, scripts.PAUSE, scripts.PROBE, scripts.RESUME, scripts.RENEW, scripts.RELEASE];
 
 describe('embedded Lua scripts', () => {
   it('scripts.generated.ts is up to date with the .lua files (run `node scripts/gen-lua.mjs`)', () => {
@@ -54,7 +54,7 @@ describe('embedded Lua scripts', () => {
     for (const s of all) {
       const first = s.source.split('\n', 1)[0];
       expect(first, s.name).toBe(
-        s.name === 'release' || s.name === 'resume' ? '#!lua flags=allow-oom' : '#!lua',
+        ['release', 'resume', 'probe'].includes(s.name) ? '#!lua flags=allow-oom' : '#!lua',
       );
     }
   });

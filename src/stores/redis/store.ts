@@ -12,10 +12,18 @@ import {
   checkTokens,
   MAX_BATCH,
 } from '../checks.js';
-import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from '../store.js';
+import type {
+  AcquireRequest,
+  AcquireResult,
+  BlockReason,
+  Lease,
+  Store,
+  WakeEvent,
+  WakeStatus,
+} from '../store.js';
 import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
 import { type IdKeys, idKeys, validatePrefix } from './keys.js';
-import { ACQUIRE, type LuaScript, PAUSE, RELEASE, RENEW, RESUME } from './scripts.generated.js';
+import { ACQUIRE, type LuaScript, PAUSE, PROBE, RELEASE, RENEW, RESUME } from './scripts.generated.js';
 import { type PubSubMode, type WakeHub, wakeHub } from './subscriber.js';
 
 /** Options of {@link redisStore}. */
@@ -137,12 +145,19 @@ class RedisStore implements Store {
         );
       }
       if (hub.supported) {
-        this.subscribe = (id, onWake) => {
+        this.subscribe = (id, onWake, onStatus) => {
           if (typeof onWake !== 'function') {
             throw new TypeError(`Expected \`onWake\` to be a function, got ${describe(onWake)}`);
           }
-          return hub.subscribe(this.keysOf(id).wake, onWake);
+          if (onStatus !== undefined && typeof onStatus !== 'function') {
+            throw new TypeError(`Expected \`onStatus\` to be a function, got ${describe(onStatus)}`);
+          }
+          const keys = this.keysOf(id);
+          const probe = (message: string) =>
+            this.run(PROBE, id, [keys.pause], [keys.wake, this.publish, message]);
+          return hub.subscribe(keys.wake, onWake, probe, onStatus);
         };
+        this.listening = (id) => hub.listening(this.keysOf(id).wake);
       }
     }
     const clock = options.unsafeTestClock;
@@ -156,7 +171,14 @@ class RedisStore implements Store {
    * Present only with a subscriber that can deliver wake-ups in this store's pub/sub flavour
    * (a store without one has no subscribe(), like a Store that cannot notify).
    */
-  declare subscribe?: (id: string, onWake: (event: WakeEvent) => void) => () => void;
+  declare subscribe?: (
+    id: string,
+    onWake: (event: WakeEvent) => void,
+    onStatus?: (status: WakeStatus) => void,
+  ) => () => void;
+
+  /** With a subscriber: whether the id's wake-ups are confirmed (see Store.listening). */
+  declare listening?: (id: string) => boolean;
 
   get notifies(): boolean {
     return this.hub?.live ?? false;
