@@ -2,7 +2,7 @@
  * redisStore against hostile state and a hostile server: keys holding what valve never writes
  * (every key type), rules at the validation bounds, an out-of-memory server. Real servers.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { isValveError } from '../../src/errors.js';
 import { createValve } from '../../src/index.js';
 import { normalizeRule } from '../../src/rules/rule.js';
@@ -384,3 +384,37 @@ async function waitFor(check: () => boolean, timeoutMs: number): Promise<void> {
     await new Promise((r) => setTimeout(r, 10));
   }
 }
+
+describe("the store's clock is the server's TIME", () => {
+  it('two clients whose clocks are skewed by +10 and -10 minutes share one budget on the server clock', async () => {
+    const a = await connectClient('ioredis', sharedRedis());
+    const b = await connectClient('redis', sharedRedis());
+    // Only Date is faked: sockets and timers stay real.
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      const real = () => performance.timeOrigin + performance.now();
+      const prefix = uniquePrefix('skew');
+      const stores = [redisStore({ client: a.client, prefix }), redisStore({ client: b.client, prefix })];
+      const rule = normalizeRule({ limit: 10, interval: '1s' }, 'r'); // 100 ms apart
+      const grants: number[] = [];
+      for (let i = 0; i < 40 && grants.length < 8; i++) {
+        vi.setSystemTime(real() + (i % 2 === 0 ? 600_000 : -600_000));
+        expect(Math.abs(Date.now() - real())).toBeGreaterThan(590_000);
+        const r = await stores[i % 2]!.acquire({ id: 'skew', rules: [rule], costs: [1], count: 1 });
+        // Answers are on the server's clock (this machine's real time), not the client's.
+        expect(Math.abs(r.now - real())).toBeLessThan(5000);
+        // A client 10 minutes behind is not told to wait 20 minutes, nor one ahead let through.
+        expect(r.retryAfter).toBeLessThanOrEqual(100);
+        if (r.granted === 1) grants.push(r.now);
+        else await new Promise((resolve) => setTimeout(resolve, r.retryAfter));
+      }
+      expect(grants.length).toBe(8);
+      // Burst 1: consecutive grants at least one emission interval apart on the server clock.
+      for (let i = 1; i < grants.length; i++) expect(grants[i]! - grants[i - 1]!).toBeGreaterThanOrEqual(100);
+    } finally {
+      vi.useRealTimers();
+      await a.close();
+      await b.close();
+    }
+  });
+});
