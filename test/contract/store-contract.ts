@@ -695,6 +695,22 @@ export function storeContract(
           expect(foreign).toEqual([]);
         },
       );
+
+      itWake('listening(id), where present, turns true once wake-ups for the id are delivered', async () => {
+        const s = await setup();
+        if (typeof s.store.subscribe !== 'function') return missing('wake-ups');
+        if (typeof s.store.listening !== 'function') return;
+        const id = newId();
+        expect(s.store.listening(id)).toBe(false);
+        const events: WakeEvent[] = [];
+        const unsubscribe = s.store.subscribe(id, (e) => events.push(e));
+        await waitFor(() => s.store.listening!(id), 5000);
+        // Once it says so, the next wake-up arrives: no probing with resume() needed.
+        await s.store.pause(id, 1000);
+        await waitFor(() => events.some((e) => e.type === 'pause'), 2000);
+        unsubscribe();
+        expect(s.store.listening(id)).toBe(false);
+      });
     });
   });
 }
