@@ -55,7 +55,13 @@ export class RedisStoreTimeoutError extends ValveError {
   }
 }
 
-/** True when `err` is a ValveError (from any copy of the package), optionally with the given code. */
-export function isValveError(err: unknown, code?: ValveErrorCode): err is ValveError {
+/**
+ * True when `err` is a ValveError (from any copy of the package), optionally with the given
+ * code; with a code, it narrows `err.code` to that code.
+ */
+export function isValveError<C extends ValveErrorCode = ValveErrorCode>(
+  err: unknown,
+  code?: C,
+): err is ValveError & { readonly code: C } {
   return err instanceof ValveError && (code === undefined || err.code === code);
 }

@@ -131,6 +131,12 @@ describe('RedisStoreTimeoutError', () => {
     expect(isValveError(err)).toBe(true);
     expect(isValveError(err, 'VALVE_REDIS_TIMEOUT')).toBe(true);
     expect(isValveError(err, 'STORE_UNAVAILABLE')).toBe(false);
+    // With a code, isValveError narrows `code` to it (checked by the typecheck).
+    const unknownError: unknown = err;
+    if (isValveError(unknownError, 'VALVE_REDIS_TIMEOUT')) {
+      const code: 'VALVE_REDIS_TIMEOUT' = unknownError.code;
+      expect(code).toBe('VALVE_REDIS_TIMEOUT');
+    }
     // Other ValveErrors are not timeouts.
     expect(new ValveError('CLOSED', 'closed')).not.toBeInstanceOf(RedisStoreTimeoutError);
     expect(new Error('x')).not.toBeInstanceOf(RedisStoreTimeoutError);
