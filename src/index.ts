@@ -35,6 +35,7 @@ export type {
   MaybePromise,
   Store,
   WakeEvent,
+  WakeStatus,
 } from './stores/store.js';
 export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './valve.js';
 export { createValve } from './valve.js';
