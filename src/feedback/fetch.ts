@@ -1,6 +1,6 @@
 import type { ValveInternals } from '../internal.js';
-import type { FeedbackReading } from './headers.js';
 import { observe } from './observe.js';
+import type { FeedbackReading } from './types.js';
 
 /** Any fetch implementation: Node's global fetch, undici's fetch, or a compatible function. */
 // biome-ignore lint/suspicious/noExplicitAny: fetch implementations (global, undici) differ in their argument types

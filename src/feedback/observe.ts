@@ -1,14 +1,10 @@
 import type { ValveInternals } from '../internal.js';
 import { nextBackoff, resetBackoff } from './backoff.js';
-import {
-  type FeedbackReading,
-  type HeaderBag,
-  type ParsedFeedback,
-  readBag,
-  toHeaderBag,
-} from './headers.js';
+import { readBag } from './headers.js';
+import { toHeaderBag } from './input.js';
+import type { FeedbackReading, HeaderBag, ParsedFeedback } from './types.js';
 
-export type { FeedbackIgnored, FeedbackReading, IgnoredReason } from './headers.js';
+export type { FeedbackIgnored, FeedbackReading, IgnoredReason } from './types.js';
 
 /**
  * Reads provider feedback from a fetch `Response`, a `Headers`, `{ status, headers }`

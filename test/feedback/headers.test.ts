@@ -1,13 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import {
-  interpretReset,
-  parseGoDuration,
-  parseHttpDate,
-  parseRfc3339,
-  parseStructured,
-  readFeedback,
-  toHeaderBag,
-} from '../../src/feedback/headers.js';
+import { readFeedback } from '../../src/feedback/headers.js';
+import { toHeaderBag } from '../../src/feedback/input.js';
+import { parseStructured } from '../../src/feedback/structured.js';
+import { interpretReset, parseGoDuration, parseHttpDate, parseRfc3339 } from '../../src/feedback/values.js';
 
 /** 2023-11-14T22:13:20.000Z */
 const NOW = 1_700_000_000_000;

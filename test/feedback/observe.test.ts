@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { backoffLevel } from '../../src/feedback/backoff.js';
 import { observe } from '../../src/feedback/observe.js';
-import { FakeInternals } from '../feedback/fake-internals.js';
 import { FakeClock } from '../helpers/fake-clock.js';
+import { FakeInternals } from './fake-internals.js';
 
 const NOW = 1_700_000_000_000;
 

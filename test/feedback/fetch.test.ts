@@ -1,7 +1,7 @@
 import { describe, expect, expectTypeOf, it } from 'vitest';
 import { type FetchRetryEvent, wrapFetch } from '../../src/feedback/fetch.js';
-import { FakeInternals } from '../feedback/fake-internals.js';
 import { FakeClock, flushMicrotasks } from '../helpers/fake-clock.js';
+import { FakeInternals } from './fake-internals.js';
 
 const NOW = 1_700_000_000_000;
 

@@ -1,0 +1,91 @@
+/**
+ * Types of the feedback module: what observe() returns, what it reports, and the
+ * parser's own shapes. No code here.
+ */
+
+/** Where a reading came from. `backoff` readings are made by backoff.ts, never by the parser. */
+export type FeedbackSource = 'retry-after' | 'ratelimit-header' | 'backoff';
+
+/** What observe() read from a response. */
+export interface FeedbackReading {
+  /** How long the valve pauses (ms), already capped to `maxPause`. */
+  readonly waitMs: number;
+  /** `now + waitMs` on the valve's clock (epoch ms). */
+  readonly until: number;
+  readonly source: FeedbackSource;
+  /** Lower-case name of the header that gave the wait; undefined for backoff. */
+  readonly header: string | undefined;
+  /** That header's value as received; undefined for backoff. */
+  readonly raw: string | undefined;
+  /** The response status, when the input carried one. */
+  readonly status: number | undefined;
+  /** True when the provider asked for more than `maxPause` and the wait was cut to it. */
+  readonly capped?: boolean;
+  /** Backoff readings only: how many header-less 429s in a row this one is (1 for the first). */
+  readonly attempt?: number;
+}
+
+/** Why a header value was not used as sent. */
+export type IgnoredReason =
+  /** Not a number, date or duration that this header allows. */
+  | 'unparseable'
+  /** A negative wait or count. */
+  | 'negative'
+  /** An absolute reset time (date or epoch) that has already passed. */
+  | 'in-the-past'
+  /** A wait longer than `maxPause`: used, but cut to `maxPause` (see `cappedTo`). */
+  | 'capped'
+  /** A remaining count of 0 with no usable reset time next to it. */
+  | 'no-reset'
+  /** The input object itself could not be read (a getter threw). */
+  | 'unreadable-input';
+
+/** Payload of the `'feedback-ignored'` event: one header value that was not used as sent. */
+export interface FeedbackIgnored {
+  readonly header: string;
+  /** The value as received (at most 200 characters). */
+  readonly value: string;
+  readonly reason: IgnoredReason;
+  readonly status: number | undefined;
+  /** For `reason: 'capped'`: the wait that was used instead (ms). */
+  readonly cappedTo?: number;
+  /** For `reason: 'capped'`: the wait the header asked for (ms). */
+  readonly requestedMs?: number;
+}
+
+/** The parser's answer: the header-derived reading (if any), what was ignored, and whether backoff applies. */
+export interface ParsedFeedback {
+  readonly status: number | undefined;
+  /** The longest usable wait any header gave, capped; undefined when none did. */
+  readonly reading: FeedbackReading | undefined;
+  readonly ignored: FeedbackIgnored[];
+  /** A 429 without a usable wait: the caller should pause with exponential backoff. */
+  readonly needsBackoff: boolean;
+}
+
+export interface ParseOptions {
+  /** Current time, epoch ms, from the valve's clock. */
+  readonly now: number;
+  /** Longest wait ever returned (ms). */
+  readonly maxPause: number;
+}
+
+/** Headers of one response: lower-case name → every value received for it. */
+export type HeaderMap = Map<string, string[]>;
+
+/** A response reduced to what the parser needs. */
+export interface HeaderBag {
+  readonly status: number | undefined;
+  readonly headers: HeaderMap;
+}
+
+/** One usable wait a header family offered; choose.ts picks among them. */
+export interface Candidate {
+  /** The wait the header asks for (ms, > 0, not yet capped). */
+  readonly waitMs: number;
+  readonly source: 'retry-after' | 'ratelimit-header';
+  /** Lower-case header name. */
+  readonly header: string;
+  /** The header's value as received. */
+  readonly raw: string;
+}
