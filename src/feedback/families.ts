@@ -3,7 +3,7 @@
  * See docs/provider-feedback.md for the formats and the providers that send them.
  */
 import type { Reader } from './reader.js';
-import { parseStructured, type SfBare, type SfMember } from './structured.js';
+import { parseStructured, type SfBare } from './structured.js';
 import { parseHttpDate } from './values.js';
 
 /** A header family: the headers one provider convention uses, and how to read them. */
@@ -21,7 +21,7 @@ function retryAfter(r: Reader): void {
   const raw = r.get(name);
   if (raw === undefined) return;
   let best: number | undefined;
-  for (const v of r.bag.headers.get(name) ?? []) {
+  for (const v of r.list(name) ?? []) {
     const date = parseHttpDate(v);
     if (date !== undefined) {
       const wait = date - (r.serverDate() ?? r.now);
@@ -106,7 +106,8 @@ function structured(r: Reader): void {
     r.ignore(name, raw, 'unparseable');
     return;
   }
-  let policies: SfMember[] | undefined | null = null;
+  // The window `w` of each RateLimit-Policy by name, read once when a policy without `t` needs it.
+  let windows: Map<string, SfBare | undefined> | undefined | null = null;
   for (const m of members) {
     if (m.value !== undefined) continue;
     const rem = m.params.get('r');
@@ -128,16 +129,29 @@ function structured(r: Reader): void {
       continue;
     }
     // No `t`: wait the policy's whole window `w` (an upper bound).
-    if (policies === null) {
-      const p = r.get('ratelimit-policy');
-      policies = p === undefined ? undefined : parseStructured(p);
-      if (p !== undefined && policies === undefined) r.ignore('ratelimit-policy', p, 'unparseable');
-    }
-    const w = policies?.find((p) => p.value === undefined && p.name === m.name)?.params.get('w');
+    if (windows === null) windows = policyWindows(r);
+    const w = windows?.get(m.name);
     if (typeof w === 'number' && w > 0)
       r.offer('ratelimit-header', 'ratelimit-policy', r.get('ratelimit-policy')!, w * 1000);
     else r.ignore(name, raw, 'no-reset');
   }
+}
+
+/** RateLimit-Policy's windows by policy name (the first policy of a name wins); undefined when absent or unparseable. */
+function policyWindows(r: Reader): Map<string, SfBare | undefined> | undefined {
+  const p = r.get('ratelimit-policy');
+  if (p === undefined) return undefined;
+  const policies = parseStructured(p);
+  if (policies === undefined) {
+    r.ignore('ratelimit-policy', p, 'unparseable');
+    return undefined;
+  }
+  const windows = new Map<string, SfBare | undefined>();
+  for (const policy of policies) {
+    if (policy.value === undefined && !windows.has(policy.name))
+      windows.set(policy.name, policy.params.get('w'));
+  }
+  return windows;
 }
 
 /** Every `<prefix><kind><suffix>` remaining header paired with its reset header (OpenAI, Anthropic). */

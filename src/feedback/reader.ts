@@ -4,6 +4,13 @@ import { interpretReset, parseGoDuration, parseHttpDate, parseNumber, parseRfc33
 /** The longest value echoed in an ignored report. */
 export const MAX_ECHO = 200;
 
+/**
+ * The longest header value parsed. Real rate-limit values are a few dozen characters
+ * (an IETF RateLimit field with several policies, a few hundred); longer ones are
+ * reported as 'too-long' and read as absent, so no parser ever sees a large value.
+ */
+export const MAX_VALUE_LENGTH = 1024;
+
 /** Cuts a value to the length echoed in reports and readings. */
 export function echo(value: string): string {
   return value.length > MAX_ECHO ? value.slice(0, MAX_ECHO) : value;
@@ -20,15 +27,36 @@ export class Reader {
   /** Every value not used as sent, in the order found. */
   readonly ignored: FeedbackIgnored[] = [];
 
+  /** Headers already reported as too long (each is reported once). */
+  private readonly tooLong = new Set<string>();
+
   constructor(
     readonly bag: HeaderBag,
     readonly now: number,
+    /** Longest value parsed (characters, repeated values joined with ", "). */
+    readonly maxValueLength: number = MAX_VALUE_LENGTH,
   ) {}
+
+  /**
+   * Every value received for a header, or undefined when it is absent or too long (a too
+   * long header is reported once and then read as absent).
+   */
+  list(name: string): readonly string[] | undefined {
+    const list = this.bag.headers.get(name);
+    if (list === undefined || list.length === 0) return undefined;
+    let length = (list.length - 1) * 2;
+    for (const v of list) length += v.length;
+    if (length <= this.maxValueLength) return list;
+    if (!this.tooLong.has(name)) {
+      this.tooLong.add(name);
+      this.ignore(name, list[0]!, 'too-long');
+    }
+    return undefined;
+  }
 
   /** Every value of a header joined as Headers would join them (", "). */
   get(name: string): string | undefined {
-    const list = this.bag.headers.get(name);
-    return list && list.length > 0 ? list.join(', ') : undefined;
+    return this.list(name)?.join(', ');
   }
 
   /**
@@ -36,11 +64,12 @@ export class Reader {
    * so a value with commas is split again, unless it is one HTTP date ("Wed, 21 Oct …").
    */
   values(name: string): string[] {
-    const list = this.bag.headers.get(name) ?? [];
+    const list = this.list(name) ?? [];
     const out: string[] = [];
     for (const v of list) {
       if (v.includes(',') && parseHttpDate(v) === undefined) {
-        for (const part of v.split(',')) out.push(part.trim());
+        // Every value parser ignores the whitespace around a value.
+        for (const part of v.split(',')) out.push(part);
       } else {
         out.push(v);
       }
@@ -160,7 +189,7 @@ export class Reader {
 
   /** The response's own Date header (to measure an HTTP-date Retry-After against the server's clock). */
   serverDate(): number | undefined {
-    const raw = this.bag.headers.get('date');
+    const raw = this.list('date');
     if (raw?.length !== 1) return undefined;
     return parseHttpDate(raw[0]!);
   }

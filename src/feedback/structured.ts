@@ -1,6 +1,22 @@
 /**
  * A lenient parser for the RFC 8941 structured-field shapes the IETF RateLimit drafts use.
+ * One pass over the text: every token is matched by a sticky expression at the current
+ * position, so the work is linear in the length of the field.
  */
+
+const SF_NUMBER = /-?\d+(?:\.\d+)?/y;
+const SF_TOKEN = /[A-Za-z*][A-Za-z0-9!#$%&'*+\-.^_`|~:/]*/y;
+const SF_KEY = /[a-z*][a-z0-9_\-.*]*/y;
+
+/** The parameters of every member that has none (never written). */
+const NO_PARAMS: ReadonlyMap<string, SfBare> = new Map();
+
+/** The match of a sticky expression at `at`, or undefined. */
+function matchAt(re: RegExp, s: string, at: number): string | undefined {
+  re.lastIndex = at;
+  const m = re.exec(s);
+  return m ? m[0] : undefined;
+}
 
 export type SfBare = string | number | boolean;
 export interface SfMember {
@@ -25,39 +41,43 @@ export function parseStructured(text: string): SfMember[] | undefined {
   };
   const bare = (): SfBare | undefined => {
     if (s[i] === '"') {
-      let out = '';
+      const parts: string[] = [];
       i++;
+      let from = i;
       while (i < s.length && s[i] !== '"') {
-        if (s[i] === '\\' && i + 1 < s.length) i++;
-        out += s[i];
+        if (s[i] === '\\' && i + 1 < s.length) {
+          parts.push(s.slice(from, i));
+          i++;
+          from = i;
+        }
         i++;
       }
       if (s[i] !== '"') return undefined;
+      parts.push(s.slice(from, i));
       i++;
-      return out;
+      return parts.join('');
     }
     if (s[i] === '?') {
       i++;
       const b = s[i++];
       return b === '1' ? true : b === '0' ? false : undefined;
     }
-    const num = /^-?\d+(?:\.\d+)?/.exec(s.slice(i));
-    if (num) {
-      i += num[0].length;
-      return Number(num[0]);
+    const num = matchAt(SF_NUMBER, s, i);
+    if (num !== undefined) {
+      i += num.length;
+      return Number(num);
     }
-    const tok = /^[A-Za-z*][A-Za-z0-9!#$%&'*+\-.^_`|~:/]*/.exec(s.slice(i));
-    if (tok) {
-      i += tok[0].length;
-      return tok[0];
+    const tok = matchAt(SF_TOKEN, s, i);
+    if (tok !== undefined) {
+      i += tok.length;
+      return tok;
     }
     return undefined;
   };
   const key = (): string | undefined => {
-    const k = /^[a-z*][a-z0-9_\-.*]*/.exec(s.slice(i));
-    if (!k) return undefined;
-    i += k[0].length;
-    return k[0];
+    const k = matchAt(SF_KEY, s, i);
+    if (k !== undefined) i += k.length;
+    return k;
   };
   skipWs();
   if (i >= s.length) return undefined;
@@ -80,7 +100,7 @@ export function parseStructured(text: string): SfMember[] | undefined {
       name = v;
       value = undefined;
     }
-    const params = new Map<string, SfBare>();
+    const params = s[i] === ';' ? new Map<string, SfBare>() : NO_PARAMS;
     while (s[i] === ';') {
       i++;
       skipWs();
@@ -90,9 +110,9 @@ export function parseStructured(text: string): SfMember[] | undefined {
         i++;
         const pv = bare();
         if (pv === undefined) return undefined;
-        params.set(pk, pv);
+        (params as Map<string, SfBare>).set(pk, pv);
       } else {
-        params.set(pk, true);
+        (params as Map<string, SfBare>).set(pk, true);
       }
     }
     members.push({ name, value, params });

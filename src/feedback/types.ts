@@ -38,7 +38,9 @@ export type IgnoredReason =
   /** A remaining count of 0 with no usable reset time next to it. */
   | 'no-reset'
   /** The input object itself could not be read (a getter threw). */
-  | 'unreadable-input';
+  | 'unreadable-input'
+  /** A header value longer than any rate-limit header (over 1024 characters): not parsed at all. */
+  | 'too-long';
 
 /** Payload of the `'feedback-ignored'` event: one header value that was not used as sent. */
 export interface FeedbackIgnored {
@@ -68,6 +70,11 @@ export interface ParseOptions {
   readonly now: number;
   /** Longest wait ever returned (ms). */
   readonly maxPause: number;
+  /**
+   * Longest header value parsed (characters, repeated values joined with ", "); a longer
+   * one is reported as 'too-long' and read as absent. Default MAX_VALUE_LENGTH (1024).
+   */
+  readonly maxValueLength?: number;
 }
 
 /** Headers of one response: lower-case name → every value received for it. */

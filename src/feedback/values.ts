@@ -54,16 +54,24 @@ export function parseGoDuration(text: string): number | undefined {
   return Number.isFinite(total) ? sign * total : undefined;
 }
 
-const HTTP_DATE = /^\s*[A-Za-z]{3,9},?\s+.*\d{1,2}:\d{2}:\d{2}.*$/;
+/** Longer than any HTTP date ("Wednesday, 21-Oct-15 07:28:00 GMT" has 33 characters). */
+const MAX_DATE_LENGTH = 64;
+/** A day name (or month, for asctime), then an optional comma and a space. */
+const DATE_START = /^[A-Za-z]{3,9},?\s/;
+const DATE_TIME = /\d:\d\d:\d\d/;
+const LINE_BREAK = /[\n\r\u2028\u2029]/;
+const DATE_ZONE = /\b(?:GMT|UTC|UT)\b|[+-]\d{4}$/i;
 const RFC3339 =
   /^\s*(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)\s*([Zz]|[+-]\d{2}:?\d{2})\s*$/;
 
 /** An HTTP date (IMF-fixdate, RFC 850 or asctime), in epoch ms. */
 export function parseHttpDate(text: string): number | undefined {
-  if (!HTTP_DATE.test(text)) return undefined;
+  // Each check is linear, and the length is bounded before Date.parse sees the text.
+  const trimmed = text.trim();
+  if (trimmed.length > MAX_DATE_LENGTH) return undefined;
+  if (!DATE_START.test(trimmed) || !DATE_TIME.test(trimmed) || LINE_BREAK.test(trimmed)) return undefined;
   // asctime carries no zone; HTTP dates are always GMT.
-  const zoned = /\b(?:GMT|UTC|UT)\b|[+-]\d{4}\s*$/i.test(text) ? text : `${text.trim()} GMT`;
-  const t = Date.parse(zoned);
+  const t = Date.parse(DATE_ZONE.test(trimmed) ? trimmed : `${trimmed} GMT`);
   return Number.isFinite(t) ? t : undefined;
 }
 
