@@ -4,7 +4,7 @@
  */
 import type { Reader } from './reader.js';
 import { parseStructured, type SfBare } from './structured.js';
-import { parseHttpDate } from './values.js';
+import { decimals, parseHttpDate } from './values.js';
 
 /** A header family: the headers one provider convention uses, and how to read them. */
 export interface Family {
@@ -15,28 +15,52 @@ export interface Family {
   read(r: Reader): void;
 }
 
-/** Retry-After: delta seconds (decimals accepted) or an HTTP date; measured from the response's Date when present. */
+/** The limit key of the headers by which the server states the wait for this request. */
+const RETRY = 'retry';
+/** The limit key of the generic single-limit families (X-RateLimit-*, RateLimit-*, a one-policy RateLimit). */
+const PRIMARY = 'primary';
+
+/** The precision (ms) of a number of seconds as written: 1000 for `1`, 10 for `64.57`. */
+function secondsPrecision(text: string): number {
+  return 1000 / 10 ** decimals(text);
+}
+
+/**
+ * Retry-After: delta seconds (decimals accepted) or an HTTP date; measured from the
+ * response's Date when present. Repeated values: the longest wait wins.
+ */
 function retryAfter(r: Reader): void {
   const name = 'retry-after';
   const raw = r.get(name);
   if (raw === undefined) return;
-  let best: number | undefined;
+  let best: { waitMs: number; precisionMs: number; relative: boolean } | undefined;
   for (const v of r.list(name) ?? []) {
     const date = parseHttpDate(v);
     if (date !== undefined) {
-      const wait = date - (r.serverDate() ?? r.now);
+      const serverNow = r.serverDate();
+      const wait = date - (serverNow ?? r.now);
       if (wait <= 0) {
         r.ignore(name, raw, 'in-the-past');
         continue;
       }
-      if (best === undefined || wait > best) best = wait;
+      if (best === undefined || wait > best.waitMs) {
+        best = { waitMs: wait, precisionMs: 1000, relative: serverNow !== undefined };
+      }
       continue;
     }
-    const nums = r.numbers(name, raw, v.includes(',') ? v.split(',') : [v]);
+    const parts = v.includes(',') ? v.split(',') : [v];
+    const nums = r.numbers(name, raw, parts);
     if (nums === undefined) return;
-    for (const n of nums) best = Math.max(best ?? 0, n * 1000);
+    for (let i = 0; i < nums.length; i++) {
+      const wait = nums[i]! * 1000;
+      if (best === undefined || wait > best.waitMs) {
+        best = { waitMs: wait, precisionMs: secondsPrecision(parts[i]!), relative: true };
+      }
+    }
   }
-  if (best !== undefined && best > 0) r.offer('retry-after', name, raw, best);
+  if (best !== undefined && best.waitMs > 0) {
+    r.offer({ ...best, limit: RETRY, model: 'wait', source: 'retry-after', header: name, raw });
+  }
 }
 
 /** retry-after-ms (OpenAI, Azure) and x-ms-retry-after-ms (Azure): milliseconds, decimals accepted. */
@@ -48,7 +72,18 @@ function retryAfterMs(name: string): (r: Reader) => void {
     if (nums === undefined) return;
     let best = 0;
     for (const n of nums) best = Math.max(best, n);
-    if (best > 0) r.offer('retry-after', name, raw, best);
+    if (best > 0) {
+      r.offer({
+        waitMs: best,
+        precisionMs: 1,
+        relative: true,
+        limit: RETRY,
+        model: 'wait',
+        source: 'retry-after',
+        header: name,
+        raw,
+      });
+    }
   };
 }
 
@@ -61,19 +96,37 @@ function xRateLimit(r: Reader): void {
   const name = 'x-ratelimit-reset-after';
   const raw = r.get(name);
   if (raw === undefined) {
-    r.pair(remaining, ['x-ratelimit-reset']);
+    r.pair(remaining, 'x-ratelimit-reset', PRIMARY);
     return;
   }
   if (r.exhausted(remaining) !== true) return;
-  const nums = r.numbers(name, raw, r.values(name));
+  const items = r.values(name);
+  const nums = r.numbers(name, raw, items);
   if (nums === undefined) {
     // An unusable Reset-After falls back to Reset.
-    r.pair(remaining, ['x-ratelimit-reset']);
+    r.pair(remaining, 'x-ratelimit-reset', PRIMARY);
     return;
   }
   let best = 0;
-  for (const n of nums) best = Math.max(best, n * 1000);
-  if (best > 0) r.offer('ratelimit-header', name, raw, best);
+  let precisionMs = 1000;
+  for (let i = 0; i < nums.length; i++) {
+    if (nums[i]! * 1000 > best) {
+      best = nums[i]! * 1000;
+      precisionMs = secondsPrecision(items[i]!);
+    }
+  }
+  if (best > 0) {
+    r.offer({
+      waitMs: best,
+      precisionMs,
+      relative: true,
+      limit: PRIMARY,
+      model: 'window',
+      source: 'ratelimit-header',
+      header: name,
+      raw,
+    });
+  }
 }
 
 /** IETF RateLimit structured field (+ RateLimit-Policy for a missing `t`). */
@@ -98,7 +151,7 @@ function structured(r: Reader): void {
       if (reset === undefined) r.ignore(name, raw, 'no-reset');
       else if (typeof reset !== 'number') r.ignore(name, raw, 'unparseable');
       else if (reset < 0) r.ignore(name, raw, 'negative');
-      else if (reset > 0) r.offer('ratelimit-header', name, raw, reset * 1000);
+      else if (reset > 0) offerSeconds(r, name, raw, reset, PRIMARY);
     }
   }
   // Draft-08+ list form: "policy";r=0;t=30 (several policies allowed). `r` is required.
@@ -108,6 +161,9 @@ function structured(r: Reader): void {
   }
   // The window `w` of each RateLimit-Policy by name, read once when a policy without `t` needs it.
   let windows: Map<string, SfBare | undefined> | undefined | null = null;
+  // One policy is the server's one limit, which X-RateLimit-* (sent next to it) describe too.
+  let policyCount = 0;
+  for (const m of members) if (m.value === undefined && m.params.has('r')) policyCount++;
   for (const m of members) {
     if (m.value !== undefined) continue;
     const rem = m.params.get('r');
@@ -121,20 +177,45 @@ function structured(r: Reader): void {
       continue;
     }
     if (rem > 0) continue;
+    const limit = policyCount === 1 ? PRIMARY : `ratelimit:${m.name}`;
     const t = m.params.get('t');
     if (t !== undefined) {
       if (typeof t !== 'number') r.ignore(name, raw, 'unparseable');
       else if (t < 0) r.ignore(name, raw, 'negative');
-      else if (t > 0) r.offer('ratelimit-header', name, raw, t * 1000);
+      else if (t > 0) offerSeconds(r, name, raw, t, limit);
       continue;
     }
     // No `t`: wait the policy's whole window `w` (an upper bound).
     if (windows === null) windows = policyWindows(r);
     const w = windows?.get(m.name);
-    if (typeof w === 'number' && w > 0)
-      r.offer('ratelimit-header', 'ratelimit-policy', r.get('ratelimit-policy')!, w * 1000);
-    else r.ignore(name, raw, 'no-reset');
+    if (typeof w === 'number' && w > 0) {
+      // The whole window is an upper bound: the reset may come at any time before it.
+      r.offer({
+        waitMs: w * 1000,
+        precisionMs: w * 1000,
+        relative: true,
+        limit,
+        model: 'window',
+        source: 'ratelimit-header',
+        header: 'ratelimit-policy',
+        raw: r.get('ratelimit-policy')!,
+      });
+    } else r.ignore(name, raw, 'no-reset');
   }
+}
+
+/** Offers a delta in seconds of a structured field (`t`, `reset`) as a window reset. */
+function offerSeconds(r: Reader, name: string, raw: string, seconds: number, limit: string): void {
+  r.offer({
+    waitMs: seconds * 1000,
+    precisionMs: secondsPrecision(String(seconds)),
+    relative: true,
+    limit,
+    model: 'window',
+    source: 'ratelimit-header',
+    header: name,
+    raw,
+  });
 }
 
 /** RateLimit-Policy's windows by policy name (the first policy of a name wins); undefined when absent or unparseable. */
@@ -154,16 +235,35 @@ function policyWindows(r: Reader): Map<string, SfBare | undefined> | undefined {
   return windows;
 }
 
-/** Every `<prefix><kind><suffix>` remaining header paired with its reset header (OpenAI, Anthropic). */
+/** Kinds named after a time unit are windows (Kong's X-RateLimit-Remaining-Minute); others are buckets. */
+const WINDOW_KINDS = /^(?:second|minute|hour|day|week|month|year)s?$/;
+
+/**
+ * Every `x-ratelimit-remaining-<kind>` with `x-ratelimit-reset-<kind>` (OpenAI and the APIs
+ * that copy its names) and every `anthropic-ratelimit-<kind>-remaining` with its `-reset`.
+ * Both providers document the reset as the time the limit is fully replenished: token
+ * buckets, read with their `-limit-` header as a wait for the next unit.
+ */
 function perKind(r: Reader): void {
   for (const name of r.bag.headers.keys()) {
     let m = /^x-ratelimit-remaining-(.+)$/.exec(name);
     if (m) {
-      r.pair(name, [`x-ratelimit-reset-${m[1]}`]);
+      const kind = m[1]!;
+      const reset = `x-ratelimit-reset-${kind}`;
+      if (WINDOW_KINDS.test(kind)) r.pair(name, reset, `x-ratelimit-${kind}`);
+      else r.bucket(name, reset, `x-ratelimit-limit-${kind}`, `x-ratelimit-${kind}`);
       continue;
     }
     m = /^anthropic-ratelimit-(.+)-remaining$/.exec(name);
-    if (m) r.pair(name, [`anthropic-ratelimit-${m[1]}-reset`]);
+    if (m) {
+      const kind = m[1]!;
+      r.bucket(
+        name,
+        `anthropic-ratelimit-${kind}-reset`,
+        `anthropic-ratelimit-${kind}-limit`,
+        `anthropic-${kind}`,
+      );
+    }
   }
 }
 
@@ -185,7 +285,16 @@ function shopify(r: Reader): void {
   }
   if (used < limit) return;
   // Shopify's REST bucket leaks 2/s for a 40 bucket and 20/s for Plus's 400 bucket: limit / 20 per second.
-  r.offer('ratelimit-header', name, raw, 20_000 / limit);
+  r.offer({
+    waitMs: 20_000 / limit,
+    precisionMs: 1,
+    relative: true,
+    limit: 'shopify',
+    model: 'leaky-bucket',
+    source: 'ratelimit-header',
+    header: name,
+    raw,
+  });
 }
 
 /** HubSpot: remaining 0 waits the whole rolling interval; secondly-remaining 0 waits one second. */
@@ -197,11 +306,34 @@ function hubspot(r: Reader): void {
     if (raw === undefined) r.ignore(rem, r.get(rem) ?? '', 'no-reset');
     else {
       const nums = r.numbers(name, raw, [raw]);
-      if (nums !== undefined && nums[0]! > 0) r.offer('ratelimit-header', name, raw, nums[0]!);
+      // The whole rolling interval is an upper bound: HubSpot does not say when the oldest request leaves it.
+      if (nums !== undefined && nums[0]! > 0) {
+        r.offer({
+          waitMs: nums[0]!,
+          precisionMs: nums[0]!,
+          relative: true,
+          limit: 'hubspot',
+          model: 'window',
+          source: 'ratelimit-header',
+          header: name,
+          raw,
+        });
+      }
     }
   }
   const sec = 'x-hubspot-ratelimit-secondly-remaining';
-  if (r.exhausted(sec) === true) r.offer('ratelimit-header', sec, r.get(sec) ?? '', 1000);
+  if (r.exhausted(sec) === true) {
+    r.offer({
+      waitMs: 1000,
+      precisionMs: 1000,
+      relative: true,
+      limit: 'hubspot-secondly',
+      model: 'window',
+      source: 'ratelimit-header',
+      header: sec,
+      raw: r.get(sec) ?? '',
+    });
+  }
 }
 
 /** Every family read, in order. Retry-After and friends count only on a limited status. */
@@ -213,12 +345,12 @@ export const FAMILIES: readonly Family[] = [
   {
     name: 'x-rate-limit',
     onlyWhenLimited: false,
-    read: (r) => r.pair('x-rate-limit-remaining', ['x-rate-limit-reset']),
+    read: (r) => r.pair('x-rate-limit-remaining', 'x-rate-limit-reset', PRIMARY),
   },
   {
     name: 'ratelimit-remaining',
     onlyWhenLimited: false,
-    read: (r) => r.pair('ratelimit-remaining', ['ratelimit-reset']),
+    read: (r) => r.pair('ratelimit-remaining', 'ratelimit-reset', PRIMARY),
   },
   { name: 'ratelimit', onlyWhenLimited: false, read: structured },
   { name: 'per-kind', onlyWhenLimited: false, read: perKind },

@@ -4,7 +4,13 @@ import { readBag } from './headers.js';
 import { toHeaderBag } from './input.js';
 import type { FeedbackReading, HeaderBag, ParsedFeedback } from './types.js';
 
-export type { FeedbackIgnored, FeedbackReading, IgnoredReason } from './types.js';
+export type {
+  FeedbackIgnored,
+  FeedbackModel,
+  FeedbackReading,
+  IgnoredReason,
+  PauseOrigin,
+} from './types.js';
 
 /**
  * Reads provider feedback from a fetch `Response`, a `Headers`, `{ status, headers }`
@@ -57,6 +63,9 @@ export function observe(valve: ValveInternals, input: unknown): FeedbackReading 
       header: undefined,
       raw: undefined,
       status,
+      model: 'backoff',
+      earliest: now + step.waitMs,
+      coarse: false,
       attempt: step.attempt,
     };
   } else if (status !== undefined && status >= 200 && status < 400) {

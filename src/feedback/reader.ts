@@ -1,5 +1,21 @@
 import type { Candidate, FeedbackIgnored, HeaderBag, IgnoredReason } from './types.js';
-import { interpretReset, parseGoDuration, parseHttpDate, parseNumber, parseRfc3339 } from './values.js';
+import {
+  decimals,
+  interpretReset,
+  parseHttpDate,
+  parseNumber,
+  readGoDuration,
+  readRfc3339,
+} from './values.js';
+
+/** A reset value as read: the wait until it (ms), its precision, and whether it was a delta. */
+export interface ResetRead {
+  /** The header's whole value as received. */
+  readonly raw: string;
+  readonly waitMs: number;
+  readonly precisionMs: number;
+  readonly relative: boolean;
+}
 
 /** The longest value echoed in an ignored report. */
 export const MAX_ECHO = 200;
@@ -81,8 +97,13 @@ export class Reader {
     this.ignored.push({ header, value: echo(value), reason, status: this.bag.status, ...extra });
   }
 
-  offer(source: Candidate['source'], header: string, raw: string, waitMs: number): void {
-    this.candidates.push({ source, header, raw, waitMs });
+  /**
+   * Offers a wait. Values are taken as rounded up to their precision, so the true wait
+   * lies in (waitMs − precisionMs, waitMs]; a value to the millisecond is exact.
+   */
+  offer(c: Omit<Candidate, 'lowerMs'>): void {
+    const lowerMs = c.precisionMs <= 1 ? c.waitMs : Math.max(0, c.waitMs - c.precisionMs);
+    this.candidates.push({ ...c, lowerMs });
   }
 
   /**
@@ -126,65 +147,113 @@ export class Reader {
 
   /**
    * A reset value of any supported form: a Go duration (`6m0s`), a number (by magnitude,
-   * see interpretReset), an RFC 3339 timestamp or an HTTP date. Offers a candidate or
-   * reports; returns false only when the header is absent.
+   * see interpretReset), an RFC 3339 timestamp or an HTTP date, with its precision.
+   * Repeated values: the longest wait wins. Returns undefined when the header is absent,
+   * null when it gives no wait (nonsense and past times are reported; a zero is not).
    */
-  reset(name: string, source: Candidate['source']): boolean {
+  readReset(name: string): ResetRead | null | undefined {
     const raw = this.get(name);
-    if (raw === undefined) return false;
-    let best: number | undefined;
-    let absolute = false;
+    if (raw === undefined) return undefined;
+    let best: ResetRead | undefined;
     for (const v of this.values(name)) {
-      let wait: number | undefined;
-      let abs = false;
+      let read: ResetRead | undefined;
       const n = parseNumber(v);
       if (n !== undefined) {
         if (n < 0) {
           this.ignore(name, raw, 'negative');
-          return true;
+          return null;
         }
         const r = interpretReset(n, this.now);
-        wait = r.waitMs;
-        abs = r.form !== 'delta-s';
+        const unit = r.form === 'epoch-ms' ? 1 : 1000;
+        read = {
+          raw,
+          waitMs: r.waitMs,
+          precisionMs: unit / 10 ** decimals(v),
+          relative: r.form === 'delta-s',
+        };
       } else {
-        const d = parseGoDuration(v);
+        const d = readGoDuration(v);
         if (d !== undefined) {
-          if (d < 0) {
+          if (d.ms < 0) {
             this.ignore(name, raw, 'negative');
-            return true;
+            return null;
           }
-          wait = d;
+          read = { raw, waitMs: d.ms, precisionMs: d.precisionMs, relative: true };
         } else {
-          const t = parseRfc3339(v) ?? parseHttpDate(v);
-          if (t !== undefined) {
-            wait = t - this.now;
-            abs = true;
-          }
+          const t = readRfc3339(v);
+          const date = t === undefined ? parseHttpDate(v) : undefined;
+          if (t !== undefined)
+            read = { raw, waitMs: t.ms - this.now, precisionMs: t.precisionMs, relative: false };
+          else if (date !== undefined)
+            read = { raw, waitMs: date - this.now, precisionMs: 1000, relative: false };
         }
       }
-      if (wait === undefined) {
+      if (read === undefined) {
         this.ignore(name, raw, 'unparseable');
-        return true;
+        return null;
       }
-      if (best === undefined || wait > best) {
-        best = wait;
-        absolute = abs;
-      }
+      if (best === undefined || read.waitMs > best.waitMs) best = read;
     }
-    if (best === undefined) return false;
-    if (best <= 0) {
-      if (absolute) this.ignore(name, raw, 'in-the-past');
-      return true;
+    if (best === undefined) return undefined;
+    if (best.waitMs <= 0) {
+      if (!best.relative) this.ignore(name, raw, 'in-the-past');
+      return null;
     }
-    this.offer(source, name, raw, best);
-    return true;
+    return best;
   }
 
-  /** A remaining/reset pair: pauses until the reset when the remaining count is 0. */
-  pair(remaining: string, resets: readonly string[]): void {
+  /**
+   * A remaining/reset pair of a window (the count comes back whole at the reset): when
+   * the remaining count is 0, offers the wait until the reset as a wait for `limit`.
+   */
+  pair(remaining: string, reset: string, limit: string): void {
     if (this.exhausted(remaining) !== true) return;
-    for (const r of resets) if (this.reset(r, 'ratelimit-header')) return;
-    this.ignore(remaining, this.get(remaining) ?? '', 'no-reset');
+    const r = this.readReset(reset);
+    if (r === undefined) this.ignore(remaining, this.get(remaining) ?? '', 'no-reset');
+    else if (r !== null) this.offerReset(reset, r, limit, 'window');
+  }
+
+  /**
+   * A remaining/reset pair of a token bucket, whose reset is when the bucket is full
+   * again: when the remaining count is 0, offers the wait for the next unit,
+   * `reset / limit`, with `limit` read from `limitHeader`. Without a usable limit, the
+   * whole reset (an upper bound, with no lower bound).
+   */
+  bucket(remaining: string, reset: string, limitHeader: string, limit: string): void {
+    if (this.exhausted(remaining) !== true) return;
+    const r = this.readReset(reset);
+    if (r === undefined) this.ignore(remaining, this.get(remaining) ?? '', 'no-reset');
+    if (r === undefined || r === null) return;
+    const rawLimit = this.get(limitHeader);
+    const sizes =
+      rawLimit === undefined ? undefined : this.numbers(limitHeader, rawLimit, this.values(limitHeader));
+    let size = Number.POSITIVE_INFINITY;
+    for (const n of sizes ?? []) size = Math.min(size, n);
+    if (!(size >= 1 && size < Number.POSITIVE_INFINITY)) {
+      // The next unit may come at any time before the bucket is full again.
+      this.offerReset(reset, { ...r, precisionMs: Math.max(r.precisionMs, r.waitMs) }, limit, 'token-bucket');
+      return;
+    }
+    this.offerReset(
+      reset,
+      { ...r, waitMs: r.waitMs / size, precisionMs: r.precisionMs / size, relative: r.relative },
+      limit,
+      'token-bucket',
+    );
+  }
+
+  /** Offers a reset read by readReset(). */
+  offerReset(header: string, r: ResetRead, limit: string, model: Candidate['model']): void {
+    this.offer({
+      waitMs: r.waitMs,
+      precisionMs: r.precisionMs,
+      relative: r.relative,
+      limit,
+      model,
+      source: 'ratelimit-header',
+      header,
+      raw: r.raw,
+    });
   }
 
   /** The response's own Date header (to measure an HTTP-date Retry-After against the server's clock). */

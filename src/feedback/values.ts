@@ -31,6 +31,14 @@ const DURATION_UNITS: Record<string, number> = {
  * A leading `-` gives a negative number (which callers report as negative).
  */
 export function parseGoDuration(text: string): number | undefined {
+  return readGoDuration(text)?.ms;
+}
+
+/**
+ * parseGoDuration() with the precision of the value as sent (ms): the unit of its last
+ * part over its decimals (`59.88s` → 10, `6m0s` → 1000, `20ms` → 1).
+ */
+export function readGoDuration(text: string): { ms: number; precisionMs: number } | undefined {
   let s = text.trim();
   let sign = 1;
   if (s.startsWith('-')) {
@@ -40,18 +48,29 @@ export function parseGoDuration(text: string): number | undefined {
     s = s.slice(1);
   }
   if (s === '') return undefined;
-  if (s === '0') return 0;
+  if (s === '0') return { ms: 0, precisionMs: 1 };
   let total = 0;
-  DURATION_PART.lastIndex = 0;
+  let precisionMs = 1;
   let at = 0;
   while (at < s.length) {
     DURATION_PART.lastIndex = at;
     const m = DURATION_PART.exec(s);
     if (!m) return undefined;
-    total += Number(m[1]) * DURATION_UNITS[m[2]!]!;
+    const unit = DURATION_UNITS[m[2]!]!;
+    total += Number(m[1]) * unit;
+    precisionMs = unit / 10 ** decimals(m[1]!);
     at = DURATION_PART.lastIndex;
   }
-  return Number.isFinite(total) ? sign * total : undefined;
+  return Number.isFinite(total) ? { ms: sign * total, precisionMs } : undefined;
+}
+
+/** Digits after the decimal point of a plain decimal number as written (`"64.57"` → 2). */
+export function decimals(text: string): number {
+  const dot = text.indexOf('.');
+  if (dot < 0) return 0;
+  let n = 0;
+  for (let i = dot + 1; i < text.length && text.charCodeAt(i) >= 48 && text.charCodeAt(i) <= 57; i++) n++;
+  return n;
 }
 
 /** Longer than any HTTP date ("Wednesday, 21-Oct-15 07:28:00 GMT" has 33 characters). */
@@ -77,6 +96,11 @@ export function parseHttpDate(text: string): number | undefined {
 
 /** An RFC 3339 timestamp (`2024-05-01T12:00:30Z`, fractional seconds and offsets allowed), in epoch ms. */
 export function parseRfc3339(text: string): number | undefined {
+  return readRfc3339(text)?.ms;
+}
+
+/** parseRfc3339() with the precision of the value as sent (ms): 1000 for whole seconds, 100 for tenths… */
+export function readRfc3339(text: string): { ms: number; precisionMs: number } | undefined {
   const m = RFC3339.exec(text);
   if (!m) return undefined;
   let zone = m[3]!;
@@ -85,7 +109,9 @@ export function parseRfc3339(text: string): number | undefined {
   // Date.parse keeps milliseconds only; longer fractions are truncated by trimming them here.
   const time = m[2]!.replace(/(\.\d{3})\d+$/, '$1');
   const t = Date.parse(`${m[1]}T${time}${zone}`);
-  return Number.isFinite(t) ? t : undefined;
+  if (!Number.isFinite(t)) return undefined;
+  const precisionMs = m[2]!.length === 5 ? 60_000 : Math.max(1, 1000 / 10 ** decimals(m[2]!));
+  return { ms: t, precisionMs };
 }
 
 /**

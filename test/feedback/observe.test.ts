@@ -23,6 +23,10 @@ describe('observe()', () => {
       header: 'retry-after',
       raw: '30',
       status: 429,
+      model: 'wait',
+      // Whole seconds are rounded up: the true wait lies in (29 s, 30 s].
+      earliest: NOW + 29_000,
+      coarse: true,
     });
     expect(valve.pauses).toEqual([{ at: NOW, ms: 30_000, source: 'retry-after', detail: reading }]);
   });
@@ -96,7 +100,7 @@ describe('backoff after a 429 with no usable header', () => {
     const waits: number[] = [];
     for (let i = 0; i < 7; i++) {
       const r = observe(valve, { status: 429, headers: {} });
-      expect(r).toMatchObject({ source: 'backoff', header: undefined, attempt: i + 1 });
+      expect(r).toMatchObject({ source: 'backoff', header: undefined, model: 'backoff', attempt: i + 1 });
       waits.push(r!.waitMs);
       clock.jump(r!.waitMs);
     }
