@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { backoffLevel } from '../../src/feedback/backoff.js';
-import { observe } from '../../src/feedback/observe.js';
+import { observe, pauseOrigin } from '../../src/feedback/observe.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { FakeInternals } from './fake-internals.js';
 
@@ -158,5 +158,16 @@ describe('backoff after a 429 with no usable header', () => {
     expect(observe(valve, { status: 429, headers: { 'retry-after': '0' } })?.source).toBe('backoff');
     expect(observe(valve, { status: 503, headers: {} })).toBeUndefined();
     expect(observe(valve, new Headers())).toBeUndefined();
+  });
+});
+
+describe('pauseOrigin()', () => {
+  it('names the header and the model of a feedback pause; nothing for manual and remote pauses', () => {
+    const { valve } = setup();
+    const reading = observe(valve, { status: 429, headers: { 'retry-after-ms': '150', 'retry-after': '1' } });
+    expect(pauseOrigin(reading)).toEqual({ header: 'retry-after-ms', model: 'wait' });
+    expect(pauseOrigin(observe(valve, { status: 429 }))).toEqual({ header: undefined, model: 'backoff' });
+    expect(pauseOrigin(undefined)).toEqual({ header: undefined, model: undefined });
+    expect(pauseOrigin({ header: 42, model: 'guess' })).toEqual({ header: undefined, model: undefined });
   });
 });
