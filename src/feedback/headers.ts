@@ -24,7 +24,9 @@ const RETRY_AFTER_STATUSES = new Set([403, 429, 503]);
  * - Retry-After / retry-after-ms / x-ms-retry-after-ms count only on 429, 503 and 403
  *   (or when no status is known, i.e. a bare Headers or header object was given).
  * - Remaining/reset pairs count on any status: remaining 0 with a reset still ahead.
- * - Of all usable waits, the longest wins; it is capped to `maxPause` (reported).
+ * - Of the waits for one limit the most precise wins, across limits the longest
+ *   (choose.ts); it is capped to `maxPause` (reported).
+ * - Values over `maxValueLength` (1024) characters are reported as 'too-long', not parsed.
  * - A 429 with no usable wait sets `needsBackoff`.
  */
 export function readFeedback(input: unknown, options: ParseOptions): ParsedFeedback {

@@ -93,7 +93,7 @@ export interface FeedbackIgnored {
 /** The parser's answer: the header-derived reading (if any), what was ignored, and whether backoff applies. */
 export interface ParsedFeedback {
   readonly status: number | undefined;
-  /** The longest usable wait any header gave, capped; undefined when none did. */
+  /** The wait the headers gave (see choose.ts), capped; undefined when none did. */
   readonly reading: FeedbackReading | undefined;
   readonly ignored: FeedbackIgnored[];
   /** A 429 without a usable wait: the caller should pause with exponential backoff. */
