@@ -119,10 +119,12 @@ const rest = fc.record({
  */
 function timed(fn: () => unknown): number {
   let best = Number.POSITIVE_INFINITY;
-  for (let i = 0; i < 3 && best >= BOUND_MS; i++) {
+  for (let i = 0; i < 3; i++) {
     const start = performance.now();
     fn();
     best = Math.min(best, performance.now() - start);
+    // Within the bound: done. Ten times over it is no stall: it fails at once.
+    if (best < BOUND_MS || best >= 10 * BOUND_MS) break;
   }
   return best;
 }
@@ -181,7 +183,7 @@ describe('header parsing is linear (property)', () => {
           }
         },
       ),
-      { numRuns: 100, seed: 11, endOnFailure: true },
+      { numRuns: 60, seed: 11, endOnFailure: true },
     );
   });
 
