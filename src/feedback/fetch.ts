@@ -1,6 +1,7 @@
+import { describe } from '../duration.js';
 import type { ValveInternals } from '../internal.js';
-import type { FeedbackReading } from './headers.js';
 import { observe } from './observe.js';
+import type { FeedbackReading } from './types.js';
 
 /** Any fetch implementation: Node's global fetch, undici's fetch, or a compatible function. */
 // biome-ignore lint/suspicious/noExplicitAny: fetch implementations (global, undici) differ in their argument types
@@ -9,7 +10,7 @@ export type FetchLike = (input: any, init?: any) => Promise<any>;
 export interface WrapFetchOptions<I = string | URL | Request, N = RequestInit> {
   /** Retries after a 429 (or a 503 with Retry-After), each at the request's original queue position. Default 3. */
   retries?: number;
-  /** Cost of each attempt: a positive number, or a function of the request (called once per call). Default 1. */
+  /** Cost of each attempt in units: a positive integer, or a function of the request returning one (called once per call). Default 1. */
   cost?: number | ((input: I, init: N | undefined) => number);
   /** Queue priority of every attempt (higher starts first). Default 0. */
   priority?: number;
@@ -37,24 +38,46 @@ interface BodyPlan {
 function checkOptions(options: WrapFetchOptions<unknown, unknown> | undefined): void {
   if (options === undefined) return;
   if (options === null || typeof options !== 'object') {
-    throw new TypeError(`Expected wrapFetch \`options\` to be an object, got ${String(options)}`);
-  }
-  const { retries, cost, priority } = options;
-  if (retries !== undefined && (typeof retries !== 'number' || !Number.isInteger(retries) || retries < 0)) {
-    throw new RangeError(`Expected \`retries\` to be a non-negative integer, got ${String(retries)}`);
-  }
-  if (
-    cost !== undefined &&
-    typeof cost !== 'function' &&
-    (typeof cost !== 'number' || !Number.isFinite(cost) || cost <= 0)
-  ) {
-    throw new RangeError(
-      `Expected \`cost\` to be a positive finite number or a function of the request, got ${String(cost)}`,
+    throw new TypeError(
+      `Expected wrapFetch() \`options\` to be an object like { retries: 3, cost: 1, priority: 0 }, got ${describe(options)}`,
     );
   }
-  if (priority !== undefined && (typeof priority !== 'number' || !Number.isFinite(priority))) {
-    throw new RangeError(`Expected \`priority\` to be a finite number, got ${String(priority)}`);
+  for (const key of Object.keys(options)) {
+    if (key !== 'retries' && key !== 'cost' && key !== 'priority') {
+      throw new TypeError(
+        `Unknown option \`${key}\`; wrapFetch() takes \`retries\`, \`cost\` and \`priority\``,
+      );
+    }
   }
+  const { retries, cost, priority } = options;
+  if (retries !== undefined) {
+    const expected = 'Expected `retries` to be a non-negative integer, got';
+    if (typeof retries !== 'number') throw new TypeError(`${expected} ${describe(retries)}`);
+    if (!Number.isInteger(retries) || retries < 0) throw new RangeError(`${expected} ${String(retries)}`);
+  }
+  if (cost !== undefined && typeof cost !== 'function') {
+    const expected = 'Expected `cost` to be a positive integer or a function of the request, got';
+    if (typeof cost !== 'number') throw new TypeError(`${expected} ${describe(cost)}`);
+    if (!isCost(cost)) throw new RangeError(`${expected} ${String(cost)}`);
+  }
+  if (priority !== undefined) {
+    const expected = 'Expected `priority` to be a finite number, got';
+    if (typeof priority !== 'number') throw new TypeError(`${expected} ${describe(priority)}`);
+    if (!Number.isFinite(priority)) throw new RangeError(`${expected} ${String(priority)}`);
+  }
+}
+
+/** Costs are whole units: a positive integer. */
+function isCost(value: number): boolean {
+  return Number.isInteger(value) && value > 0;
+}
+
+/** The cost a cost function returned, checked like the `cost` option (throws TypeError/RangeError). */
+function checkedCost(value: unknown): number {
+  const expected = 'Expected `cost` (returned by the cost function) to be a positive integer, got';
+  if (typeof value !== 'number') throw new TypeError(`${expected} ${describe(value)}`);
+  if (!isCost(value)) throw new RangeError(`${expected} ${String(value)}`);
+  return value;
 }
 
 function tag(value: unknown): string {
@@ -187,7 +210,7 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
 ): F {
   const fn = (fetchFn ?? globalThis.fetch) as F | undefined;
   if (typeof fn !== 'function') {
-    throw new TypeError(`Expected \`fetch\` to be a function, got ${fn === null ? 'null' : typeof fn}`);
+    throw new TypeError(`Expected \`fetch\` to be a function, got ${describe(fn)}`);
   }
   checkOptions(options as WrapFetchOptions<unknown, unknown> | undefined);
   const retries = options?.retries ?? 3;
@@ -199,7 +222,7 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
       init === null || typeof init !== 'object' ? undefined : (init as Record<string, unknown>);
     const signal = callerSignal(input, initRecord);
     if (signal?.aborted) throw signal.reason;
-    const cost = typeof costOption === 'function' ? costOption(input, init) : costOption;
+    const cost = typeof costOption === 'function' ? checkedCost(costOption(input, init)) : costOption;
     const plan: BodyPlan =
       retries === 0 ? { replayable: false, args: () => [input, initRecord] } : planBody(input, initRecord);
 

@@ -1,14 +1,16 @@
 import type { ValveInternals } from '../internal.js';
 import { nextBackoff, resetBackoff } from './backoff.js';
-import {
-  type FeedbackReading,
-  type HeaderBag,
-  type ParsedFeedback,
-  readBag,
-  toHeaderBag,
-} from './headers.js';
+import { readBag } from './headers.js';
+import { toHeaderBag } from './input.js';
+import type { FeedbackModel, FeedbackReading, HeaderBag, ParsedFeedback, PauseOrigin } from './types.js';
 
-export type { FeedbackIgnored, FeedbackReading, IgnoredReason } from './headers.js';
+export type {
+  FeedbackIgnored,
+  FeedbackModel,
+  FeedbackReading,
+  IgnoredReason,
+  PauseOrigin,
+} from './types.js';
 
 /**
  * Reads provider feedback from a fetch `Response`, a `Headers`, `{ status, headers }`
@@ -61,6 +63,9 @@ export function observe(valve: ValveInternals, input: unknown): FeedbackReading 
       header: undefined,
       raw: undefined,
       status,
+      model: 'backoff',
+      earliest: now + step.waitMs,
+      coarse: false,
       attempt: step.attempt,
     };
   } else if (status !== undefined && status >= 200 && status < 400) {
@@ -68,4 +73,26 @@ export function observe(valve: ValveInternals, input: unknown): FeedbackReading 
   }
   if (reading && reading.waitMs > 0) valve.pauseInBackground(reading.waitMs, reading.source, reading);
   return reading;
+}
+
+const MODELS: ReadonlySet<unknown> = new Set<FeedbackModel>([
+  'wait',
+  'window',
+  'token-bucket',
+  'leaky-bucket',
+  'backoff',
+]);
+
+/**
+ * Which header and model produced a pause, from the `detail` the feedback module passed
+ * with it (a FeedbackReading); both undefined for manual and remote pauses. For the
+ * `'pause'` event and stats(): `{ until, source, ...pauseOrigin(detail), detail }`.
+ */
+export function pauseOrigin(detail: unknown): PauseOrigin {
+  if (detail === null || typeof detail !== 'object') return { header: undefined, model: undefined };
+  const { header, model } = detail as Partial<FeedbackReading>;
+  return {
+    header: typeof header === 'string' ? header : undefined,
+    model: MODELS.has(model) ? (model as FeedbackModel) : undefined,
+  };
 }

@@ -9,7 +9,9 @@
  *   await server.stop();
  *
  * Each provider keeps its own budget (a fixed window of `windowMs` that opens at the first
- * request after the previous window closed, or Shopify's leaky bucket) and answers the request that exceeds it the way the
+ * request after the previous window closed; Shopify's leaky bucket; for OpenAI and
+ * Anthropic, a token bucket of `limit` refilled continuously over `windowMs`, whose reset
+ * headers say when it is full again, as their documentation describes) and answers the request that exceeds it the way the
  * real provider does. The first request that spends the last unit is answered normally,
  * with its headers showing 0 remaining, as real providers do.
  *
@@ -135,6 +137,9 @@ interface Budget {
   /** Shopify bucket level and when it was last computed. */
   level: number;
   levelAt: number;
+  /** OpenAI/Anthropic token bucket: tokens left (fractional) and when they were last computed; -1 before the first request. */
+  tokens: number;
+  tokensAt: number;
 }
 
 /** A Go duration as OpenAI prints it: `850ms`, `1.2s`, `6m0s`, `1h2m3.5s`. */
@@ -161,7 +166,7 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
   const budget = (p: ProviderName): Budget => {
     let b = budgets.get(p);
     if (!b) {
-      b = { window: -1, count: 0, level: 0, levelAt: now() };
+      b = { window: -1, count: 0, level: 0, levelAt: now(), tokens: 0, tokensAt: -1 };
       budgets.set(p, b);
     }
     return b;
@@ -284,6 +289,7 @@ interface Answer {
 /** Decides one request against a provider's budget and shapes the answer like the provider. */
 function play(name: ProviderName, b: ProviderBehaviour, state: Budget, now: number): Answer {
   if (name === 'shopify') return shopify(b, state, now);
+  if (name === 'openai' || name === 'anthropic') return tokenBucket(name, b, state, now);
   // A fixed window that opens at the first request after the previous one closed (as
   // GitHub's hourly window does), so tests do not depend on where wall-clock boundaries fall.
   if (state.window < 0 || now >= state.window + b.windowMs) {
@@ -341,38 +347,6 @@ function play(name: ProviderName, b: ProviderBehaviour, state: Budget, now: numb
         b.limitedStatus ?? 403,
         { ...h, 'retry-after': String(Math.ceil(untilReset / 1000)) },
         '{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}',
-      );
-    }
-    case 'openai': {
-      const h = {
-        'x-ratelimit-limit-requests': String(b.limit),
-        'x-ratelimit-limit-tokens': '150000',
-        'x-ratelimit-remaining-requests': String(remaining),
-        'x-ratelimit-remaining-tokens': '149984',
-        'x-ratelimit-reset-requests': formatGoDuration(untilReset),
-        'x-ratelimit-reset-tokens': '6ms',
-      };
-      if (!limited) return ok(h);
-      return no(
-        429,
-        h,
-        '{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}',
-      );
-    }
-    case 'anthropic': {
-      const h = {
-        'anthropic-ratelimit-requests-limit': String(b.limit),
-        'anthropic-ratelimit-requests-remaining': String(remaining),
-        'anthropic-ratelimit-requests-reset': new Date(reset).toISOString(),
-        'anthropic-ratelimit-tokens-limit': '40000',
-        'anthropic-ratelimit-tokens-remaining': '39000',
-        'anthropic-ratelimit-tokens-reset': new Date(reset).toISOString(),
-      };
-      if (!limited) return ok(h);
-      return no(
-        429,
-        { ...h, 'retry-after': String(Math.ceil(untilReset / 1000)) },
-        '{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit."}}',
       );
     }
     case 'discord': {
@@ -437,6 +411,58 @@ function play(name: ProviderName, b: ProviderBehaviour, state: Budget, now: numb
 }
 
 /** Shopify's leaky bucket: capacity `limit`, leaking limit/20 requests per second (40 → 2/s, 400 → 20/s). */
+/**
+ * OpenAI and Anthropic: a bucket of `limit` requests refilled continuously (limit per
+ * windowMs); the reset headers give the time until it is full again. A request takes one
+ * whole token; without one it gets a 429.
+ */
+function tokenBucket(name: 'openai' | 'anthropic', b: ProviderBehaviour, state: Budget, now: number): Answer {
+  const perMs = b.limit / b.windowMs;
+  state.tokens =
+    state.tokensAt < 0 ? b.limit : Math.min(b.limit, state.tokens + (now - state.tokensAt) * perMs);
+  state.tokensAt = now;
+  const limited = state.tokens < 1;
+  if (!limited) state.tokens -= 1;
+  const remaining = Math.floor(state.tokens);
+  const untilFull = (b.limit - state.tokens) / perMs;
+  const nextToken = now + (1 - state.tokens) / perMs;
+  const json = { 'content-type': 'application/json' };
+  const h: Record<string, string> =
+    name === 'openai'
+      ? {
+          'x-ratelimit-limit-requests': String(b.limit),
+          'x-ratelimit-limit-tokens': '150000',
+          'x-ratelimit-remaining-requests': String(remaining),
+          'x-ratelimit-remaining-tokens': '149984',
+          'x-ratelimit-reset-requests': formatGoDuration(untilFull),
+          'x-ratelimit-reset-tokens': '6ms',
+        }
+      : {
+          'anthropic-ratelimit-requests-limit': String(b.limit),
+          'anthropic-ratelimit-requests-remaining': String(remaining),
+          'anthropic-ratelimit-requests-reset': new Date(now + untilFull).toISOString(),
+          'anthropic-ratelimit-tokens-limit': '40000',
+          'anthropic-ratelimit-tokens-remaining': '39000',
+          'anthropic-ratelimit-tokens-reset': new Date(now + 1).toISOString(),
+        };
+  if (!limited) {
+    return {
+      status: 200,
+      headers: { ...json, ...h },
+      body: '{"ok":true}',
+      limited: false,
+      blockedUntil: remaining === 0 ? nextToken : undefined,
+    };
+  }
+  const body =
+    name === 'openai'
+      ? '{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}'
+      : '{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit."}}';
+  const headers =
+    name === 'anthropic' ? { ...h, 'retry-after': String(Math.ceil((nextToken - now) / 1000)) } : h;
+  return { status: 429, headers: { ...json, ...headers }, body, limited: true, blockedUntil: nextToken };
+}
+
 function shopify(b: ProviderBehaviour, state: Budget, now: number): Answer {
   const leakPerMs = b.limit / 20 / 1000;
   state.level = Math.max(0, state.level - (now - state.levelAt) * leakPerMs);

@@ -1,7 +1,7 @@
 import { describe, expect, expectTypeOf, it } from 'vitest';
 import { type FetchRetryEvent, wrapFetch } from '../../src/feedback/fetch.js';
-import { FakeInternals } from '../feedback/fake-internals.js';
 import { FakeClock, flushMicrotasks } from '../helpers/fake-clock.js';
+import { FakeInternals } from './fake-internals.js';
 
 const NOW = 1_700_000_000_000;
 
@@ -190,6 +190,68 @@ describe('wrapFetch: retries', () => {
     expect(() => wrapFetch(valve, fn, { cost: 0 })).toThrow(/cost/);
     expect(() => wrapFetch(valve, fn, { priority: Number.NaN })).toThrow(/priority/);
     expect(() => wrapFetch(valve, 'fetch' as never)).toThrow(TypeError);
+  });
+
+  it('rejects unknown options, as every other entry point does', () => {
+    const { valve } = setup();
+    const fn = async () => new Response();
+    expect(() => wrapFetch(valve, fn, { retry: 0 } as never)).toThrow(
+      new TypeError('Unknown option `retry`; wrapFetch() takes `retries`, `cost` and `priority`'),
+    );
+    expect(() => wrapFetch(valve, fn, { retries: 1, signal: undefined } as never)).toThrow(
+      /^Unknown option `signal`/,
+    );
+    expect(() => wrapFetch(valve, fn, 3 as never)).toThrow(
+      new TypeError(
+        'Expected wrapFetch() `options` to be an object like { retries: 3, cost: 1, priority: 0 }, got 3',
+      ),
+    );
+    expect(() => wrapFetch(valve, fn, null as never)).toThrow(TypeError);
+  });
+
+  it('a value of the wrong type is a TypeError with the value quoted; a number out of range a RangeError', () => {
+    const { valve } = setup();
+    const fn = async () => new Response();
+    expect(() => wrapFetch(valve, fn, { retries: '3' } as never)).toThrow(
+      new TypeError('Expected `retries` to be a non-negative integer, got "3"'),
+    );
+    expect(() => wrapFetch(valve, fn, { retries: -1 })).toThrow(
+      new RangeError('Expected `retries` to be a non-negative integer, got -1'),
+    );
+    expect(() => wrapFetch(valve, fn, { cost: '2' } as never)).toThrow(
+      new TypeError('Expected `cost` to be a positive integer or a function of the request, got "2"'),
+    );
+    expect(() => wrapFetch(valve, fn, { priority: '1' } as never)).toThrow(
+      new TypeError('Expected `priority` to be a finite number, got "1"'),
+    );
+    expect(() => wrapFetch(valve, fn, { priority: Number.POSITIVE_INFINITY })).toThrow(
+      new RangeError('Expected `priority` to be a finite number, got Infinity'),
+    );
+    expect(() => wrapFetch(valve, 'fetch' as never)).toThrow(
+      new TypeError('Expected `fetch` to be a function, got "fetch"'),
+    );
+  });
+
+  it('cost is a positive integer (cost units), given or returned by the cost function', async () => {
+    const { clock, valve } = setup();
+    const { fn, calls } = scripted(clock, [{ status: 200 }]);
+    for (const cost of [0.5, 1.5, 0, -1, Number.NaN, Number.POSITIVE_INFINITY]) {
+      expect(() => wrapFetch(valve, fn, { cost })).toThrow(
+        new RangeError(
+          `Expected \`cost\` to be a positive integer or a function of the request, got ${cost}`,
+        ),
+      );
+    }
+    const f = wrapFetch(valve, fn, { cost: () => 2.5 });
+    await expect(f('https://a.example')).rejects.toThrow(
+      new RangeError('Expected `cost` (returned by the cost function) to be a positive integer, got 2.5'),
+    );
+    const g = wrapFetch(valve, fn, { cost: () => '2' as never });
+    await expect(g('https://a.example')).rejects.toThrow(
+      new TypeError('Expected `cost` (returned by the cost function) to be a positive integer, got "2"'),
+    );
+    expect(calls).toHaveLength(0);
+    expect(valve.enqueued).toHaveLength(0);
   });
 });
 

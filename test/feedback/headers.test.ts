@@ -1,13 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import {
-  interpretReset,
-  parseGoDuration,
-  parseHttpDate,
-  parseRfc3339,
-  parseStructured,
-  readFeedback,
-  toHeaderBag,
-} from '../../src/feedback/headers.js';
+import { readFeedback } from '../../src/feedback/headers.js';
+import { toHeaderBag } from '../../src/feedback/input.js';
+import { parseStructured } from '../../src/feedback/structured.js';
+import { interpretReset, parseGoDuration, parseHttpDate, parseRfc3339 } from '../../src/feedback/values.js';
 
 /** 2023-11-14T22:13:20.000Z */
 const NOW = 1_700_000_000_000;
@@ -172,13 +167,16 @@ describe('Retry-After and retry-after-ms', () => {
     expect(read(undefined, { 'retry-after': '60' }).reading?.waitMs).toBe(60_000);
   });
 
-  it('reads retry-after-ms (OpenAI, Azure) and prefers the longest of the two', () => {
+  it('reads retry-after-ms (OpenAI, Azure) and prefers it to Retry-After, the same wait in whole seconds', () => {
     expect(read(429, { 'retry-after-ms': '1500' }).reading).toMatchObject({
       waitMs: 1500,
       header: 'retry-after-ms',
     });
     expect(read(429, { 'x-ms-retry-after-ms': '250' }).reading?.waitMs).toBe(250);
-    expect(read(429, { 'retry-after-ms': '1500', 'retry-after': '2' }).reading?.header).toBe('retry-after');
+    expect(read(429, { 'retry-after-ms': '1500', 'retry-after': '2' }).reading).toMatchObject({
+      waitMs: 1500,
+      header: 'retry-after-ms',
+    });
   });
 
   it('falls back to backoff on a 429 whose Retry-After is 0 or a date already passed', () => {
@@ -273,7 +271,7 @@ describe('provider fixtures (documented shapes)', () => {
     ).toBeUndefined();
   });
 
-  it('OpenAI: remaining/reset pairs for requests and tokens, with Go durations', () => {
+  it('OpenAI: remaining/reset pairs for requests and tokens, with Go durations, read as token buckets', () => {
     const base = {
       'x-ratelimit-limit-requests': '60',
       'x-ratelimit-limit-tokens': '150000',
@@ -283,15 +281,19 @@ describe('provider fixtures (documented shapes)', () => {
       'x-ratelimit-reset-tokens': '6m0s',
     };
     expect(read(200, base).reading).toBeUndefined();
+    // The bucket is full again in 1 s; one of its 60 requests comes back every 1/60 s.
     expect(read(200, { ...base, 'x-ratelimit-remaining-requests': '0' }).reading).toMatchObject({
-      waitMs: 1000,
+      waitMs: 1000 / 60,
       header: 'x-ratelimit-reset-requests',
       raw: '1s',
+      model: 'token-bucket',
     });
     expect(read(429, { ...base, 'x-ratelimit-remaining-tokens': '0' }).reading).toMatchObject({
-      waitMs: 360_000,
+      waitMs: 360_000 / 150_000,
       header: 'x-ratelimit-reset-tokens',
+      model: 'token-bucket',
     });
+    // Without the bucket's size, the whole reset (an upper bound).
     expect(
       read(429, { 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '20ms' }).reading
         ?.waitMs,
@@ -302,7 +304,7 @@ describe('provider fixtures (documented shapes)', () => {
     ).toBe(3_723_500);
   });
 
-  it('Anthropic: anthropic-ratelimit-*-remaining with RFC 3339 -reset', () => {
+  it('Anthropic: anthropic-ratelimit-*-remaining with RFC 3339 -reset, read as token buckets', () => {
     const r = read(429, {
       'retry-after': '20',
       'anthropic-ratelimit-requests-limit': '50',
@@ -311,10 +313,23 @@ describe('provider fixtures (documented shapes)', () => {
       'anthropic-ratelimit-tokens-limit': '40000',
       'anthropic-ratelimit-tokens-remaining': '1200',
       'anthropic-ratelimit-tokens-reset': '2023-11-14T22:13:30Z',
+      'anthropic-ratelimit-input-tokens-limit': '20000',
       'anthropic-ratelimit-input-tokens-remaining': '0',
       'anthropic-ratelimit-input-tokens-reset': '2023-11-14T22:13:25Z',
     });
-    expect(r.reading).toMatchObject({ waitMs: 30_000, header: 'anthropic-ratelimit-requests-reset' });
+    // Requests: full again in 30 s, one of 50 back every 600 ms; input tokens: one every 1.25 ms.
+    // The server's own Retry-After is the longest wait.
+    expect(r.reading).toMatchObject({ waitMs: 20_000, header: 'retry-after', model: 'wait' });
+    const spent = read(200, {
+      'anthropic-ratelimit-requests-limit': '50',
+      'anthropic-ratelimit-requests-remaining': '0',
+      'anthropic-ratelimit-requests-reset': '2023-11-14T22:13:50Z',
+    });
+    expect(spent.reading).toMatchObject({
+      waitMs: 600,
+      header: 'anthropic-ratelimit-requests-reset',
+      model: 'token-bucket',
+    });
     const ok = read(200, {
       'anthropic-ratelimit-output-tokens-remaining': '0',
       'anthropic-ratelimit-output-tokens-reset': '2023-11-14T22:13:21.5Z',

@@ -2,8 +2,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { readFeedback } from '../../src/feedback/headers.js';
 import { observe } from '../../src/feedback/observe.js';
-import { FakeInternals } from '../feedback/fake-internals.js';
 import { FakeClock } from '../helpers/fake-clock.js';
+import { FakeInternals } from './fake-internals.js';
 
 const NOW = 1_700_000_000_000;
 const MAX_PAUSE = 3_600_000;

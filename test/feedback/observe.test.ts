@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { backoffLevel } from '../../src/feedback/backoff.js';
-import { observe } from '../../src/feedback/observe.js';
-import { FakeInternals } from '../feedback/fake-internals.js';
+import { observe, pauseOrigin } from '../../src/feedback/observe.js';
 import { FakeClock } from '../helpers/fake-clock.js';
+import { FakeInternals } from './fake-internals.js';
 
 const NOW = 1_700_000_000_000;
 
@@ -23,6 +23,10 @@ describe('observe()', () => {
       header: 'retry-after',
       raw: '30',
       status: 429,
+      model: 'wait',
+      // Whole seconds are rounded up: the true wait lies in (29 s, 30 s].
+      earliest: NOW + 29_000,
+      coarse: true,
     });
     expect(valve.pauses).toEqual([{ at: NOW, ms: 30_000, source: 'retry-after', detail: reading }]);
   });
@@ -96,7 +100,7 @@ describe('backoff after a 429 with no usable header', () => {
     const waits: number[] = [];
     for (let i = 0; i < 7; i++) {
       const r = observe(valve, { status: 429, headers: {} });
-      expect(r).toMatchObject({ source: 'backoff', header: undefined, attempt: i + 1 });
+      expect(r).toMatchObject({ source: 'backoff', header: undefined, model: 'backoff', attempt: i + 1 });
       waits.push(r!.waitMs);
       clock.jump(r!.waitMs);
     }
@@ -154,5 +158,16 @@ describe('backoff after a 429 with no usable header', () => {
     expect(observe(valve, { status: 429, headers: { 'retry-after': '0' } })?.source).toBe('backoff');
     expect(observe(valve, { status: 503, headers: {} })).toBeUndefined();
     expect(observe(valve, new Headers())).toBeUndefined();
+  });
+});
+
+describe('pauseOrigin()', () => {
+  it('names the header and the model of a feedback pause; nothing for manual and remote pauses', () => {
+    const { valve } = setup();
+    const reading = observe(valve, { status: 429, headers: { 'retry-after-ms': '150', 'retry-after': '1' } });
+    expect(pauseOrigin(reading)).toEqual({ header: 'retry-after-ms', model: 'wait' });
+    expect(pauseOrigin(observe(valve, { status: 429 }))).toEqual({ header: undefined, model: 'backoff' });
+    expect(pauseOrigin(undefined)).toEqual({ header: undefined, model: undefined });
+    expect(pauseOrigin({ header: 42, model: 'guess' })).toEqual({ header: undefined, model: undefined });
   });
 });

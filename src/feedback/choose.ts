@@ -1,0 +1,55 @@
+import { echo, type Reader } from './reader.js';
+import type { Candidate, FeedbackReading } from './types.js';
+
+/** A value given in whole seconds or coarser (a window length, a bucket without its size) is coarse. */
+const COARSE_MS = 1000;
+
+/**
+ * Whether `a` describes its limit more precisely than `b`: a finer granularity
+ * (`retry-after-ms` over `Retry-After`, `64.57` over `65`); at equal granularity, a delta
+ * over an absolute time (which the local clock's skew shifts); then the longer wait.
+ */
+function morePrecise(a: Candidate, b: Candidate): boolean {
+  if (a.precisionMs !== b.precisionMs) return a.precisionMs < b.precisionMs;
+  if (a.relative !== b.relative) return a.relative;
+  return a.waitMs > b.waitMs;
+}
+
+/**
+ * Chooses the wait among the candidates the families offered, and caps it:
+ * - among candidates that describe the same limit, the most precise wins;
+ * - across limits, the longest wait wins (every limit must be free again);
+ * - the earliest the limits can be free is the largest lower bound of the limits' winners;
+ * - a winner beyond `maxPause` is reported as 'capped' and the reading cut to `maxPause`.
+ */
+export function chooseWait(r: Reader, maxPause: number): FeedbackReading | undefined {
+  const byLimit = new Map<string, Candidate>();
+  for (const c of r.candidates) {
+    const held = byLimit.get(c.limit);
+    if (held === undefined || morePrecise(c, held)) byLimit.set(c.limit, c);
+  }
+  let best: Candidate | undefined;
+  let lowerMs = 0;
+  for (const c of byLimit.values()) {
+    if (best === undefined || c.waitMs > best.waitMs) best = c;
+    if (c.lowerMs > lowerMs) lowerMs = c.lowerMs;
+    if (c.waitMs > maxPause) {
+      r.ignore(c.header, c.raw, 'capped', { cappedTo: maxPause, requestedMs: c.waitMs });
+    }
+  }
+  if (best === undefined) return undefined;
+  const capped = best.waitMs > maxPause;
+  const waitMs = capped ? maxPause : best.waitMs;
+  return {
+    waitMs,
+    until: r.now + waitMs,
+    source: best.source,
+    header: best.header,
+    raw: echo(best.raw),
+    status: r.bag.status,
+    model: best.model,
+    earliest: r.now + Math.min(lowerMs, waitMs),
+    coarse: best.precisionMs >= COARSE_MS,
+    ...(capped ? { capped: true } : {}),
+  };
+}

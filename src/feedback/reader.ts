@@ -1,0 +1,265 @@
+import type { Candidate, FeedbackIgnored, HeaderBag, IgnoredReason } from './types.js';
+import {
+  decimals,
+  interpretReset,
+  parseHttpDate,
+  parseNumber,
+  readGoDuration,
+  readRfc3339,
+} from './values.js';
+
+/** A reset value as read: the wait until it (ms), its precision, and whether it was a delta. */
+export interface ResetRead {
+  /** The header's whole value as received. */
+  readonly raw: string;
+  readonly waitMs: number;
+  readonly precisionMs: number;
+  readonly relative: boolean;
+}
+
+/** The longest value echoed in an ignored report. */
+export const MAX_ECHO = 200;
+
+/**
+ * The longest header value parsed. Real rate-limit values are a few dozen characters
+ * (an IETF RateLimit field with several policies, a few hundred); longer ones are
+ * reported as 'too-long' and read as absent, so no parser ever sees a large value.
+ */
+export const MAX_VALUE_LENGTH = 1024;
+
+/** Cuts a value to the length echoed in reports and readings. */
+export function echo(value: string): string {
+  return value.length > MAX_ECHO ? value.slice(0, MAX_ECHO) : value;
+}
+
+/**
+ * One response being read: the header families (families.ts) look values up here,
+ * offer the waits they found and report the values they could not use. Never throws
+ * on header values.
+ */
+export class Reader {
+  /** Every usable wait offered so far, in the order the families ran. */
+  readonly candidates: Candidate[] = [];
+  /** Every value not used as sent, in the order found. */
+  readonly ignored: FeedbackIgnored[] = [];
+
+  /** Headers already reported as too long (each is reported once). */
+  private readonly tooLong = new Set<string>();
+
+  constructor(
+    readonly bag: HeaderBag,
+    readonly now: number,
+    /** Longest value parsed (characters, repeated values joined with ", "). */
+    readonly maxValueLength: number = MAX_VALUE_LENGTH,
+  ) {}
+
+  /**
+   * Every value received for a header, or undefined when it is absent or too long (a too
+   * long header is reported once and then read as absent).
+   */
+  list(name: string): readonly string[] | undefined {
+    const list = this.bag.headers.get(name);
+    if (list === undefined || list.length === 0) return undefined;
+    let length = (list.length - 1) * 2;
+    for (const v of list) length += v.length;
+    if (length <= this.maxValueLength) return list;
+    if (!this.tooLong.has(name)) {
+      this.tooLong.add(name);
+      this.ignore(name, list[0]!, 'too-long');
+    }
+    return undefined;
+  }
+
+  /** Every value of a header joined as Headers would join them (", "). */
+  get(name: string): string | undefined {
+    return this.list(name)?.join(', ');
+  }
+
+  /**
+   * Values of a single-valued header. A Headers object joins repeated values with ", ",
+   * so a value with commas is split again, unless it is one HTTP date ("Wed, 21 Oct …").
+   */
+  values(name: string): string[] {
+    const list = this.list(name) ?? [];
+    const out: string[] = [];
+    for (const v of list) {
+      if (v.includes(',') && parseHttpDate(v) === undefined) {
+        // Every value parser ignores the whitespace around a value.
+        for (const part of v.split(',')) out.push(part);
+      } else {
+        out.push(v);
+      }
+    }
+    return out;
+  }
+
+  ignore(header: string, value: string, reason: IgnoredReason, extra?: Partial<FeedbackIgnored>): void {
+    this.ignored.push({ header, value: echo(value), reason, status: this.bag.status, ...extra });
+  }
+
+  /**
+   * Offers a wait. Values are taken as rounded up to their precision, so the true wait
+   * lies in (waitMs − precisionMs, waitMs]; a value to the millisecond is exact.
+   */
+  offer(c: Omit<Candidate, 'lowerMs'>): void {
+    const lowerMs = c.precisionMs <= 1 ? c.waitMs : Math.max(0, c.waitMs - c.precisionMs);
+    this.candidates.push({ ...c, lowerMs });
+  }
+
+  /**
+   * The plain numbers of `items` (values of header `name`, whose whole value is `raw`).
+   * Reports the header once and returns undefined when any item is not a number
+   * ('unparseable') or is negative ('negative').
+   */
+  numbers(name: string, raw: string, items: readonly string[]): number[] | undefined {
+    const out: number[] = [];
+    let negative = false;
+    for (const item of items) {
+      const n = parseNumber(item);
+      if (n === undefined) {
+        this.ignore(name, raw, 'unparseable');
+        return undefined;
+      }
+      if (n < 0) negative = true;
+      out.push(n);
+    }
+    if (negative) {
+      this.ignore(name, raw, 'negative');
+      return undefined;
+    }
+    return out;
+  }
+
+  /**
+   * Parses a remaining count. Returns true when it is 0 (the budget is spent), false when
+   * budget is left, undefined when the header is absent or unusable (negative or
+   * unparseable counts are reported and ignored). Repeated counts: the smallest wins.
+   */
+  exhausted(name: string): boolean | undefined {
+    const raw = this.get(name);
+    if (raw === undefined) return undefined;
+    const nums = this.numbers(name, raw, this.values(name));
+    if (nums === undefined) return undefined;
+    let min = Number.POSITIVE_INFINITY;
+    for (const n of nums) if (n < min) min = n;
+    return min === 0;
+  }
+
+  /**
+   * A reset value of any supported form: a Go duration (`6m0s`), a number (by magnitude,
+   * see interpretReset), an RFC 3339 timestamp or an HTTP date, with its precision.
+   * Repeated values: the longest wait wins. Returns undefined when the header is absent,
+   * null when it gives no wait (nonsense and past times are reported; a zero is not).
+   */
+  readReset(name: string): ResetRead | null | undefined {
+    const raw = this.get(name);
+    if (raw === undefined) return undefined;
+    let best: ResetRead | undefined;
+    for (const v of this.values(name)) {
+      let read: ResetRead | undefined;
+      const n = parseNumber(v);
+      if (n !== undefined) {
+        if (n < 0) {
+          this.ignore(name, raw, 'negative');
+          return null;
+        }
+        const r = interpretReset(n, this.now);
+        const unit = r.form === 'epoch-ms' ? 1 : 1000;
+        read = {
+          raw,
+          waitMs: r.waitMs,
+          precisionMs: unit / 10 ** decimals(v),
+          relative: r.form === 'delta-s',
+        };
+      } else {
+        const d = readGoDuration(v);
+        if (d !== undefined) {
+          if (d.ms < 0) {
+            this.ignore(name, raw, 'negative');
+            return null;
+          }
+          read = { raw, waitMs: d.ms, precisionMs: d.precisionMs, relative: true };
+        } else {
+          const t = readRfc3339(v);
+          const date = t === undefined ? parseHttpDate(v) : undefined;
+          if (t !== undefined)
+            read = { raw, waitMs: t.ms - this.now, precisionMs: t.precisionMs, relative: false };
+          else if (date !== undefined)
+            read = { raw, waitMs: date - this.now, precisionMs: 1000, relative: false };
+        }
+      }
+      if (read === undefined) {
+        this.ignore(name, raw, 'unparseable');
+        return null;
+      }
+      if (best === undefined || read.waitMs > best.waitMs) best = read;
+    }
+    if (best === undefined) return undefined;
+    if (best.waitMs <= 0) {
+      if (!best.relative) this.ignore(name, raw, 'in-the-past');
+      return null;
+    }
+    return best;
+  }
+
+  /**
+   * A remaining/reset pair of a window (the count comes back whole at the reset): when
+   * the remaining count is 0, offers the wait until the reset as a wait for `limit`.
+   */
+  pair(remaining: string, reset: string, limit: string): void {
+    if (this.exhausted(remaining) !== true) return;
+    const r = this.readReset(reset);
+    if (r === undefined) this.ignore(remaining, this.get(remaining) ?? '', 'no-reset');
+    else if (r !== null) this.offerReset(reset, r, limit, 'window');
+  }
+
+  /**
+   * A remaining/reset pair of a token bucket, whose reset is when the bucket is full
+   * again: when the remaining count is 0, offers the wait for the next unit,
+   * `reset / limit`, with `limit` read from `limitHeader`. Without a usable limit, the
+   * whole reset (an upper bound, with no lower bound).
+   */
+  bucket(remaining: string, reset: string, limitHeader: string, limit: string): void {
+    if (this.exhausted(remaining) !== true) return;
+    const r = this.readReset(reset);
+    if (r === undefined) this.ignore(remaining, this.get(remaining) ?? '', 'no-reset');
+    if (r === undefined || r === null) return;
+    const rawLimit = this.get(limitHeader);
+    const sizes =
+      rawLimit === undefined ? undefined : this.numbers(limitHeader, rawLimit, this.values(limitHeader));
+    let size = Number.POSITIVE_INFINITY;
+    for (const n of sizes ?? []) size = Math.min(size, n);
+    if (!(size >= 1 && size < Number.POSITIVE_INFINITY)) {
+      // The next unit may come at any time before the bucket is full again.
+      this.offerReset(reset, { ...r, precisionMs: Math.max(r.precisionMs, r.waitMs) }, limit, 'token-bucket');
+      return;
+    }
+    this.offerReset(
+      reset,
+      { ...r, waitMs: r.waitMs / size, precisionMs: r.precisionMs / size, relative: r.relative },
+      limit,
+      'token-bucket',
+    );
+  }
+
+  /** Offers a reset read by readReset(). */
+  offerReset(header: string, r: ResetRead, limit: string, model: Candidate['model']): void {
+    this.offer({
+      waitMs: r.waitMs,
+      precisionMs: r.precisionMs,
+      relative: r.relative,
+      limit,
+      model,
+      source: 'ratelimit-header',
+      header,
+      raw: r.raw,
+    });
+  }
+
+  /** The response's own Date header (to measure an HTTP-date Retry-After against the server's clock). */
+  serverDate(): number | undefined {
+    const raw = this.list('date');
+    if (raw?.length !== 1) return undefined;
+    return parseHttpDate(raw[0]!);
+  }
+}
