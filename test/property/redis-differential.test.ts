@@ -26,6 +26,11 @@ const ruleArb: fc.Arbitrary<Rule> = fc.oneof(
     interval: fc.constantFrom(1, 7, 10, 100, 250, 333, 1000, 1500.5, 60_000),
     algorithm: fc.constant('fixed-window' as const),
   }),
+  fc.record({
+    limit: fc.integer({ min: 1, max: 20 }),
+    interval: fc.constantFrom(1, 7, 10, 100, 250, 333, 1000, 1500.5, 60_000),
+    algorithm: fc.constant('sliding-window' as const),
+  }),
 );
 
 type Command =
