@@ -48,25 +48,20 @@ export function slidingExpire(s: SlidingState, nowUs: number, intervalUs: number
 }
 
 /**
- * How long (µs) a job must wait until `need` units of the oldest entries have left, given
- * `pending` units granted at `nowUs` in this call and not yet in the log. `need` > 0 and at most
- * the live sum plus `pending` (a job never costs more than the limit).
+ * How long (µs) a job must wait until `need` units of the oldest entries have left. `need` > 0
+ * is at most the live sum plus the units granted at `nowUs` in this call and not yet in the log
+ * (a job never costs more than the limit); those leave one interval from now.
  */
-export function slidingWait(
-  s: SlidingState,
-  need: number,
-  pending: number,
-  nowUs: number,
-  intervalUs: number,
-): number {
+export function slidingWait(s: SlidingState, need: number, nowUs: number, intervalUs: number): number {
   const log = s.log;
   let acc = 0;
   for (let i = s.head; i < log.length; i += 2) {
     acc += log[i + 1]!;
     if (acc >= need) return log[i]! + intervalUs - nowUs;
   }
-  // Only the grants of this very call can make room: they leave one interval from now.
-  return pending > 0 ? intervalUs : 0;
+  // Only the grants of this very call (`pending`) can make room: they leave one interval from
+  // now. (Also the safe answer should float sums of fractional costs ever fall short of `need`.)
+  return intervalUs;
 }
 
 /** Records `amount` units granted at `nowUs` (merged into the newest entry when it has that time). */

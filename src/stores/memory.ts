@@ -249,12 +249,9 @@ class MemoryStore implements Store {
           cand[i] = a[i]! + c;
           w = 0;
           if (cand[i]! > rule.limit) {
-            const pending = a[i]! - this.pre[i]!;
             const s = st[i];
             w =
-              s === undefined
-                ? rule.intervalUs
-                : slidingWait(s, cand[i]! - rule.limit, pending, now, rule.intervalUs);
+              s === undefined ? rule.intervalUs : slidingWait(s, cand[i]! - rule.limit, now, rule.intervalUs);
           }
         } else {
           cand[i] = a[i]! + c;

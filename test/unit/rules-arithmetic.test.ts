@@ -128,10 +128,10 @@ describe('sliding-window arithmetic', () => {
     slidingAppend(s, 300, 2);
     slidingAppend(s, 600, 1);
     // limit 4, live 4: a job of cost 2 needs 2 units to leave: entries at 100 and 300.
-    expect(slidingWait(s, 2, 0, 800, 1000)).toBe(300 + 1000 - 800);
-    expect(slidingWait(s, 1, 0, 800, 1000)).toBe(100 + 1000 - 800);
-    // Only this call's own grants (pending) can make room: one interval.
-    expect(slidingWait(s, 5, 1, 800, 1000)).toBe(1000);
+    expect(slidingWait(s, 2, 800, 1000)).toBe(300 + 1000 - 800);
+    expect(slidingWait(s, 1, 800, 1000)).toBe(100 + 1000 - 800);
+    // Only this call's own grants (not in the log yet) can make room: one interval.
+    expect(slidingWait(s, 5, 800, 1000)).toBe(1000);
   });
 
   it('compacts the log as entries leave (memory bounded by the live entries)', () => {
