@@ -166,6 +166,28 @@ describe('key layout and TTLs', () => {
     await waitFor(async () => (await redis().exists(key)) === 0, 3000);
   });
 
+  it('a sliding window refuses a log it did not write, naming the key', async () => {
+    const prefix = uniquePrefix('sliding-corrupt');
+    const store = redisStore({ client: c.client, prefix });
+    const rule = normalizeRule({ limit: 5, interval: '1h', algorithm: 'sliding-window' }, 'r');
+    const key = `${prefix}:{s}:r:${rule.digest}`;
+    for (const list of [
+      ['-10', String(Date.now() * 1000), '1'],
+      ['inf', String(Date.now() * 1000), '1'],
+      ['1', 'x', '1'],
+      ['1', String(Date.now() * 1000), '-1'],
+      ['nan', String(Date.now() * 1000), '1'],
+    ]) {
+      await redis().del(key);
+      await redis().rpush(key, ...list);
+      await redis().pexpire(key, 60_000);
+      await expect(store.acquire({ id: 's', rules: [rule], costs: [1], count: 1 })).rejects.toThrow(
+        new RegExp(`${key.replace(/[{}]/g, '\\$&')} does not hold a sliding-window log`),
+      );
+    }
+    await redis().del(key);
+  });
+
   it('keys never grow with jobs: one key per rule whatever the number of grants', async () => {
     const prefix = uniquePrefix('grow');
     const store = redisStore({ client: c.client, prefix });
