@@ -97,7 +97,8 @@ for r = 1, m do
         else
           local tn, cn = tonumber(t), tonumber(part[i + 1])
           -- State this script did not write (NaN fails every comparison) is refused, naming the key.
-          if not (sum and sum >= 0 and sum < math.huge and tn and tn >= 0 and tn < math.huge and cn and cn > 0 and cn < math.huge) then
+          if not (sum and sum >= 0 and sum < math.huge and tn and tn >= 0 and tn < math.huge
+              and cn and cn > 0 and cn < math.huge) then
             return redis.error_reply('valve: ' .. key .. ' does not hold a sliding-window log')
           end
           if tn > cut then
