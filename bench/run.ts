@@ -43,6 +43,7 @@ const scenarios: Record<string, ScenarioSpec> = {
     peers: (c) => [
       'valve',
       'valve-plain-timers',
+      ...(c === '200/s b1' ? ['valve-sliding'] : []),
       'p-queue',
       'p-queue-strict',
       'bottleneck',
@@ -61,6 +62,7 @@ const scenarios: Record<string, ScenarioSpec> = {
     peers: (c) => [
       'valve-redis',
       ...(c === '1 process' ? ['valve-redis-batch128'] : []),
+      'valve-redis-sliding',
       'bottleneck-redis',
       'rlf-redis',
       ...(c === '1 process' ? ['ref-roundtrip'] : []),

@@ -95,9 +95,18 @@ const timerClock = {
 /**
  * valve over its memory store, or (with `redis`) over redisStore through ioredis. With
  * `plainTimers`, valve (and its memory store) run on `timerClock` instead of the default clock;
- * `batch` overrides valve's default of 32 jobs per store call.
+ * `batch` overrides valve's default of 32 jobs per store call. With `sliding`, the rule is a
+ * sliding window of `limit` per `intervalMs` (burst ignored: the whole limit may start at once);
+ * a limit above the sliding window's cap (10,000, e.g. NEVER_BINDS) becomes 10,000 per 1 ms,
+ * which never binds either.
  */
-function valveAdapter(name: string, useRedis: boolean, plainTimers = false, batch?: number): Adapter {
+function valveAdapter(
+  name: string,
+  useRedis: boolean,
+  plainTimers = false,
+  batch?: number,
+  sliding = false,
+): Adapter {
   let valve: ValveLike | undefined;
   let port: number | undefined;
   return {
@@ -116,7 +125,13 @@ function valveAdapter(name: string, useRedis: boolean, plainTimers = false, batc
       if (o.grantLog) store = logGrants(store as GrantSource, o.grantLog);
       valve = mod.createValve({
         id: o.redis?.id ?? 'bench',
-        rules: [{ limit: o.limit, interval: o.intervalMs, burst: o.burst }],
+        rules: [
+          !sliding
+            ? { limit: o.limit, interval: o.intervalMs, burst: o.burst }
+            : o.limit > 10_000
+              ? { limit: 10_000, interval: 1, algorithm: 'sliding-window' as const }
+              : { limit: o.limit, interval: o.intervalMs, algorithm: 'sliding-window' as const },
+        ],
         store,
         ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}),
         ...((o.batch ?? batch) !== undefined ? { batch: o.batch ?? batch } : {}),
@@ -322,6 +337,8 @@ const factories: Record<string, () => Adapter> = {
   'valve-plain-timers': () => valveAdapter('valve-plain-timers', false, true),
   'valve-redis-plain-timers': () => valveAdapter('valve-redis-plain-timers', true, true),
   'valve-redis-batch128': () => valveAdapter('valve-redis-batch128', true, false, 128),
+  'valve-sliding': () => valveAdapter('valve-sliding', false, false, undefined, true),
+  'valve-redis-sliding': () => valveAdapter('valve-redis-sliding', true, false, undefined, true),
   'p-limit': pLimitAdapter,
   'p-queue': pQueueAdapter,
   'p-queue-strict': pQueueStrictAdapter,

@@ -14,7 +14,12 @@ export interface ValveLike {
 export interface ValveModule {
   createValve(options: {
     id: string;
-    rules: { limit: number; interval: number; burst?: number }[];
+    rules: {
+      limit: number;
+      interval: number;
+      burst?: number;
+      algorithm?: 'gcra' | 'fixed-window' | 'sliding-window';
+    }[];
     store?: unknown;
     concurrency?: number;
     batch?: number;

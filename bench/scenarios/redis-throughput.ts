@@ -4,6 +4,8 @@
  * commands per job and script calls per job (INFO commandstats deltas, INFO itself excluded), and
  * Redis server CPU per job (used_cpu_user + used_cpu_sys delta: command execution plus network
  * I/O and event-loop turns) and command execution time per job (commandstats usec of the scripts).
+ * `valve-redis-sliding`: the same with a sliding-window rule that never binds (10,000 per 1 ms),
+ * the cost of keeping its log.
  */
 import { NEVER_BINDS } from '../lib/adapters.js';
 import { emit, parseScenarioArgs, round } from '../lib/common.js';
@@ -13,6 +15,7 @@ import { startRedis } from '../lib/redis-server.js';
 export const peers = [
   'valve-redis',
   'valve-redis-batch128',
+  'valve-redis-sliding',
   'bottleneck-redis',
   'rlf-redis',
   'ref-roundtrip',

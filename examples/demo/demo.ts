@@ -18,19 +18,22 @@ import { createLiveView, type Snapshot } from './view.js';
 const WINDOW_MS = 10_000;
 
 /**
- * Valve rules that keep starts inside the provider's quota of `rate` in any 1 s and
- * `windowLimit` in any 10 s. GCRA with burst b admits at most limit + b − 1 units in any
- * window of one interval, so the 10 s rule takes limit = windowLimit − b + 1.
+ * Valve rules for the provider's quota of `rate` in any 1 s and `windowLimit` in any 10 s.
+ * The 10 s quota is written exactly as the provider states it, as a sliding window: its whole
+ * limit is usable and its full rate sustained. The per-second quota is spread evenly (GCRA,
+ * one start every 1/rate s), so that requests do not reach the provider in bursts whose
+ * arrival jitter could cross its window's edge.
  */
-function rulesFor(rate: number, windowLimit: number): { rules: Rule[]; burst: number } {
-  const burst = Math.max(1, Math.min(2 * rate, Math.floor(windowLimit / 4)));
-  return {
-    burst,
-    rules: [
-      { limit: rate, interval: '1s' },
-      { limit: windowLimit - burst + 1, interval: '10s', burst },
-    ],
-  };
+function rulesFor(rate: number, windowLimit: number): Rule[] {
+  return [
+    { limit: rate, interval: 1000 },
+    { limit: windowLimit, interval: WINDOW_MS, algorithm: 'sliding-window' },
+  ];
+}
+
+/** The rate (per s) the rules sustain in the long run: the tightest limit / interval. */
+function sustainedRate(rules: readonly Rule[]): number {
+  return Math.min(...rules.map((r) => (r.limit * 1000) / Number(r.interval)));
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -46,8 +49,8 @@ async function main(options: DemoOptions): Promise<number> {
     graceMs: options.grace,
     induce: options.induce ? { afterAccepted: induceAt, retryAfterSeconds: options.retryAfter } : undefined,
   });
-  const { rules, burst } = rulesFor(options.rate, options.windowLimit);
-  const longRule = rules[1]!;
+  const rules = rulesFor(options.rate, options.windowLimit);
+  const quotaRate = Math.min(options.rate, options.windowLimit / (WINDOW_MS / 1000));
 
   out.write(
     [
@@ -59,7 +62,7 @@ async function main(options: DemoOptions): Promise<number> {
         : '            no induced 429 (--no-induced-429)',
       `  valve     one valve, memory store, rules:`,
       `              { limit: ${options.rate}, interval: '1s' }  at most ${options.rate} in any 1 s, ${Math.ceil(1000 / options.rate)} ms apart`,
-      `              { limit: ${longRule.limit}, interval: '10s', burst: ${burst} }  at most ${longRule.limit} + ${burst} - 1 = ${options.windowLimit} in any 10 s`,
+      `              { limit: ${options.windowLimit}, interval: '10s', algorithm: 'sliding-window' }  at most ${options.windowLimit} in any 10 s`,
       `  traffic   ${options.requests} requests from ${options.callers} concurrent callers through valve.wrapFetch(fetch)`,
       '',
       '',
@@ -159,6 +162,16 @@ async function main(options: DemoOptions): Promise<number> {
   const peak1 = busiest(rec.starts, 1000);
   const peak10 = busiest(rec.starts, WINDOW_MS);
   const pausedMs = rec.pauses.reduce((sum, p) => sum + Math.max(0, p.to - p.from), 0);
+  // The rate sustained after the last shared pause: starts in the 10 s after it ended (or until
+  // the last start, when the run ends sooner).
+  const resumedAt = rec.pauses.at(-1)?.to;
+  const lastStart = rec.starts.at(-1) ?? 0;
+  const afterSpan = resumedAt === undefined ? 0 : Math.min(WINDOW_MS, lastStart - resumedAt);
+  const afterPause =
+    resumedAt !== undefined && afterSpan > 0
+      ? (rec.starts.filter((t) => t >= resumedAt && t < resumedAt + WINDOW_MS).length * 1000) /
+        (afterSpan === WINDOW_MS ? WINDOW_MS : afterSpan)
+      : undefined;
   const arrivalsOf = (outcome: 'quota' | 'secondary') =>
     provider.arrivals.filter((a) => a.outcome === outcome).map((a) => rec.fromClock(a.at));
 
@@ -184,7 +197,7 @@ async function main(options: DemoOptions): Promise<number> {
       'Summary',
       `  requests   ${rec.succeeded} succeeded, ${rec.failed} failed, in ${(duration / 1000).toFixed(1)} s (${rec.starts.length} attempts)`,
       `  429s       ${counts.quota429} from the quota; ${counts.secondary429} from the induced secondary limit, ${retries} retried by wrapFetch`,
-      `  rate       achieved ${achieved.toFixed(1)} requests/s; limit ${options.rate}/s and ${options.windowLimit} per 10 s (${(options.windowLimit / 10).toFixed(1)}/s sustained)`,
+      `  rate       achieved ${achieved.toFixed(1)} requests/s${afterPause === undefined ? '' : ` (${afterPause.toFixed(1)}/s in the ${(afterSpan / 1000).toFixed(1)} s after the pause)`}; quota ${options.rate}/s and ${options.windowLimit} per 10 s: ${quotaRate.toFixed(1)}/s sustained; valve's rules sustain ${sustainedRate(rules).toFixed(1)}/s`,
       `  busiest    ${peak1} starts in any 1 s (limit ${options.rate}); ${peak10} starts in any 10 s (limit ${options.windowLimit})`,
       `  pauses     ${rec.pauses.length} shared pause${rec.pauses.length === 1 ? '' : 's'}, ${(pausedMs / 1000).toFixed(1)} s in all${rec.pauses.length ? ` (${[...new Set(rec.pauses.map((p) => p.source))].join(', ')})` : ''}`,
       `  timeline   ${svgPath}`,

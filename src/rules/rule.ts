@@ -3,14 +3,27 @@ import { checkKnownKeys } from '../stores/checks.js';
 
 const RULE_KEYS = ['limit', 'interval', 'algorithm', 'burst'];
 
+/** The rate algorithms a rule can use. */
+export type Algorithm = 'gcra' | 'fixed-window' | 'sliding-window';
+
+/**
+ * The largest `limit` a sliding-window rule accepts. Its state is a log of grants (one entry
+ * per store call that granted, each of at least one unit), so it holds up to `limit` entries per
+ * id: the cap bounds that memory (about 12 bytes an entry on Redis, 16 in the memory store).
+ */
+export const MAX_SLIDING_LIMIT = 10_000;
+
 /** One provider quota as the user writes it: `limit` cost units per `interval`. */
 export interface Rule {
   /** Cost units allowed per interval. Positive integer. */
   limit: number;
   /** Milliseconds (positive finite number) or a duration string: '250ms', '1s', '1.5s', '5m', '1h', '1d'. */
   interval: number | string;
-  /** 'gcra' (default) spreads starts evenly; 'fixed-window' allows `limit` units in each aligned window. */
-  algorithm?: 'gcra' | 'fixed-window';
+  /**
+   * 'gcra' (default) spreads starts evenly; 'fixed-window' allows `limit` units in each aligned
+   * window; 'sliding-window' allows `limit` units in any window of length `interval`.
+   */
+  algorithm?: Algorithm;
   /** GCRA only: how many units may start back to back. Positive integer, default 1. */
   burst?: number;
 }
@@ -26,19 +39,22 @@ export interface Rule {
  *   new − now − capacity.
  * Fixed window: window k = floor(now / intervalUs); state: (k, count).
  *   A job fits when count + c ≤ limit; otherwise the wait is (k + 1) × intervalUs − now.
+ * Sliding window: state: a log of grants (t, c), oldest first; an entry counts while
+ *   t > now − intervalUs. A job fits when the live sum + c ≤ limit; otherwise it waits until
+ *   enough of the oldest entries have left (see sliding-window.ts).
  */
 export interface StoreRule {
   /** Canonical digest of the configuration; part of the state key. Only identical rules share state. */
   readonly digest: string;
-  readonly algorithm: 'gcra' | 'fixed-window';
+  readonly algorithm: Algorithm;
   readonly limit: number;
   /** Interval in integer microseconds (≥ 1). */
   readonly intervalUs: number;
-  /** GCRA burst (≥ 1); 1 for fixed windows. */
+  /** GCRA burst (≥ 1); 1 for the window algorithms. */
   readonly burst: number;
   /** GCRA: emission interval in integer µs, ceil(intervalUs / limit), rounded up so the bound always holds. */
   readonly emissionUs: number;
-  /** The largest cost one job may have under this rule (burst for GCRA, limit for fixed windows). */
+  /** The largest cost one job may have under this rule (burst for GCRA, limit for the windows). */
   readonly maxCost: number;
   /** Human-readable form for messages, e.g. "10 per 1000ms (gcra, burst 1)". */
   readonly label: string;
@@ -80,9 +96,14 @@ export function normalizeRule(rule: unknown, path: string): StoreRule {
   }
   const intervalMs = parseDuration(r.interval, `${path}.interval`);
   const algorithm = r.algorithm ?? 'gcra';
-  if (algorithm !== 'gcra' && algorithm !== 'fixed-window') {
+  if (algorithm !== 'gcra' && algorithm !== 'fixed-window' && algorithm !== 'sliding-window') {
     throw new TypeError(
-      `Expected \`${path}.algorithm\` to be 'gcra' or 'fixed-window', got ${describe(algorithm)}`,
+      `Expected \`${path}.algorithm\` to be 'gcra', 'fixed-window' or 'sliding-window', got ${describe(algorithm)}`,
+    );
+  }
+  if (algorithm === 'sliding-window' && limit > MAX_SLIDING_LIMIT) {
+    throw new RangeError(
+      `Expected \`${path}.limit\` to be at most ${MAX_SLIDING_LIMIT} with algorithm 'sliding-window' (its state is a log of up to \`limit\` grants), got ${limit}`,
     );
   }
   let burst = 1;
@@ -103,11 +124,16 @@ export function normalizeRule(rule: unknown, path: string): StoreRule {
       `Expected \`${path}.burst\` × interval / limit (the burst tolerance) to be at most 365 days, got burst ${burst} × ${emissionUs} µs = ${((burst * emissionUs) / 86_400_000_000).toPrecision(4)} days`,
     );
   }
-  const digest = algorithm === 'gcra' ? `g${limit}.${intervalUs}.${burst}` : `w${limit}.${intervalUs}`;
+  const digest =
+    algorithm === 'gcra'
+      ? `g${limit}.${intervalUs}.${burst}`
+      : algorithm === 'fixed-window'
+        ? `w${limit}.${intervalUs}`
+        : `s${limit}.${intervalUs}`;
   const label =
     algorithm === 'gcra'
       ? `${limit} per ${intervalMs}ms (gcra, burst ${burst})`
-      : `${limit} per ${intervalMs}ms (fixed-window)`;
+      : `${limit} per ${intervalMs}ms (${algorithm})`;
   return {
     digest,
     algorithm,

@@ -3,6 +3,13 @@ import { describe } from '../duration.js';
 import { windowCount, windowEnd, windowIndex, windowWait } from '../rules/fixed-window.js';
 import { gcraIncrement, gcraNext, gcraWait } from '../rules/gcra.js';
 import type { StoreRule } from '../rules/rule.js';
+import {
+  type SlidingState,
+  slidingAppend,
+  slidingEnd,
+  slidingExpire,
+  slidingWait,
+} from '../rules/sliding-window.js';
 import { checkId, checkKnownKeys, checkLease, checkMs, checkRequest, checkTokens } from './checks.js';
 import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from './store.js';
 
@@ -12,13 +19,26 @@ export interface MemoryStoreOptions {
   clock?: Clock;
 }
 
-/** State of one rule for one id. GCRA uses `tat`; a fixed window uses `window` and `count`. */
-class RuleState {
+/** The log of every non-sliding rule state: never written. */
+const NO_LOG: number[] = Object.freeze([]) as unknown as number[];
+
+/**
+ * State of one rule for one id. GCRA uses `tat`; a fixed window uses `window` and `count`; a
+ * sliding window uses `log`, `head` and `sum` (see rules/sliding-window.ts).
+ */
+class RuleState implements SlidingState {
   tat = 0;
   window = 0;
   count = 0;
+  /** Sliding window: [t, c, ...] grants from `head` on, oldest first; NO_LOG for other algorithms. */
+  log: number[];
+  head = 0;
+  sum = 0;
   /** µs from which this state equals a fresh one and may be dropped. */
   expiresUs = 0;
+  constructor(sliding: boolean) {
+    this.log = sliding ? [] : NO_LOG;
+  }
 }
 
 /** Everything the store holds for one id. Dropped once it is all idle. */
@@ -66,6 +86,7 @@ class MemoryStore implements Store {
   private readonly a: number[] = []; // GCRA tat / fixed-window count, as updated by this batch
   private readonly k: number[] = []; // fixed-window index at `now`
   private readonly cand: number[] = []; // the value `a` takes if the current job is granted
+  private readonly pre: number[] = []; // sliding window: the live sum before this batch
 
   constructor(clock: Clock) {
     this.clock = clock;
@@ -136,6 +157,10 @@ class MemoryStore implements Store {
       st[i] = s;
       if (rule.algorithm === 'gcra') {
         a[i] = s === undefined ? now : s.tat;
+      } else if (rule.algorithm === 'sliding-window') {
+        if (s !== undefined) slidingExpire(s, now, rule.intervalUs);
+        a[i] = s === undefined ? 0 : s.sum;
+        this.pre[i] = a[i]!;
       } else {
         const w = windowIndex(now, rule.intervalUs);
         k[i] = w;
@@ -161,6 +186,14 @@ class MemoryStore implements Store {
           const next = gcraNext(a[i]!, now, gcraIncrement(c, rule.emissionUs));
           cand[i] = next;
           w = gcraWait(next, now, rule.burst, rule.emissionUs);
+        } else if (rule.algorithm === 'sliding-window') {
+          cand[i] = a[i]! + c;
+          w = 0;
+          if (cand[i]! > rule.limit) {
+            const s = st[i];
+            w =
+              s === undefined ? rule.intervalUs : slidingWait(s, cand[i]! - rule.limit, now, rule.intervalUs);
+          }
         } else {
           cand[i] = a[i]! + c;
           w = windowWait(a[i]!, c, rule.limit, k[i]!, rule.intervalUs, now);
@@ -187,12 +220,15 @@ class MemoryStore implements Store {
         const rule = rs[i]!;
         let s = st[i];
         if (s === undefined) {
-          s = new RuleState();
+          s = new RuleState(rule.algorithm === 'sliding-window');
           state.rules.set(rule.digest, s);
         }
         if (rule.algorithm === 'gcra') {
           s.tat = a[i]!;
           s.expiresUs = a[i]!;
+        } else if (rule.algorithm === 'sliding-window') {
+          slidingAppend(s, now, a[i]! - this.pre[i]!);
+          s.expiresUs = slidingEnd(s, rule.intervalUs);
         } else {
           s.window = k[i]!;
           s.count = a[i]!;

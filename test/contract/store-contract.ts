@@ -182,6 +182,32 @@ export function storeContract(
         expect(r.retryAfter).toBeLessThanOrEqual(3_600_000);
       });
 
+      it('sliding window: the whole limit at once, then nothing until units leave the window', async () => {
+        const s = await setup();
+        const id = newId();
+        const sliding = rule({ limit: 3, interval: '1h', algorithm: 'sliding-window' });
+        const r = await s.acquire({ id, rules: [sliding], costs: [1, 1, 2, 1] });
+        expect(r.granted).toBe(2);
+        expect(r.blocked).toBe('rate');
+        // The first grants leave one interval after they were made.
+        expect(r.retryAfter).toBeGreaterThan(3_590_000);
+        expect(r.retryAfter).toBeLessThanOrEqual(3_600_000);
+        // A refused job spends nothing: one unit is left.
+        expect((await s.acquire({ id, rules: [sliding], costs: [2] })).granted).toBe(0);
+        expect((await s.acquire({ id, rules: [sliding], costs: [1, 1] })).granted).toBe(1);
+        expect((await s.acquire({ id, rules: [sliding], costs: [1] })).granted).toBe(0);
+        // The same rule as GCRA or a fixed window is another budget (another digest).
+        expect(
+          (
+            await s.acquire({
+              id,
+              rules: [rule({ limit: 3, interval: '1h', algorithm: 'fixed-window' })],
+              costs: [3],
+            })
+          ).granted,
+        ).toBe(1);
+      });
+
       it('several rules: each one binds', async () => {
         const s = await setup();
         const id = newId();
@@ -306,6 +332,58 @@ export function storeContract(
         const next = await s.acquire({ id, rules: [w], costs: ones(3) });
         expect(next.granted).toBe(2);
         expectMs(next.retryAfter, 1000);
+      });
+
+      itClock('sliding window: the window follows the grants (not aligned); hints are exact', async () => {
+        const s = await setup();
+        if (!s.advance) return missing('a controlled clock');
+        const id = newId();
+        const w = rule({ limit: 3, interval: '1s', algorithm: 'sliding-window' });
+        expect((await s.acquire({ id, rules: [w], costs: [1] })).granted).toBe(1); // t0
+        await s.advance(300);
+        expect((await s.acquire({ id, rules: [w], costs: [2] })).granted).toBe(1); // t0 + 300
+        await s.advance(100);
+        const r = await s.acquire({ id, rules: [w], costs: [1] });
+        expect(r).toMatchObject({ granted: 0, blocked: 'rate' });
+        expectMs(r.retryAfter, 600); // the unit of t0 leaves at t0 + 1000
+        await s.advance(599.999);
+        const early = await s.acquire({ id, rules: [w], costs: [1] });
+        expect(early.granted).toBe(0);
+        expectMs(early.retryAfter, 0.001);
+        await s.advance(0.001);
+        const onTime = await s.acquire({ id, rules: [w], costs: [1, 1] }); // t0 + 1000
+        expect(onTime.granted).toBe(1);
+        expectMs(onTime.retryAfter, 300); // the 2 units of t0 + 300 leave at t0 + 1300
+        // A job of cost 3 needs every unit to leave: the newest leaves at t0 + 2000.
+        const whole = await s.acquire({ id, rules: [w], costs: [3] });
+        expect(whole.granted).toBe(0);
+        expectMs(whole.retryAfter, 1000);
+        await s.advance(999.999);
+        expect((await s.acquire({ id, rules: [w], costs: [3] })).granted).toBe(0);
+        await s.advance(0.001);
+        const all = await s.acquire({ id, rules: [w], costs: [3, 1] });
+        expect(all.granted).toBe(1);
+        expectMs(all.retryAfter, 1000);
+      });
+
+      itClock('sliding window: sustains exactly limit per interval at the hints', async () => {
+        const s = await setup();
+        if (!s.advance) return missing('a controlled clock');
+        const id = newId();
+        const w = rule({ limit: 4, interval: '1s', algorithm: 'sliding-window' });
+        let granted = 0;
+        let asked = 0;
+        // 3 s of saturated traffic, asking again at each hint: 4 + 4 + 4 starts, the first 4 at once.
+        for (let elapsed = 0; elapsed < 3000; ) {
+          const r = await s.acquire({ id, rules: [w], costs: ones(3) });
+          granted += r.granted;
+          asked++;
+          if (r.granted === 3) continue;
+          await s.advance(r.retryAfter);
+          elapsed += r.retryAfter;
+        }
+        expect(granted).toBe(12);
+        expect(asked).toBeLessThan(20);
       });
 
       itClock('several rules: after the largest wait every rule fits', async () => {

@@ -123,6 +123,28 @@ describe('npm run demo', () => {
     expect(svg).toContain('shared pause');
   }, 60_000);
 
+  it("its rules sustain the provider's rate: >= 95% of 20/s after the induced pause, no 429 from the quota", async () => {
+    // The default quota (25 in any 1 s, 200 in any 10 s: 20/s sustained), with enough requests
+    // to keep the valve busy for the 10 s after the pause, where the 10 s window binds.
+    const out = join(dir, 'sustained.svg');
+    const run = await runDemo(['--plain', '--requests', '400', '--grace', '150', '--out', out]);
+    expect(run.stderr).toBe('');
+    expect(run.code, run.stdout).toBe(0);
+    expect(figure(run.stdout, /requests\s+(\d+) succeeded/)).toBe(400);
+    expect(figure(run.stdout, /429s\s+(\d+) from the quota/)).toBe(0);
+    expect(figure(run.stdout, /pauses\s+(\d+) shared pause/)).toBeGreaterThanOrEqual(1);
+    // The summary tells the truth: the quota and valve's rules sustain the same rate.
+    expect(figure(run.stdout, /([\d.]+)\/s sustained/)).toBe(20);
+    expect(figure(run.stdout, /valve's rules sustain ([\d.]+)\/s/)).toBe(20);
+    expect(figure(run.stdout, /busiest\s+\d+ starts in any 1 s \(limit 25\); (\d+) starts in any 10 s/)).toBe(
+      200,
+    );
+    expect(figure(run.stdout, /\(([\d.]+)\/s in the 10\.0 s after the pause\)/)).toBeGreaterThanOrEqual(
+      0.95 * 20,
+    );
+    expect(figure(run.stdout, /busiest\s+(\d+) starts in any 1 s/)).toBeLessThanOrEqual(25);
+  }, 90_000);
+
   it('--no-induced-429: no pause and no 429 at all', async () => {
     const out = join(dir, 'plain.svg');
     const run = await runDemo([

@@ -28,6 +28,7 @@ import { normalizeRule } from '../../src/rules/rule.js';
  *   epoch-µs clock holds at most L units.
  * - Fixed window, "sliding-2x": any half-open window of length I holds at most 2 × L
  *   units (the documented worst case near a window boundary).
+ * - Sliding window, "window": any half-open window [s, s + I) holds at most L units.
  * - Several rules: call {@link checkRules}; each rule is checked on its own.
  *
  * Sums of fractional costs are compared with a tolerance of 1e-9 relative.
@@ -143,7 +144,7 @@ export function checkBounds(grants: readonly Grant[], rule: Rule | StoreRule): V
         }
       }
     }
-  } else {
+  } else if (algorithm === 'fixed-window') {
     let i = 0;
     while (i < points.length) {
       const k = Math.floor(points[i]!.us / I);
@@ -155,6 +156,8 @@ export function checkBounds(grants: readonly Grant[], rule: Rule | StoreRule): V
       i = j;
     }
     sliding(2 * L, 2 * L, 'sliding-2x', `more than 2 × limit units in a window of ${I}µs`);
+  } else {
+    sliding(L, L, 'window', `more than limit units in a window of ${I}µs`);
   }
   return out;
 }

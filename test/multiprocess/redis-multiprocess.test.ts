@@ -114,6 +114,30 @@ describe('several processes share one budget through Redis', () => {
     expect(used).toBeGreaterThanOrEqual(0.95);
   }, 30_000);
 
+  for (const cluster of [false, true]) {
+    it(`sliding window${cluster ? ' on a Redis Cluster' : ''}: 4 saturated processes never put more than limit in any window, and use >= 95% of it`, async () => {
+      const rules: Rule[] = [{ limit: 100, interval: '500ms', algorithm: 'sliding-window' }];
+      const [reports] = await run([{ prefix: uniquePrefix('mp-sliding'), rules, workers: 4, cluster }], 3000);
+      const grants = grantsOf(reports!);
+      for (const r of reports!) expect(r.storeErrors).toEqual([]);
+      // Every half-open window of 500 ms, wherever it starts, holds at most 100 starts.
+      expect(checkRules(grants, rules)).toEqual([]);
+      // The whole limit at once, then the full rate: each whole interval from the first start is full.
+      const ts = grants.map((g) => Math.round(g.t * 1000)).sort((x, y) => x - y);
+      const t0 = ts[0]!;
+      const intervals = Math.floor((ts.at(-1)! - t0) / 500_000);
+      const firstMs = ts.filter((t) => t < t0 + 1000).length;
+      const inside = ts.filter((t) => t < t0 + intervals * 500_000).length;
+      const used = inside / (100 * intervals);
+      console.log(
+        `sliding window 100/500ms${cluster ? ' (cluster)' : ''}, 4 processes: ${grants.length} starts, ${firstMs} in the first ms, ${(used * 100).toFixed(2)}% of the limit over ${intervals} intervals`,
+      );
+      expect(intervals).toBeGreaterThanOrEqual(4);
+      expect(used).toBeGreaterThanOrEqual(0.95);
+      expect(used).toBeLessThanOrEqual(1);
+    }, 30_000);
+  }
+
   it('fixed window + GCRA together: both bounds hold, the binding rule is >= 95% used', async () => {
     const rules: Rule[] = [
       { limit: 60, interval: '500ms', algorithm: 'fixed-window' },

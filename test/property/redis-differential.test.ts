@@ -7,7 +7,7 @@
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { normalizeRule, type Rule, type StoreRule } from '../../src/rules/rule.js';
+import { MAX_SLIDING_LIMIT, normalizeRule, type Rule, type StoreRule } from '../../src/rules/rule.js';
 import { memoryStore } from '../../src/stores/memory.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
@@ -25,6 +25,11 @@ const ruleArb: fc.Arbitrary<Rule> = fc.oneof(
     limit: fc.integer({ min: 1, max: 20 }),
     interval: fc.constantFrom(1, 7, 10, 100, 250, 333, 1000, 1500.5, 60_000),
     algorithm: fc.constant('fixed-window' as const),
+  }),
+  fc.record({
+    limit: fc.integer({ min: 1, max: 20 }),
+    interval: fc.constantFrom(1, 7, 10, 100, 250, 333, 1000, 1500.5, 60_000),
+    algorithm: fc.constant('sliding-window' as const),
   }),
 );
 
@@ -281,6 +286,76 @@ for (const target of ['redis standalone', 'redis cluster', 'valkey standalone'] 
           },
         ),
         { numRuns: target === 'redis standalone' ? runs : Math.ceil(runs / 3) },
+      );
+    }, 120_000);
+
+    it('on sliding windows with long logs (chunked reads, far scans) and the largest limit', async () => {
+      const slidingArb = fc.record({
+        limit: fc.oneof(fc.integer({ min: 30, max: 300 }), fc.constant(MAX_SLIDING_LIMIT)),
+        interval: fc.constantFrom(50, 60, 1000, 60_000, 365 * 86_400_000),
+        algorithm: fc.constant('sliding-window' as const),
+      });
+      const longArb = fc.array(
+        fc.oneof(
+          {
+            weight: 8,
+            arbitrary: fc.record({
+              t: fc.constant('acquire' as const),
+              costs: fc.oneof(
+                fc.array(fc.constant(1), { minLength: 1, maxLength: 3 }),
+                fc.array(fc.integer({ min: 1, max: 400 }), { minLength: 1, maxLength: 3 }),
+              ),
+              mask: fc.constant(7),
+              lease: fc.constant(undefined),
+            }),
+          },
+          {
+            weight: 6,
+            arbitrary: fc.record({
+              t: fc.constant('advance' as const),
+              us: fc.integer({ min: 1, max: 3_000 }),
+            }),
+          },
+          {
+            weight: 1,
+            arbitrary: fc.record({
+              t: fc.constant('advance' as const),
+              us: fc.integer({ min: 0, max: 70_000_000 }),
+            }),
+          },
+          {
+            weight: 3,
+            arbitrary: fc.record({ t: fc.constant('wait' as const), delta: fc.constantFrom(-1, 0, 0, 1) }),
+          },
+        ),
+        { minLength: 50, maxLength: 300 },
+      );
+      // A log of n single-unit grants d µs apart, then a step into the window's tail (so that
+      // many, but not all, entries leave at once), then random traffic.
+      const fillArb = fc
+        .record({
+          n: fc.integer({ min: 1, max: 120 }),
+          d: fc.integer({ min: 1, max: 400 }),
+          skip: fc.integer({ min: 0, max: 60_000 }),
+        })
+        .map(({ n, d, skip }) => {
+          const fill: Command[] = [];
+          for (let i = 0; i < n; i++) {
+            fill.push({ t: 'acquire', costs: [1], mask: 7, lease: undefined }, { t: 'advance', us: d });
+          }
+          fill.push({ t: 'advance', us: skip });
+          return fill;
+        });
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(slidingArb, { minLength: 1, maxLength: 2 }),
+          fillArb,
+          longArb,
+          async (rules, fill, commands) => {
+            await compare(make, rules, [...fill, ...commands]);
+          },
+        ),
+        { numRuns: target === 'redis standalone' ? Math.ceil(runs / 4) : Math.ceil(runs / 12) },
       );
     }, 120_000);
   });

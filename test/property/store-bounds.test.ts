@@ -9,7 +9,7 @@ import { FakeClock } from '../helpers/fake-clock.js';
 
 /**
  * Properties of the memory store, driven directly with a FakeClock: random rules (1–3,
- * GCRA with bursts and fixed windows; each acquisition uses all of them or a subset, like
+ * GCRA with bursts, fixed windows and sliding windows; each acquisition uses all of them or a subset, like
  * several valves sharing an id and some rules), random batches of random costs (positive
  * integers: 1, quarters of the largest cost rounded up, and any share of it), random clock steps (µs granularity), random
  * pauses and resumes. Three properties, each on its own (so that a broken arithmetic is
@@ -19,8 +19,9 @@ import { FakeClock } from '../helpers/fake-clock.js';
  *    per the independent checker in test/helpers/bounds.ts.
  * 2. Exact admission: every answer (granted, blocked, retryAfter) equals an oracle
  *    written in a different form from the store: the GCRA envelope over the whole log
- *    (a job fits iff for every earlier grant i, t_i + Σ inc(i..new) − now ≤ burst × T)
- *    and fixed-window sums over the log. So the store never refuses a job that fits
+ *    (a job fits iff for every earlier grant i, t_i + Σ inc(i..new) − now ≤ burst × T),
+ *    fixed-window sums over the log, and for sliding windows the earliest instant at which
+ *    the grants still inside the window ending there leave room (by brute force over the log). So the store never refuses a job that fits
  *    (the prefix is the longest one) and never grants one that does not.
  * 3. Exact hints: a job refused with retryAfter r is refused 1 µs before now + r and
  *    granted at now + r, with the clock moved by the ms value the store returned.
@@ -30,7 +31,7 @@ const ID = 'prop';
 
 const ruleArb: fc.Arbitrary<StoreRule> = fc
   .record({
-    gcra: fc.boolean(),
+    kind: fc.constantFrom('gcra', 'fixed-window', 'sliding-window'),
     limit: fc.integer({ min: 1, max: 20 }),
     intervalUs: fc.oneof(
       fc.integer({ min: 1, max: 1000 }),
@@ -39,11 +40,11 @@ const ruleArb: fc.Arbitrary<StoreRule> = fc
     ),
     burst: fc.integer({ min: 1, max: 5 }),
   })
-  .map(({ gcra, limit, intervalUs, burst }) =>
+  .map(({ kind, limit, intervalUs, burst }) =>
     normalizeRule(
-      gcra
+      kind === 'gcra'
         ? { limit, interval: intervalUs / 1000, burst }
-        : { limit, interval: intervalUs / 1000, algorithm: 'fixed-window' },
+        : { limit, interval: intervalUs / 1000, algorithm: kind },
       'rule',
     ),
   );
@@ -117,6 +118,7 @@ const seen = {
   retries: 0,
   multiUnit: 0,
   windowRefusals: 0,
+  slidingRefusals: 0,
   subsets: 0,
 };
 
@@ -138,6 +140,18 @@ function oracleWait(log: readonly LoggedGrant[], rule: StoreRule, nowUs: number,
       worst = Math.max(worst, log[i]!.us + suffix);
     }
     return Math.max(0, worst - nowUs - rule.burst * T);
+  }
+  if (rule.algorithm === 'sliding-window') {
+    // The earliest w ≥ 0 at which the grants inside (now + w − I, now + w] leave room for `cost`:
+    // only 0 and the instants at which a grant leaves (t + I) can be it.
+    const I = rule.intervalUs;
+    const candidates = [0, ...log.map((g) => g.us + I - nowUs).filter((w) => w > 0)].sort((x, y) => x - y);
+    for (const w of candidates) {
+      let inside = 0;
+      for (const g of log) if (g.us > nowUs + w - I) inside += g.cost;
+      if (inside + cost <= rule.limit) return w;
+    }
+    throw new Error('oracle: a valid cost always fits eventually');
   }
   const k = Math.floor(nowUs / rule.intervalUs);
   let sum = 0;
@@ -230,6 +244,9 @@ function acquireChecked(run: Run, allRules: StoreRule[], costs: number[], mode: 
         const byWindow = (rule: StoreRule) =>
           rule.algorithm === 'fixed-window' && oracleWait(logOf(run.log, rule), rule, now, costs[j]!) > 0;
         if (rules.some(byWindow)) seen.windowRefusals++;
+        const bySliding = (rule: StoreRule) =>
+          rule.algorithm === 'sliding-window' && oracleWait(logOf(run.log, rule), rule, now, costs[j]!) > 0;
+        if (rules.some(bySliding)) seen.slidingRefusals++;
         expectedGranted = j;
         expectedWait = wait;
         break;
@@ -322,6 +339,7 @@ describe('memory store properties', () => {
     expect(seen.pause).toBeGreaterThan(1000);
     expect(seen.multiUnit).toBeGreaterThan(1000);
     expect(seen.windowRefusals).toBeGreaterThan(500);
+    expect(seen.slidingRefusals).toBeGreaterThan(500);
     expect(seen.subsets).toBeGreaterThan(2000);
   });
 
@@ -349,6 +367,50 @@ describe('memory store properties', () => {
         // Liveness: something was granted.
         expect(grants.length).toBeGreaterThan(0);
       }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('a saturated sliding window admits the whole limit at once, then exactly limit per interval', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 50 }),
+        fc.integer({ min: 1, max: 5_000_000 }),
+        fc.integer({ min: 0, max: 1_000_000 }),
+        fc.integer({ min: 1, max: 8 }),
+        (limit, intervalUs, startUs, batch) => {
+          const rule = normalizeRule(
+            { limit, interval: intervalUs / 1000, algorithm: 'sliding-window' },
+            'rule',
+          );
+          const clock = new FakeClock(1_700_000_000_000 + startUs / 1000);
+          const store = memoryStore({ clock });
+          const t0 = Math.round(clock.now() * 1000);
+          const times: number[] = [];
+          const costs = Array.from({ length: batch }, () => 1);
+          // Always ask again exactly at the hint, for 5 intervals.
+          while (Math.round(clock.now() * 1000) < t0 + 5 * intervalUs) {
+            const r = store.acquire({ id: ID, rules: [rule], costs, count: batch }) as AcquireResult;
+            for (let j = 0; j < r.granted; j++) times.push(Math.round(r.now * 1000));
+            if (r.granted === batch) continue;
+            expect(r.retryAfter).toBeGreaterThan(0);
+            clock.advance(r.retryAfter);
+            moveTo(clock, Math.round(clock.now() * 1000));
+          }
+          // The whole limit at once, and the full rate: limit in each [t0 + kI, t0 + (k + 1)I).
+          expect(times.slice(0, limit).every((t) => t === t0)).toBe(true);
+          for (let k = 0; k < 5; k++) {
+            const inside = times.filter((t) => t >= t0 + k * intervalUs && t < t0 + (k + 1) * intervalUs);
+            expect(inside.length).toBe(limit);
+          }
+          expect(
+            checkBounds(
+              times.map((t) => ({ t: t / 1000, cost: 1 })),
+              rule,
+            ).map((v) => v.message),
+          ).toEqual([]);
+        },
+      ),
       { numRuns: 200 },
     );
   });

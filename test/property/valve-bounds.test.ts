@@ -46,6 +46,11 @@ const ruleArb: fc.Arbitrary<Rule> = fc.oneof(
     limit: fc.integer({ min: 1, max: 8 }),
     interval: fc.constantFrom(10, 30, 100, 250, 1000),
   }),
+  fc.record({
+    algorithm: fc.constant('sliding-window' as const),
+    limit: fc.integer({ min: 1, max: 8 }),
+    interval: fc.constantFrom(10, 30, 100, 250, 1000),
+  }),
 );
 
 const scenarioArb = fc
@@ -285,6 +290,19 @@ function checkRateBounds(rules: readonly Rule[], records: Record_[]): void {
           if (gap < intervalMs / rule.limit - 1e-9) {
             throw new Error(`GCRA ${rule.label}: starts ${gap}ms apart < ${intervalMs / rule.limit}`);
           }
+        }
+      }
+    } else if (rule.algorithm === 'sliding-window') {
+      // At most limit units in any half-open window of length interval.
+      for (let i = 0; i < started.length; i++) {
+        let sum = 0;
+        for (let j = i; j < started.length && started[j]!.start < started[i]!.start + intervalMs; j++) {
+          sum += started[j]!.spec.cost;
+        }
+        if (sum > rule.limit) {
+          throw new Error(
+            `sliding window ${rule.label}: ${sum} units in [${started[i]!.start}, +${intervalMs}) > ${rule.limit}`,
+          );
         }
       }
     } else {

@@ -275,6 +275,31 @@ describe('memoryStore specifics', () => {
       expect(contents(store)).toEqual({ ids: 0, rules: 0, leases: 0, pauses: 0, subscribers: 0 });
     });
 
+    it('a sliding window holds at most one entry per live grant call, and is dropped one interval after the last', () => {
+      const { clock, store } = setup();
+      const sliding = normalizeRule({ limit: 50, interval: '100ms', algorithm: 'sliding-window' }, 's');
+      let lastGrant = 0;
+      for (let i = 0; i < 20_000; i++) {
+        const r = store.acquire({ id: 'log', rules: [sliding], costs: [1, 1], count: 2 }) as AcquireResult;
+        if (r.granted > 0) lastGrant = r.now;
+        clock.advance(0.25);
+      }
+      // Peek at the log: 100 ms / 0.25 ms = 400 calls in the window, but at most 50 units live.
+      const state = (
+        store as unknown as { ids: Map<string, { rules: Map<string, { log: number[]; head: number }> }> }
+      ).ids
+        .get('log')!
+        .rules.get(sliding.digest)!;
+      expect((state.log.length - state.head) / 2).toBeLessThanOrEqual(50);
+      expect(state.log.length).toBeLessThanOrEqual(2 * 50 + 2 * 128);
+      clock.advance(lastGrant + 99.999 - clock.now());
+      store.resume('log');
+      expect(contents(store).rules).toBe(1);
+      clock.advance(0.001);
+      store.resume('log');
+      expect(contents(store)).toMatchObject({ ids: 0, rules: 0 });
+    });
+
     it('drops a touched id as soon as all of its state has expired', () => {
       const { clock, store } = setup();
       store.acquire({ id: 'a', rules: [gcra], costs: [1, 1], count: 2 });

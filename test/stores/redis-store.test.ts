@@ -159,6 +159,62 @@ describe('key layout and TTLs', () => {
     await waitFor(async () => (await redis().keys(`${prefix}:*`)).length === 0, 3000);
   });
 
+  it('a sliding window is one list [sum, t, c, ...]: one entry per granting call, expiring one interval after the newest', async () => {
+    const prefix = uniquePrefix('sliding');
+    const store = redisStore({ client: c.client, prefix });
+    const rule = normalizeRule({ limit: 5, interval: '1s', algorithm: 'sliding-window' }, 'r');
+    const key = `${prefix}:{s}:r:${rule.digest}`;
+    expect(rule.digest).toBe('s5.1000000');
+    const first = await store.acquire({ id: 's', rules: [rule], costs: [1, 2, 1], count: 3 });
+    expect(first.granted).toBe(3);
+    const t1 = String(Math.round(first.now * 1000));
+    expect(await redis().lrange(key, 0, -1)).toEqual(['4', t1, '4']); // a batch is one entry
+    expect(await redis().pttl(key)).toBeGreaterThan(800);
+    expect(await redis().pttl(key)).toBeLessThanOrEqual(1000);
+    await sleep(200);
+    const second = await store.acquire({ id: 's', rules: [rule], costs: [1, 1], count: 2 });
+    expect(second.granted).toBe(1);
+    // Refused until the first entry leaves, exactly one interval after it.
+    expect(Math.round(second.retryAfter * 1000)).toBe(Number(t1) + 1_000_000 - Math.round(second.now * 1000));
+    const t2 = String(Math.round(second.now * 1000));
+    expect(await redis().lrange(key, 0, -1)).toEqual(['5', t1, '4', t2, '1']);
+    await sleep(second.retryAfter + 1);
+    // The first entry left: it is dropped on the next call, and the key's TTL follows the newest.
+    const third = await store.acquire({ id: 's', rules: [rule], costs: [1], count: 1 });
+    expect(third.granted).toBe(1);
+    const list = await redis().lrange(key, 0, -1);
+    expect(list.slice(0, 3)).toEqual(['2', t2, '1']);
+    expect(list).toHaveLength(5);
+    await waitFor(async () => (await redis().exists(key)) === 0, 3000);
+  });
+
+  it('a sliding window refuses a log it did not write, naming the key', async () => {
+    const prefix = uniquePrefix('sliding-corrupt');
+    const store = redisStore({ client: c.client, prefix });
+    const rule = normalizeRule({ limit: 5, interval: '1h', algorithm: 'sliding-window' }, 'r');
+    const key = `${prefix}:{s}:r:${rule.digest}`;
+    for (const list of [
+      ['-10', String(Date.now() * 1000), '1'],
+      ['inf', String(Date.now() * 1000), '1'],
+      ['1', 'x', '1'],
+      ['1', String(Date.now() * 1000), '-1'],
+      ['nan', String(Date.now() * 1000), '1'],
+    ]) {
+      await redis().del(key);
+      await redis().rpush(key, ...list);
+      await redis().pexpire(key, 60_000);
+      await expect(store.acquire({ id: 's', rules: [rule], costs: [1], count: 1 })).rejects.toThrow(
+        new RegExp(`^VALVE_CORRUPT_STATE ${key.replace(/[{}]/g, '\\$&')} holds .*, not a sliding-window log`),
+      );
+    }
+    await redis().del(key);
+    await redis().set(key, 'not a list', 'PX', 60_000);
+    await expect(store.acquire({ id: 's', rules: [rule], costs: [1], count: 1 })).rejects.toThrow(
+      new RegExp(`^VALVE_CORRUPT_STATE ${key.replace(/[{}]/g, '\\$&')} holds .*, not a sliding-window log`),
+    );
+    await redis().del(key);
+  });
+
   it('keys never grow with jobs: one key per rule whatever the number of grants', async () => {
     const prefix = uniquePrefix('grow');
     const store = redisStore({ client: c.client, prefix });

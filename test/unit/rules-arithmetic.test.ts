@@ -1,7 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { windowCount, windowEnd, windowIndex, windowWait } from '../../src/rules/fixed-window.js';
 import { gcraIncrement, gcraNext, gcraWait } from '../../src/rules/gcra.js';
-import { normalizeRule } from '../../src/rules/rule.js';
+import { MAX_SLIDING_LIMIT, normalizeRule } from '../../src/rules/rule.js';
+import {
+  type SlidingState,
+  slidingAppend,
+  slidingEnd,
+  slidingExpire,
+  slidingWait,
+} from '../../src/rules/sliding-window.js';
 
 describe('GCRA arithmetic', () => {
   it('increment is cost × emission, rounded up to whole µs', () => {
@@ -88,5 +95,88 @@ describe('fixed-window arithmetic', () => {
     expect(windowWait(2, 2, 3, 7, 1000, 7_250)).toBe(750);
     expect(windowWait(3, 0.5, 3, 7, 1000, 7_999)).toBe(1);
     expect(windowWait(2.5, 0.5, 3, 7, 1000, 7_999)).toBe(0);
+  });
+});
+
+describe('sliding-window arithmetic', () => {
+  const fresh = (): SlidingState => ({ log: [], head: 0, sum: 0 });
+
+  it('an entry counts while t > now − interval; the state ends one interval after the newest', () => {
+    const s = fresh();
+    slidingAppend(s, 1000, 2);
+    slidingAppend(s, 1500, 1);
+    expect(s.sum).toBe(3);
+    expect(slidingEnd(s, 1000)).toBe(2500);
+    slidingExpire(s, 1999, 1000); // 1000 > 999: still counts
+    expect(s.sum).toBe(3);
+    slidingExpire(s, 2000, 1000); // 1000 ≤ 1000: gone
+    expect(s.sum).toBe(1);
+    slidingExpire(s, 2500, 1000);
+    expect(s).toEqual({ log: [], head: 0, sum: 0 });
+  });
+
+  it('grants at the same instant share one entry', () => {
+    const s = fresh();
+    slidingAppend(s, 7, 1);
+    slidingAppend(s, 7, 2);
+    expect(s.log).toEqual([7, 3]);
+  });
+
+  it('the wait is until the oldest entries holding `need` units have left, exactly', () => {
+    const s = fresh();
+    slidingAppend(s, 100, 1);
+    slidingAppend(s, 300, 2);
+    slidingAppend(s, 600, 1);
+    // limit 4, live 4: a job of cost 2 needs 2 units to leave: entries at 100 and 300.
+    expect(slidingWait(s, 2, 800, 1000)).toBe(300 + 1000 - 800);
+    expect(slidingWait(s, 1, 800, 1000)).toBe(100 + 1000 - 800);
+    // Only this call's own grants (not in the log yet) can make room: one interval.
+    expect(slidingWait(s, 5, 800, 1000)).toBe(1000);
+  });
+
+  it('compacts the log as entries leave (memory bounded by the live entries)', () => {
+    const s = fresh();
+    for (let t = 0; t < 10_000; t++) {
+      slidingAppend(s, t, 1);
+      slidingExpire(s, t, 100);
+      expect(s.sum).toBe(Math.min(t + 1, 100));
+    }
+    expect(s.log.length - s.head).toBe(200);
+    expect(s.log.length).toBeLessThanOrEqual(2 * 200 + 128);
+  });
+
+  it('normalizeRule: digest, label, max cost; burst is GCRA-only; limit capped', () => {
+    const r = normalizeRule({ limit: 200, interval: '10s', algorithm: 'sliding-window' }, 'r');
+    expect(r).toMatchObject({
+      algorithm: 'sliding-window',
+      digest: 's200.10000000',
+      label: '200 per 10000ms (sliding-window)',
+      maxCost: 200,
+      burst: 1,
+      intervalUs: 10_000_000,
+    });
+    expect(() =>
+      normalizeRule({ limit: 2, interval: '1s', algorithm: 'sliding-window', burst: 2 }, 'rules[0]'),
+    ).toThrow(
+      new TypeError("`rules[0].burst` applies only to algorithm 'gcra', got algorithm 'sliding-window'"),
+    );
+    expect(() =>
+      normalizeRule(
+        { limit: MAX_SLIDING_LIMIT + 1, interval: '1h', algorithm: 'sliding-window' },
+        'rules[1]',
+      ),
+    ).toThrow(RangeError);
+    expect(() =>
+      normalizeRule(
+        { limit: MAX_SLIDING_LIMIT + 1, interval: '1h', algorithm: 'sliding-window' },
+        'rules[1]',
+      ),
+    ).toThrow(/`rules\[1\]\.limit`.*at most 10000.*'sliding-window'.*got 10001/);
+    expect(
+      normalizeRule({ limit: MAX_SLIDING_LIMIT, interval: '1h', algorithm: 'sliding-window' }, 'r').limit,
+    ).toBe(MAX_SLIDING_LIMIT);
+    expect(() => normalizeRule({ limit: 1, interval: 1, algorithm: 'sliding' }, 'r')).toThrow(
+      /'gcra', 'fixed-window' or 'sliding-window', got "sliding"/,
+    );
   });
 });

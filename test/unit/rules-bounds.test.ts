@@ -89,6 +89,26 @@ describe('checkBounds: fixed window', () => {
   });
 });
 
+describe('checkBounds: sliding window', () => {
+  const rule = { limit: 3, interval: '1s', algorithm: 'sliding-window' as const };
+
+  it('accepts the whole limit at once, then a unit each time one leaves the window', () => {
+    expect(checkBounds(at([0, 0, 0, 1000, 1000, 1000, 2500, 2999.999, 3000]), rule)).toEqual([]);
+  });
+
+  it('flags limit + 1 units in a window that is not aligned', () => {
+    const v = checkBounds(at([400, 900, 1200, 1399.999]), rule);
+    expect(v.map((x) => x.bound)).toEqual(['window']);
+    expect(v[0]!.units).toBe(4);
+    expect(v[0]!.allowed).toBe(3);
+  });
+
+  it('the window is half-open: a grant exactly one interval later is in the next one', () => {
+    expect(bounds(at([0, 0, 0, 1000]), rule)).toEqual([]);
+    expect(bounds(at([0, 0, 0, 999.999]), rule)).toEqual(['window']);
+  });
+});
+
 describe('checkBounds: inputs', () => {
   it('takes grants in any order', () => {
     expect(checkBounds(at([300, 0, 200, 100]), { limit: 10, interval: '1s' })).toEqual([]);

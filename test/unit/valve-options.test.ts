@@ -165,6 +165,7 @@ describe('createValve() option validation', () => {
         'throw',
         'gcra',
         'fixed-window',
+        'sliding-window',
         '{',
         '',
       ),

@@ -113,6 +113,23 @@ describe('run()', () => {
     expect(valve.stats().rejected).toBe(1);
   });
 
+  it('a sliding window: a cost above its limit rejects at once naming the rule; up to the limit starts at once', async () => {
+    const { valve, clock } = setup({
+      rules: [{ limit: 3, interval: '1s', algorithm: 'sliding-window' }],
+    });
+    const err = await valve.run(() => 1, { cost: 4 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RangeError);
+    expect((err as Error).message).toMatch(/`rules\[0\]`, 3 per 1000ms \(sliding-window\)/);
+    expect((err as Error).message).toMatch(/got 4/);
+    const t0 = clock.now();
+    const starts: number[] = [];
+    const all = [3, 1, 2].map((cost) => valve.run(() => starts.push(clock.now() - t0), { cost }));
+    await clock.tickAsync(2000);
+    await Promise.all(all);
+    // 3 at once; the 1 and the 2 together, exactly when the 3 units leave the window.
+    expect(starts).toEqual([0, 1000, 1000]);
+  });
+
   it('accepts fractional costs', async () => {
     const { valve, clock } = setup({ rules: { limit: 1, interval: 1000 } });
     const starts: number[] = [];

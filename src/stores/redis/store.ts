@@ -89,7 +89,7 @@ function argsOf(rule: StoreRule): readonly string[] {
     args =
       rule.algorithm === 'gcra'
         ? ['g', String(rule.emissionUs), String(rule.burst)]
-        : ['w', String(rule.intervalUs), String(rule.limit)];
+        : [rule.algorithm === 'fixed-window' ? 'w' : 's', String(rule.intervalUs), String(rule.limit)];
     ruleArgs.set(rule, args);
   }
   return args;

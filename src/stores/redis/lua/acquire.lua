@@ -9,7 +9,9 @@ KEYS[1]      <prefix>:{<id>}:pause   string, pausedUntil (epoch ms, 3 decimals)
 KEYS[2]      <prefix>:{<id>}:leases  sorted set, lease token -> expiresAt (epoch ms)
 KEYS[3]      <prefix>:{<id>}:fence   string, the last fencing number
 KEYS[3+r]    <prefix>:{<id>}:r:<digest of rule r>, r = 1..m
-                                     string, GCRA tat (µs) or fixed window "<k>:<count>"
+                                     string, GCRA tat (µs) or fixed window "<k>:<count>";
+                                     sliding window: list [sum, t1, c1, t2, c2, ...], the
+                                     live grants (t µs, cost) oldest first, sum = their costs
 ARGV[1]      "" (use Redis TIME), or the time in µs (test-only virtual clock)
 ARGV[2]      n, the number of jobs
 ARGV[3]      m, the number of rules
@@ -17,6 +19,7 @@ ARGV[4]      lease limit, 0 when no leases are wanted
 ARGV[5]      lease ttl (µs)
 ARGV[6]      lease token nonce (random per call)
 ARGV[7+3(r-1)..9+3(r-1)]  rule r: "g", emissionUs, burst   or   "w", intervalUs, limit
+                          or   "s", intervalUs, limit (sliding window)
 ARGV[7+3m]   the cost of every job when all n are equal (one cost, n jobs: the fast path,
              computed arithmetically), or "" when they differ
 ARGV[8+3m..7+3m+n]        when ARGV[7+3m] is "": the cost of each job, in queue order
@@ -118,9 +121,64 @@ if lease_limit > 0 then
   end
 end
 
+-- Sliding windows (see src/rules/sliding-window.ts): read each log's live sum, counting the
+-- entries that left the window (t <= now - intervalUs) from the head. Nothing is written
+-- yet: sl[r] = { live sum, list elements to drop after the sentinel, entries left }.
+local sl = {}
+for r = 1, m do
+  local base = 4 + 3 * r
+  if ARGV[base] == 's' then
+    local key = KEYS[3 + r]
+    local cut = now - tonumber(ARGV[base + 1])
+    local span = 33 -- the sentinel and 16 entries, then chunks of 33, 66, 132... elements
+    local part = redis.pcall('LRANGE', key, 0, span - 1)
+    if part.err then
+      return corrupt(key, 'a value of another type', 'a sliding-window log (a list)')
+    end
+    local sum, drop, left = 0, 0, 0
+    if part[1] then
+      sum = tonumber(part[1])
+      local from, i = 0, 2 -- part[i] is list element from + i - 1
+      while true do
+        local t = part[i]
+        if t == nil then
+          if #part < span then
+            break
+          end
+          from = from + span
+          span = span * 2
+          part = redis.call('LRANGE', key, from, from + span - 1)
+          i = 1
+        else
+          local tn, cn = tonumber(t), tonumber(part[i + 1])
+          -- State this script did not write (NaN fails every comparison) is refused, naming the key.
+          if not (sum and sum >= 0 and sum < math.huge and tn and tn >= 0 and tn < math.huge
+              and cn and cn > 0 and cn < math.huge) then
+            return corrupt(key, tostring(part[1]) .. ' ' .. tostring(t) .. ' ' .. tostring(part[i + 1]),
+              'a sliding-window log (a sum, then times in epoch µs and costs)')
+          end
+          if tn > cut then
+            left = 1
+            break
+          end
+          sum = sum - cn
+          drop = drop + 2
+          i = i + 2
+        end
+      end
+      if left == 0 then
+        sum = 0
+      end
+    end
+    sl[r] = { sum, drop, left }
+  end
+end
+
 -- Rule state, read once. Per rule r, at q = 5(r-1): st[q+1] true for GCRA; st[q+2] emissionUs
 -- or intervalUs; st[q+3] GCRA capacity (burst × emissionUs) or window limit; st[q+4] GCRA tat
 -- (>= now) or window count, as updated by the jobs granted; st[q+5] window index k.
+-- A sliding window is kept like a window (st[q+1] false, st[q+3] limit, st[q+4] live sum as
+-- updated by the jobs granted) without an index (st[q+5] nil); its wait is computed below.
 local st = {}
 local granted, retry, blocked = 0, 0, 0
 
@@ -134,9 +192,12 @@ if shared ~= '' then
     local base = 4 + 3 * r
     local x = tonumber(ARGV[base + 1])
     local y = tonumber(ARGV[base + 2])
-    local raw, bad_rule = read(KEYS[3 + r])
-    if bad_rule then
-      return bad_rule
+    local raw, bad_rule
+    if ARGV[base] ~= 's' then
+      raw, bad_rule = read(KEYS[3 + r])
+      if bad_rule then
+        return bad_rule
+      end
     end
     local q = 5 * (r - 1)
     st[q + 2] = x
@@ -174,6 +235,33 @@ if shared ~= '' then
       st[q + 1] = true
       st[q + 3] = cap
       st[q + 4] = tat
+    elseif ARGV[base] == 's' then
+      -- Job j fits iff sum + j·c <= limit (the wait, if any, is computed after the batch).
+      local sum = sl[r][1]
+      if c % 1 == 0 and sum % 1 == 0 then
+        fit = floor((y - sum) / c)
+        if fit < 0 then
+          fit = 0
+        elseif fit > n then
+          fit = n
+        end
+        while fit > 0 and sum + fit * c > y do
+          fit = fit - 1
+        end
+        while fit < n and sum + (fit + 1) * c <= y do
+          fit = fit + 1
+        end
+      else
+        fit = 0
+        local s = sum
+        while fit < n and s + c <= y do
+          s = s + c
+          fit = fit + 1
+        end
+      end
+      st[q + 1] = false
+      st[q + 3] = y
+      st[q + 4] = sum
     else
       local k = floor(now / x)
       -- Guard against the float division rounding up across a window edge.
@@ -226,7 +314,7 @@ if shared ~= '' then
     -- the largest of theirs.
     if fit < fit_min then
       fit_min = fit
-      wait = w
+      wait = w or 0
     elseif fit == fit_min and w and w > wait then
       wait = w
     end
@@ -266,9 +354,12 @@ else
     local base = 4 + 3 * r
     local x = tonumber(ARGV[base + 1])
     local y = tonumber(ARGV[base + 2])
-    local raw, bad_rule = read(KEYS[3 + r])
-    if bad_rule then
-      return bad_rule
+    local raw, bad_rule
+    if ARGV[base] ~= 's' then
+      raw, bad_rule = read(KEYS[3 + r])
+      if bad_rule then
+        return bad_rule
+      end
     end
     local q = 5 * (r - 1)
     st[q + 2] = x
@@ -286,6 +377,10 @@ else
       st[q + 1] = true
       st[q + 3] = y * x
       st[q + 4] = tat
+    elseif ARGV[base] == 's' then
+      st[q + 1] = false
+      st[q + 3] = y
+      st[q + 4] = sl[r][1]
     else
       local k = floor(now / x)
       if k * x > now then
@@ -323,7 +418,8 @@ else
           wait = over
         end
       elseif st[q + 4] + c > st[q + 3] then
-        local w = (st[q + 5] + 1) * st[q + 2] - now
+        -- A sliding window (no index) marks the job refused; its wait is computed below.
+        local w = st[q + 5] and (st[q + 5] + 1) * st[q + 2] - now or 1
         if w > wait then
           wait = w
         end
@@ -345,6 +441,103 @@ else
   end
 end
 
+-- Sliding windows: the refused job's wait. With need = sum + c - limit, the job fits once the
+-- oldest entries holding `need` units have left: at t_p + intervalUs for the first entry p
+-- where their running sum reaches need (this call's own grants, not yet in the log, leave
+-- one interval from now).
+if blocked == 2 and next(sl) then
+  local cr = tonumber(shared ~= '' and shared or ARGV[7 + 3 * m + granted + 1])
+  for r, v in pairs(sl) do
+    local q = 5 * (r - 1)
+    local x, y, a = st[q + 2], st[q + 3], st[q + 4]
+    if a + cr > y then
+      local need = a + cr - y
+      local w = x
+      if v[3] == 1 then
+        local key = KEYS[3 + r]
+        local acc, from, span = 0, 1 + v[2], 32
+        local found = false
+        while not found do
+          local part = redis.call('LRANGE', key, from, from + span - 1)
+          for i = 1, #part - 1, 2 do
+            local tn, cn = tonumber(part[i]), tonumber(part[i + 1])
+            if not (tn and tn >= 0 and tn < math.huge and cn and cn > 0 and cn < math.huge) then
+              return corrupt(key, tostring(part[i]) .. ' ' .. tostring(part[i + 1]),
+                'a sliding-window log (a sum, then times in epoch µs and costs)')
+            end
+            acc = acc + cn
+            if acc >= need then
+              w = tn + x - now
+              found = true
+              break
+            end
+          end
+          if #part < span then
+            break
+          end
+          from = from + span
+          span = span * 2
+        end
+      end
+      if w > retry then
+        retry = w
+      end
+    end
+  end
+end
+
+-- Sliding windows: drop the entries that left, record this call's grants (one entry at `now`,
+-- merged into the newest when it has that time), and expire the key one interval after its
+-- newest entry.
+for r, v in pairs(sl) do
+  local key = KEYS[3 + r]
+  local q = 5 * (r - 1)
+  local pending = 0
+  if granted > 0 then
+    pending = st[q + 4] - v[1]
+  end
+  if v[2] > 0 then
+    if v[3] == 0 and pending == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('LTRIM', key, v[2], -1)
+    end
+  end
+  if pending > 0 then
+    local newest = now
+    if v[3] == 1 then
+      newest = tonumber(redis.call('LINDEX', key, -2))
+      if not (newest and newest < math.huge) then
+        return corrupt(key, tostring(redis.call('LINDEX', key, -2)),
+          'a sliding-window log (a sum, then times in epoch µs and costs)')
+      end
+    end
+    if v[3] == 1 and newest >= now then
+      local tail = tonumber(redis.call('LINDEX', key, -1))
+      redis.call('LSET', key, -1, string.format('%.17g', tail + pending))
+    else
+      newest = now
+      if v[3] == 0 and v[2] == 0 then
+        -- No list yet (or an empty one): its sentinel first.
+        redis.call('DEL', key)
+        redis.call('RPUSH', key, '0')
+      end
+      redis.call('RPUSH', key, string.format('%d', now), string.format('%.17g', pending))
+    end
+    redis.call('LSET', key, 0, string.format('%.17g', st[q + 4]))
+    local ttl = ceil((newest + st[q + 2] - now) / 1000)
+    if ttl < 1 then
+      ttl = 1
+    end
+    if testing then
+      ttl = ttl + 600000
+    end
+    redis.call('PEXPIRE', key, ttl)
+  elseif v[2] > 0 and v[3] == 1 then
+    redis.call('LSET', key, 0, string.format('%.17g', v[1]))
+  end
+end
+
 local reply = { granted, retry, blocked, 0, now, 0 }
 if granted > 0 then
   -- Spend: write every rule's state with a TTL (whole ms, at least 1; long under the test
@@ -352,11 +545,11 @@ if granted > 0 then
   for r = 1, m do
     local q = 5 * (r - 1)
     local s = st[q + 4]
-    local us, value
+    local us, value = 0, nil
     if st[q + 1] then
       us = s - now
       value = string.format('%d', s)
-    else
+    elseif st[q + 5] then
       local k = st[q + 5]
       us = (k + 1) * st[q + 2] - now
       value = string.format('%d', k) .. ':' .. string.format('%.17g', s)
@@ -368,7 +561,9 @@ if granted > 0 then
     if testing then
       ttl = ttl + 600000
     end
-    redis.call('SET', KEYS[3 + r], value, 'PX', ttl)
+    if value then
+      redis.call('SET', KEYS[3 + r], value, 'PX', ttl)
+    end
   end
 
   if lease_limit > 0 then
