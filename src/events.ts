@@ -1,6 +1,10 @@
-import type { FetchRetryEvent } from './feedback/fetch.js';
-import type { FeedbackIgnored } from './feedback/observe.js';
-import type { PauseSource } from './internal.js';
+/*
+ * Every event of a valve: the payload types and the typed emitter. A leaf: it imports nothing,
+ * so every room (and the feedback module) may use it.
+ */
+
+/** Where a pause came from, carried on every 'pause' event. */
+export type PauseSource = 'manual' | 'retry-after' | 'ratelimit-header' | 'backoff' | 'remote';
 
 /** Which store call failed, carried by every 'store-error' event. */
 export type StoreOperation = 'acquire' | 'pause' | 'resume' | 'renew' | 'release' | 'subscribe';
@@ -41,6 +45,47 @@ export interface LeaseLostEvent {
   readonly error?: unknown;
 }
 
+/** Payload of the 'retry' event. */
+export interface FetchRetryEvent {
+  /** 1 for the first retry. */
+  readonly attempt: number;
+  /** Status of the response that caused the retry (429 or 503). */
+  readonly status: number;
+  /** The pause observe() wrote for it (ms); 0 when none. */
+  readonly waitMs: number;
+  readonly url: string;
+  /** Where that pause's length came from (the reading's source). */
+  readonly source: 'retry-after' | 'ratelimit-header' | 'backoff' | undefined;
+}
+
+/** Why a header value was not used as sent. */
+export type IgnoredReason =
+  /** Not a number, date or duration that this header allows. */
+  | 'unparseable'
+  /** A negative wait or count. */
+  | 'negative'
+  /** An absolute reset time (date or epoch) that has already passed. */
+  | 'in-the-past'
+  /** A wait longer than `maxPause`: used, but cut to `maxPause` (see `cappedTo`). */
+  | 'capped'
+  /** A remaining count of 0 with no usable reset time next to it. */
+  | 'no-reset'
+  /** The input object itself could not be read (a getter threw). */
+  | 'unreadable-input';
+
+/** Payload of the `'feedback-ignored'` event: one header value that was not used as sent. */
+export interface FeedbackIgnored {
+  readonly header: string;
+  /** The value as received (at most 200 characters). */
+  readonly value: string;
+  readonly reason: IgnoredReason;
+  readonly status: number | undefined;
+  /** For `reason: 'capped'`: the wait that was used instead (ms). */
+  readonly cappedTo?: number;
+  /** For `reason: 'capped'`: the wait the header asked for (ms). */
+  readonly requestedMs?: number;
+}
+
 /** Every event of a valve and its listener arguments. There is deliberately no 'error' event. */
 export interface ValveEvents {
   'store-error': [error: unknown, context: StoreErrorContext];
@@ -56,6 +101,17 @@ export interface ValveEvents {
 }
 
 export type ValveEventName = keyof ValveEvents;
+
+/** The names of {@link ValveEvents}, for checking a name at run time. */
+export const EVENT_NAMES: ReadonlySet<string> = new Set<ValveEventName>([
+  'store-error',
+  'pause',
+  'resume',
+  'lease-lost',
+  'retry',
+  'feedback-ignored',
+  'idle',
+]);
 export type ValveListener<E extends ValveEventName> = (...args: ValveEvents[E]) => void;
 
 type AnyListener = (...args: unknown[]) => void;

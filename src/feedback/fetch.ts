@@ -1,4 +1,4 @@
-import type { ValveInternals } from '../internal.js';
+import type { ValveInternals } from '../feedback-port.js';
 import type { FeedbackReading } from './headers.js';
 import { observe } from './observe.js';
 

@@ -1,4 +1,4 @@
-import type { ValveInternals } from '../internal.js';
+import type { ValveInternals } from '../feedback-port.js';
 import { nextBackoff, resetBackoff } from './backoff.js';
 import {
   type FeedbackReading,

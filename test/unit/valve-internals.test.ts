@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { isValveError } from '../../src/errors.js';
-import type { ValveInternals } from '../../src/internal.js';
+import type { ValveInternals } from '../../src/feedback-port.js';
 import type { Valve } from '../../src/valve.js';
 import { count, flushMicrotasks, setup, track } from './harness.js';
 

@@ -266,7 +266,9 @@ describe('maxQueue and maxWait', () => {
     ac.abort();
     await clock.tickAsync(50);
     expect(jobs.every((j) => j.done && !j.ok)).toBe(true);
-    expect((valve as unknown as { queue: { size: number } }).queue.size).toBeLessThan(100);
+    expect((valve as unknown as { waiting: { queue: { size: number } } }).waiting.queue.size).toBeLessThan(
+      100,
+    );
     expect(valve.stats().queued).toBe(1);
     await valve.resume();
     await clock.tickAsync(0);
