@@ -67,11 +67,17 @@ export class Admission {
   constructor(
     o: NormalizedOptions,
     store: Store,
+    /** The queue room: jobs are taken from it and put back into it. */
     private readonly waiting: Waiting,
+    /** The job room: counts of pending and running jobs, deadlines, job ends. */
     private readonly jobs: Jobs,
+    /** The known pause: no acquisition before its end; every answer updates it. */
     private readonly pauses: Pauses,
+    /** The leases room, for the timer (renewals, expiries). */
     private readonly leases: Leases,
+    /** Emits 'idle'. */
     private readonly events: Emitter,
+    /** The valve above. */
     private readonly host: AdmissionHost,
   ) {
     this.store = store;

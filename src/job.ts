@@ -40,7 +40,9 @@ const settled = (): void => {};
 export class Job {
   /** The job's function; null once it started or ended. */
   fn: AnyJob | null;
+  /** Units spent on every rule (positive, finite). */
   readonly cost: number;
+  /** Higher starts first (finite, never -0). */
   readonly priority: number;
   /** Call order: ties within a priority start in this order. */
   readonly seq: number;
@@ -86,8 +88,10 @@ export class AbortListener {
   ctx: Context | null = null;
 
   constructor(
+    /** Ends or aborts the job, wherever it is. */
     readonly handler: AbortHandler,
     readonly job: Job,
+    /** The caller's signal; listened to until the job settles or ends. */
     readonly signal: AbortSignal,
   ) {}
 
@@ -112,6 +116,7 @@ export class Context implements JobContext, LeaseHolder {
   private aborted = false;
   /** The first abort's reason. */
   private reason: unknown = undefined;
+  /** What the job sees of its lease (token, fence), with global concurrency. */
   readonly lease: JobLease | undefined;
   /** Index in the job room's running array while running, else -1. */
   slot = -1;
@@ -169,7 +174,9 @@ export class Jobs {
   private rejectedCount = 0;
 
   constructor(
+    /** Takes a started job's lease, and releases it when the job settles. */
     private readonly leases: Leases,
+    /** The valve above. */
     private readonly host: JobsHost,
   ) {}
 

@@ -60,11 +60,17 @@ export class Leases {
   private lostCount = 0;
 
   constructor(
+    /** The valve's id: every renew and release names it. */
     private readonly id: string,
+    /** Where the leases live. */
     private readonly store: Store,
+    /** The valve's clock: renewal and expiry times are on it. */
     private readonly clock: Clock,
+    /** leaseTtl (ms): a lease is renewed every ttl / 3 and known held until ttl after its last renewal was sent. */
     private readonly ttl: number,
+    /** Emits 'lease-lost'. */
     private readonly events: Emitter,
+    /** The valve above. */
     private readonly host: LeasesHost,
   ) {}
 

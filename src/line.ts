@@ -32,6 +32,7 @@ interface CallRequest {
 export class Call {
   /** The costs of the call's jobs (request.costs); the first request.count entries are this call's. */
   readonly costs: number[] = [];
+  /** What is sent: the same object for every call of this record. */
   readonly request: CallRequest;
   /** CALL_IDLE, or CALL_SENT from the send until its answer is taken (Line.answered). */
   state = CALL_IDLE;
@@ -45,6 +46,7 @@ export class Call {
   sync = false;
   /** The cost every job of this call has, or NaN when they differ. */
   uniform = Number.NaN;
+  /** The call's promise callbacks (two per call record, none per call). */
   readonly onAnswer: (result: AcquireResult) => void;
   readonly onFail: (err: unknown) => void;
 
@@ -90,7 +92,9 @@ export class Line {
     id: string,
     rules: readonly StoreRule[],
     lease: { limit: number; ttl: number } | undefined,
+    /** Starts granted jobs, ends those cut from the line. */
     private readonly jobs: Jobs,
+    /** Releases the lease of a job cancelled in flight. */
     private readonly leases: Leases,
     settled: (call: Call, ok: boolean, value: unknown) => void,
   ) {

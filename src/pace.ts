@@ -40,6 +40,7 @@ export class Pace {
   private openUntilAt = 0;
 
   constructor(
+    /** The most jobs one store call asks for. */
     private readonly batch: number,
     /**
      * Some rule cannot absorb a late start ((burst − 1) × emission interval under 2 ms), so a
@@ -48,6 +49,7 @@ export class Pace {
      * plain timers are used (spinning processes would also take CPU from a local Redis).
      */
     private readonly precise: boolean,
+    /** Tells how long to wait for a release (polling or notified). */
     private readonly wakeups: Wakeups,
   ) {
     this.askFor = batch;

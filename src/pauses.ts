@@ -39,10 +39,15 @@ export class Pauses {
   private offset = 0;
 
   constructor(
+    /** The valve's id: the pause is shared by every valve of this id. */
     private readonly id: string,
+    /** Where the shared pause lives. */
     private readonly store: Store,
+    /** The valve's clock: localUntil is on it. */
     private readonly clock: Clock,
+    /** Emits 'pause' and 'resume'. */
     private readonly events: Emitter,
+    /** The valve above. */
     private readonly host: PausesHost,
   ) {}
 

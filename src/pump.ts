@@ -11,12 +11,10 @@ export class Pump {
   /** A run was asked for while running: the run in progress does another round. */
   private runRequested = false;
 
-  /**
-   * @param round one admission round; true when it made progress and another may help.
-   * @param after called once the rounds are done (arms the timer, reports idle).
-   */
   constructor(
+    /** One admission round: true when it made progress and another may help. */
     private readonly round: () => boolean,
+    /** Called once the rounds of a run are done (arms the timer, reports idle). */
     private readonly after: () => void,
   ) {}
 

@@ -12,7 +12,9 @@ export class Timer {
   private at = Number.POSITIVE_INFINITY;
 
   constructor(
+    /** Sets and clears the timeouts. */
     private readonly clock: Clock,
+    /** Called when the timeout fires (after handle and at are reset). */
     private readonly fire: () => void,
   ) {}
 

@@ -15,8 +15,9 @@ import { observe } from './feedback/observe.js';
 import type { ValveInternals } from './feedback-port.js';
 import { type AnyJob, capture, Job, Jobs } from './job.js';
 import { Leases } from './leases.js';
-import { type NormalizedOptions, normalizeOptions, type ValveOptions, waitOption } from './options.js';
+import { type NormalizedOptions, normalizeOptions, type ValveOptions } from './options.js';
 import { Pauses } from './pauses.js';
+import { RunArgs, readRunOptions } from './run-options.js';
 import { memoryStore } from './stores/memory.js';
 import type { JobContext, RunOptions, Valve, ValveStats } from './types.js';
 import { Waiting } from './waiting.js';
@@ -28,11 +29,13 @@ export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './type
  * wires them; each room owns its state and reaches the others only through what it is handed
  * here. See docs/architecture.md, "The scheduler".
  *
- *   waiting.ts    the queue of jobs waiting for their start
- *   admission.ts  store calls (line.ts: the in-flight line), answers, wake-ups, the timer
+ *   waiting.ts    the queue room: jobs waiting for their start, their abort listeners
+ *   admission.ts  store calls and their answers, with line.ts (the in-flight line, pipelining),
+ *                 pace.ts (when to ask again), pump.ts, wakeups.ts and timer.ts (the one timer)
  *   job.ts        the job record, its context, start, settle, end
  *   leases.ts     global-concurrency leases: renewal, expiry, release
  *   pauses.ts     the local view of the shared pause
+ *   run-options.ts  run()'s per-call options, checked
  *
  * Decisions worth knowing (stated in the user docs):
  * - run() never throws: bad arguments (TypeError/RangeError), QUEUE_FULL, CLOSED and an
@@ -47,14 +50,21 @@ export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './type
 
 class ValveImpl implements Valve {
   readonly id: string;
+  /** The largest cost any job may have (Infinity without rules), and the rule and path that set it. */
   private readonly maxCost: number;
+  /** The rule that sets maxCost and its option path (for the message), undefined without rules. */
   private readonly maxCostRule: NormalizedOptions['maxCostRule'];
   private readonly maxCostPath: string;
+  /** Pending jobs (queued or in flight) beyond which run() rejects QUEUE_FULL. */
   private readonly maxQueue: number;
+  /** The default maxWait of a job (ms, or Infinity). */
   private readonly maxWait: number;
+  /** The valve's clock (maxWait deadlines, stats). */
   private readonly clock: NormalizedOptions['clock'];
 
+  /** The valve's listeners; every room emits through it. */
   private readonly events = new Emitter();
+  // The rooms (see the top of this file). Each is built once, in the constructor.
   private readonly leases: Leases;
   private readonly jobs: Jobs;
   private readonly pauses: Pauses;
@@ -63,6 +73,8 @@ class ValveImpl implements Valve {
   /** What the feedback module is handed (observe, wrapFetch). */
   private readonly internals: ValveInternals;
 
+  /** Scratch for run()'s checked options, read right after each check. */
+  private readonly runArgs = new RunArgs();
   /** The next call-order number: every sequence below it was given to a job. */
   private seq = 0;
   /** Store calls that threw or rejected (only grows). */
@@ -265,68 +277,14 @@ class ValveImpl implements Valve {
     let signal: AbortSignal | null = null;
     let maxWait = this.maxWait;
     if (options !== undefined) {
-      if (typeof options !== 'object' || options === null) {
-        return jobs.refuse(
-          new TypeError(
-            `Expected run() options to be an object like { cost: 1, priority: 0 }, got ${describe(options)}`,
-          ),
-        );
-      }
-      for (const key in options) {
-        if (key !== 'cost' && key !== 'priority' && key !== 'signal' && key !== 'maxWait') {
-          return jobs.refuse(
-            new TypeError(
-              `Unknown option \`${key}\`; run() takes \`cost\`, \`priority\`, \`signal\` and \`maxWait\``,
-            ),
-          );
-        }
-      }
-      if (options.cost !== undefined) {
-        cost = options.cost;
-        if (typeof cost !== 'number') {
-          return jobs.refuse(
-            new TypeError(`Expected \`cost\` to be a positive finite number, got ${describe(cost)}`),
-          );
-        }
-        if (!(cost > 0) || cost === Number.POSITIVE_INFINITY) {
-          return jobs.refuse(
-            new RangeError(`Expected \`cost\` to be a positive finite number, got ${String(cost)}`),
-          );
-        }
-      }
-      if (options.priority !== undefined) {
-        priority = options.priority;
-        if (typeof priority !== 'number') {
-          return jobs.refuse(
-            new TypeError(`Expected \`priority\` to be a finite number, got ${describe(priority)}`),
-          );
-        }
-        if (!Number.isFinite(priority)) {
-          return jobs.refuse(
-            new RangeError(`Expected \`priority\` to be a finite number, got ${String(priority)}`),
-          );
-        }
-        priority += 0; // -0 → 0
-      }
-      if (options.signal !== undefined) {
-        const s = options.signal as unknown;
-        if (
-          typeof s !== 'object' ||
-          s === null ||
-          typeof (s as AbortSignal).addEventListener !== 'function' ||
-          typeof (s as AbortSignal).aborted !== 'boolean'
-        ) {
-          return jobs.refuse(new TypeError(`Expected \`signal\` to be an AbortSignal, got ${describe(s)}`));
-        }
-        signal = s as AbortSignal;
-      }
-      if (options.maxWait !== undefined) {
-        try {
-          maxWait = waitOption(options.maxWait, 'maxWait');
-        } catch (err) {
-          return jobs.refuse(err);
-        }
-      }
+      const args = this.runArgs;
+      const error = readRunOptions(options, maxWait, args);
+      if (error !== undefined) return jobs.refuse(error);
+      cost = args.cost;
+      priority = args.priority;
+      signal = args.signal;
+      maxWait = args.maxWait;
+      args.signal = null; // hold no caller's signal between calls
     }
     if (cost > this.maxCost) {
       const rule = this.maxCostRule!;

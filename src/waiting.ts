@@ -32,7 +32,9 @@ export class Waiting implements AbortHandler {
   private live = 0;
 
   constructor(
+    /** Ends the jobs that leave without starting; knows their deadlines. */
     private readonly jobs: Jobs,
+    /** The valve above. */
     private readonly host: WaitingHost,
   ) {}
 

@@ -31,9 +31,13 @@ export class Wakeups {
   private unsubscribe: (() => void) | null = null;
 
   constructor(
+    /** The valve's id: the subscription is for it. */
     private readonly id: string,
+    /** Sends the wake-ups (when it can subscribe). */
     private readonly store: Store,
+    /** Learns of pauses and resumes announced by other valves. */
     private readonly pauses: Pauses,
+    /** The admission room. */
     private readonly host: WakeupsHost,
   ) {}
 

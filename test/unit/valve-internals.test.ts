@@ -1,5 +1,11 @@
-import { describe, expect, it, vi } from 'vitest';
+import { describe, expect, expectTypeOf, it, vi } from 'vitest';
 import { isValveError } from '../../src/errors.js';
+import type { FeedbackIgnored, FetchRetryEvent, IgnoredReason } from '../../src/events.js';
+import type { FetchRetryEvent as FeedbackFetchRetryEvent } from '../../src/feedback/fetch.js';
+import type {
+  FeedbackIgnored as FeedbackModuleIgnored,
+  IgnoredReason as FeedbackModuleIgnoredReason,
+} from '../../src/feedback/observe.js';
 import type { ValveInternals } from '../../src/feedback-port.js';
 import type { Valve } from '../../src/valve.js';
 import { count, flushMicrotasks, setup, track } from './harness.js';
@@ -116,6 +122,14 @@ describe('ValveInternals (the feedback seam)', () => {
     internals(valve).emit('retry', { attempt: 1 });
     internals(valve).emit('error', new Error('x'));
     expect(retry).toHaveBeenCalledWith({ attempt: 1 });
+  });
+});
+
+describe('event payload types', () => {
+  it('the payloads the feedback module builds are the types events.ts declares (checked by typecheck)', () => {
+    expectTypeOf<FeedbackFetchRetryEvent>().toEqualTypeOf<FetchRetryEvent>();
+    expectTypeOf<FeedbackModuleIgnored>().toEqualTypeOf<FeedbackIgnored>();
+    expectTypeOf<FeedbackModuleIgnoredReason>().toEqualTypeOf<IgnoredReason>();
   });
 });
 
