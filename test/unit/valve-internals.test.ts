@@ -8,7 +8,8 @@ import type {
 } from '../../src/feedback/observe.js';
 import type { ValveInternals } from '../../src/feedback-port.js';
 import type { Valve } from '../../src/valve.js';
-import { count, flushMicrotasks, setup, track } from './harness.js';
+import { count } from '../helpers/spy-store.js';
+import { flushMicrotasks, setup, track } from './harness.js';
 
 /** The seam the feedback module gets (not public API). */
 const internals = (valve: Valve) => (valve as unknown as { internals: ValveInternals }).internals;

@@ -2,7 +2,8 @@ import { describe, expect, it, vi } from 'vitest';
 import { isValveError, ValveError } from '../../src/errors.js';
 import { memoryStore } from '../../src/stores/memory.js';
 import { createValve } from '../../src/valve.js';
-import { count, FakeClock, flushMicrotasks, setup, track } from './harness.js';
+import { count } from '../helpers/spy-store.js';
+import { FakeClock, flushMicrotasks, setup, track } from './harness.js';
 
 describe('run()', () => {
   it("resolves with the job's result and rejects with the job's error", async () => {
