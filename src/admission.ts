@@ -2,7 +2,7 @@ import type { Clock } from './clock.js';
 import { describe } from './duration.js';
 import { ValveError } from './errors.js';
 import type { Emitter, StoreErrorContext, StoreOperation } from './events.js';
-import { INFLIGHT, type Jobs } from './job.js';
+import type { Jobs } from './job.js';
 import type { Leases } from './leases.js';
 import { type Call, Line } from './line.js';
 import { isThenable } from './maybe-promise.js';
@@ -185,7 +185,6 @@ export class Admission {
     while (n < max) {
       const job = waiting.take(now, firstCost);
       if (job === undefined) break;
-      job.state = INFLIGHT;
       jobs.push(job);
       costs[n] = job.cost;
       if (n === 0) uniform = job.cost;

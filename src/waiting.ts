@@ -56,9 +56,9 @@ export class Waiting implements AbortHandler {
   }
 
   /**
-   * Takes the next live job from the queue's head, or undefined when there is none. With `cost`
-   * (not NaN), stops instead at a live job of another cost. Jobs past their deadline (`now`)
-   * end on the way.
+   * Takes the next live job from the queue's head for a store call (it is then INFLIGHT), or
+   * undefined when there is none. With `cost` (not NaN), stops instead at a live job of another
+   * cost. Jobs past their deadline (`now`) end on the way.
    */
   take(now: number, cost: number): Job | undefined {
     const queue = this.queue;
@@ -75,6 +75,7 @@ export class Waiting implements AbortHandler {
         this.jobs.end(job, this.host.expiryError());
         continue;
       }
+      job.state = INFLIGHT;
       return job;
     }
   }
