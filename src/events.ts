@@ -1,6 +1,14 @@
-import type { FetchRetryEvent } from './feedback/fetch.js';
-import type { FeedbackIgnored } from './feedback/observe.js';
-import type { PauseSource } from './internal.js';
+/*
+ * Every event of a valve: the payload types and the typed emitter. A leaf: it imports only the
+ * feedback module's type file (feedback/types.ts, which imports nothing), so every room and the
+ * feedback module may use it.
+ */
+import type { FeedbackIgnored, FeedbackModel } from './feedback/types.js';
+
+export type { FeedbackIgnored, FeedbackModel, IgnoredReason } from './feedback/types.js';
+
+/** Where a pause came from, carried on every 'pause' event. */
+export type PauseSource = 'manual' | 'retry-after' | 'ratelimit-header' | 'backoff' | 'remote';
 
 /** Which store call failed, carried by every 'store-error' event. */
 export type StoreOperation = 'acquire' | 'pause' | 'resume' | 'renew' | 'release' | 'subscribe';
@@ -21,8 +29,19 @@ export interface PauseEvent {
   readonly until: number;
   /** Where the pause came from. */
   readonly source: PauseSource;
+  /** For a pause read from a response: the lower-case name of the header that gave the wait. */
+  readonly header?: string | undefined;
+  /** For a pause read from a response: how that header describes the limit (see FeedbackModel). */
+  readonly model?: FeedbackModel | undefined;
   /** What the feedback module read (for header and backoff pauses), if anything. */
   readonly detail?: unknown;
+}
+
+/** What produced the known pause, in stats(): the source, and for feedback pauses the header and its model. */
+export interface PauseCause {
+  readonly source: PauseSource;
+  readonly header: string | undefined;
+  readonly model: FeedbackModel | undefined;
 }
 
 /** Payload of the 'resume' event. */
@@ -41,6 +60,19 @@ export interface LeaseLostEvent {
   readonly error?: unknown;
 }
 
+/** Payload of the 'retry' event. */
+export interface FetchRetryEvent {
+  /** 1 for the first retry. */
+  readonly attempt: number;
+  /** Status of the response that caused the retry (429 or 503). */
+  readonly status: number;
+  /** The pause observe() wrote for it (ms); 0 when none. */
+  readonly waitMs: number;
+  readonly url: string;
+  /** Where that pause's length came from (the reading's source). */
+  readonly source: 'retry-after' | 'ratelimit-header' | 'backoff' | undefined;
+}
+
 /** Every event of a valve and its listener arguments. There is deliberately no 'error' event. */
 export interface ValveEvents {
   'store-error': [error: unknown, context: StoreErrorContext];
@@ -56,6 +88,17 @@ export interface ValveEvents {
 }
 
 export type ValveEventName = keyof ValveEvents;
+
+/** The names of {@link ValveEvents}, for checking a name at run time. */
+export const EVENT_NAMES: ReadonlySet<string> = new Set<ValveEventName>([
+  'store-error',
+  'pause',
+  'resume',
+  'lease-lost',
+  'retry',
+  'feedback-ignored',
+  'idle',
+]);
 export type ValveListener<E extends ValveEventName> = (...args: ValveEvents[E]) => void;
 
 type AnyListener = (...args: unknown[]) => void;

@@ -3,8 +3,14 @@ export { systemClock } from './clock.js';
 export type { ValveErrorCode } from './errors.js';
 export { isValveError, ValveError } from './errors.js';
 export type {
+  FeedbackIgnored,
+  FeedbackModel,
+  FetchRetryEvent,
+  IgnoredReason,
   LeaseLostEvent,
+  PauseCause,
   PauseEvent,
+  PauseSource,
   ResumeEvent,
   StoreErrorContext,
   StoreOperation,
@@ -12,9 +18,8 @@ export type {
   ValveEvents,
   ValveListener,
 } from './events.js';
-export type { FetchLike, FetchRetryEvent, WrapFetchOptions } from './feedback/fetch.js';
-export type { FeedbackIgnored, FeedbackReading, IgnoredReason } from './feedback/observe.js';
-export type { PauseSource } from './internal.js';
+export type { FetchLike, WrapFetchOptions } from './feedback/fetch.js';
+export type { FeedbackReading } from './feedback/types.js';
 export type {
   ConcurrencyOption,
   FeedbackOptions,
@@ -37,5 +42,5 @@ export type {
   WakeEvent,
   WakeStatus,
 } from './stores/store.js';
-export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './valve.js';
+export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './types.js';
 export { createValve } from './valve.js';

@@ -1,6 +1,6 @@
 import { type Clock, systemClock } from './clock.js';
 import { describe, parseDuration } from './duration.js';
-import type { FeedbackSettings } from './internal.js';
+import type { FeedbackSettings } from './feedback-port.js';
 import { normalizeRule, type Rule, type StoreRule } from './rules/rule.js';
 import { checkId, MAX_BATCH } from './stores/checks.js';
 import type { Store } from './stores/store.js';

@@ -1,4 +1,4 @@
-import type { FeedbackSettings } from '../internal.js';
+import type { FeedbackSettings } from '../feedback-port.js';
 
 /**
  * Exponential backoff after a 429 that carried no usable wait, kept per valve.

@@ -1,5 +1,6 @@
 import { describe } from '../duration.js';
-import type { ValveInternals } from '../internal.js';
+import type { FetchRetryEvent } from '../events.js';
+import type { ValveInternals } from '../feedback-port.js';
 import { observe } from './observe.js';
 import type { FeedbackReading } from './types.js';
 
@@ -14,18 +15,6 @@ export interface WrapFetchOptions<I = string | URL | Request, N = RequestInit> {
   cost?: number | ((input: I, init: N | undefined) => number);
   /** Queue priority of every attempt (higher starts first). Default 0. */
   priority?: number;
-}
-
-/** Payload of the 'retry' event. */
-export interface FetchRetryEvent {
-  /** 1 for the first retry. */
-  readonly attempt: number;
-  /** Status of the response that caused the retry (429 or 503). */
-  readonly status: number;
-  /** The pause observe() wrote for it (ms); 0 when none. */
-  readonly waitMs: number;
-  readonly url: string;
-  readonly source: FeedbackReading['source'] | undefined;
 }
 
 interface BodyPlan {

@@ -1,15 +1,14 @@
-import type { ValveInternals } from '../internal.js';
+import type { ValveInternals } from '../feedback-port.js';
 import { nextBackoff, resetBackoff } from './backoff.js';
 import { readBag } from './headers.js';
 import { toHeaderBag } from './input.js';
-import type { FeedbackModel, FeedbackReading, HeaderBag, ParsedFeedback, PauseOrigin } from './types.js';
+import type { FeedbackReading, HeaderBag, ParsedFeedback } from './types.js';
 
 export type {
   FeedbackIgnored,
   FeedbackModel,
   FeedbackReading,
   IgnoredReason,
-  PauseOrigin,
 } from './types.js';
 
 /**
@@ -73,26 +72,4 @@ export function observe(valve: ValveInternals, input: unknown): FeedbackReading 
   }
   if (reading && reading.waitMs > 0) valve.pauseInBackground(reading.waitMs, reading.source, reading);
   return reading;
-}
-
-const MODELS: ReadonlySet<unknown> = new Set<FeedbackModel>([
-  'wait',
-  'window',
-  'token-bucket',
-  'leaky-bucket',
-  'backoff',
-]);
-
-/**
- * Which header and model produced a pause, from the `detail` the feedback module passed
- * with it (a FeedbackReading); both undefined for manual and remote pauses. For the
- * `'pause'` event and stats(): `{ until, source, ...pauseOrigin(detail), detail }`.
- */
-export function pauseOrigin(detail: unknown): PauseOrigin {
-  if (detail === null || typeof detail !== 'object') return { header: undefined, model: undefined };
-  const { header, model } = detail as Partial<FeedbackReading>;
-  return {
-    header: typeof header === 'string' ? header : undefined,
-    model: MODELS.has(model) ? (model as FeedbackModel) : undefined,
-  };
 }

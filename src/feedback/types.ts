@@ -19,14 +19,6 @@ export type FeedbackSource = 'retry-after' | 'ratelimit-header' | 'backoff';
  */
 export type FeedbackModel = 'wait' | 'window' | 'token-bucket' | 'leaky-bucket' | 'backoff';
 
-/** What produced a pause, for the `'pause'` event and stats(): the header and its model. */
-export interface PauseOrigin {
-  /** Lower-case name of the header that gave the wait; undefined for backoff and manual pauses. */
-  readonly header: string | undefined;
-  /** How that header describes the limit; undefined for manual and remote pauses. */
-  readonly model: FeedbackModel | undefined;
-}
-
 /** What observe() read from a response. */
 export interface FeedbackReading {
   /** How long the valve pauses (ms), already capped to `maxPause`. */

@@ -47,7 +47,15 @@ describe('observe() through createValve', () => {
     const reading = valve.observe(new Response(null, { status: 429, headers: { 'Retry-After': '5' } }));
     expect(reading).toMatchObject({ waitMs: 5000, source: 'retry-after' });
     await flushMicrotasks();
-    expect(pauses).toEqual([{ until: NOW + 5000, source: 'retry-after', detail: reading }]);
+    expect(pauses).toEqual([
+      {
+        until: NOW + 5000,
+        source: 'retry-after',
+        header: reading!.header,
+        model: reading!.model,
+        detail: reading,
+      },
+    ]);
     expect(valve.stats().pausedUntil).toBe(NOW + 5000);
     let startedAt = 0;
     const job = valve.run(() => {

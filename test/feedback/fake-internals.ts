@@ -5,7 +5,8 @@
  * given clock (a FakeClock in tests), so scheduled delays can be asserted.
  */
 import type { Clock } from '../../src/clock.js';
-import type { FeedbackSettings, PauseSource, ValveInternals } from '../../src/internal.js';
+import type { PauseSource } from '../../src/events.js';
+import type { FeedbackSettings, ValveInternals } from '../../src/feedback-port.js';
 
 interface Entry {
   job: (ctx: { signal: AbortSignal }) => unknown;

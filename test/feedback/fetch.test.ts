@@ -1,5 +1,6 @@
 import { describe, expect, expectTypeOf, it } from 'vitest';
-import { type FetchRetryEvent, wrapFetch } from '../../src/feedback/fetch.js';
+import type { FetchRetryEvent } from '../../src/events.js';
+import { wrapFetch } from '../../src/feedback/fetch.js';
 import { FakeClock, flushMicrotasks } from '../helpers/fake-clock.js';
 import { FakeInternals } from './fake-internals.js';
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { backoffLevel } from '../../src/feedback/backoff.js';
-import { observe, pauseOrigin } from '../../src/feedback/observe.js';
+import { observe } from '../../src/feedback/observe.js';
+import { pauseOrigin } from '../../src/pauses.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { FakeInternals } from './fake-internals.js';
 

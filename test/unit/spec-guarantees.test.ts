@@ -6,7 +6,8 @@ import { describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../src/stores/memory.js';
 import type { JobContext } from '../../src/valve.js';
 import { createValve } from '../../src/valve.js';
-import { FakeClock, flushMicrotasks, setup, spyStore, track } from './harness.js';
+import { spyStore } from '../helpers/spy-store.js';
+import { FakeClock, flushMicrotasks, setup, track } from './harness.js';
 
 /** A job that holds until released. */
 function holder() {
@@ -261,23 +262,10 @@ describe('Guarantees: a resume from another valve, heard through the subscriber,
   it("this valve's pause reply that arrives after the remote resume's wake-up does not re-cache the deleted pause", async () => {
     const clock = new FakeClock();
     const inner = memoryStore({ clock });
-    let answer: () => void = () => {};
     // The pause is applied at the store at once; its reply reaches the valve only when we say so.
-    const slow = {
-      ...inner,
-      acquire: (r: Parameters<typeof inner.acquire>[0]) => inner.acquire(r),
-      pause: (id: string, ms: number) => {
-        const until = inner.pause(id, ms) as number;
-        return new Promise<number>((resolve) => {
-          answer = () => resolve(until);
-        });
-      },
-      resume: (id: string) => inner.resume(id),
-      renew: (id: string, t: readonly string[], ttl: number) => inner.renew(id, t, ttl),
-      release: (id: string, t: readonly string[]) => inner.release(id, t),
-      subscribe: (id: string, onWake: Parameters<NonNullable<typeof inner.subscribe>>[1]) =>
-        inner.subscribe!(id, onWake),
-    };
+    const slow = spyStore(inner, clock);
+    slow.timing.pause = 'manual';
+    const answer = () => slow.pending.shift()!.resolve();
     const a = createValve({ id: 'x', clock, store: slow });
     const b = createValve({ id: 'x', clock, store: inner });
     await a.run(() => {}); // a subscribes on its first acquisition

@@ -1,93 +1,32 @@
 import { describe, expect, it } from 'vitest';
 import type { ValveOptions } from '../../src/options.js';
 import { memoryStore } from '../../src/stores/memory.js';
-import type { AcquireRequest, AcquireResult, BlockReason, Store } from '../../src/stores/store.js';
+import type { AcquireResult, BlockReason, Store } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
-import { FakeClock, flushMicrotasks, spyStore } from './harness.js';
+import { FakeClock, flushMicrotasks } from '../helpers/fake-clock.js';
+import { type SpyStore, spyStore } from '../helpers/spy-store.js';
 
 /**
  * Adaptive request size ("ask") after rate refusals, and the sub-millisecond re-ask for
- * asynchronous stores (see `acquired()` in src/valve.ts).
+ * asynchronous stores (see src/pace.ts).
  */
 
-/** One store call as the test store saw it (times on the FakeClock, in ms). */
-interface Call {
-  count: number;
-  sentAt: number;
-  /** When the store decided (the inner store's clock; AcquireResult.now). */
-  decidedAt?: number;
-  repliedAt?: number;
-  granted?: number;
-  retryAfter?: number;
-  blocked?: BlockReason | null;
-}
-
-interface RecordingStore extends Store {
-  calls: Call[];
-}
-
 /**
- * Wraps a store's acquire(), recording every call and its answer. Without `rtt` the answer is
- * synchronous. With `rtt` (ms) the answer is a promise: the inner store decides half a round trip
- * after the call (mid-flight, like a network store) and the reply arrives after the other half;
- * `rtt: 0` decides and answers in a microtask, at the same virtual instant. After `maxCalls`
- * calls, acquire() never answers (so that a tight re-ask loop ends instead of hanging the test).
- * `syncCost` (synchronous only) moves the clock by that many ms during each call.
+ * A spy over `inner` recording every acquire() and its answer (store.acquires). Without `rtt` the
+ * answer is synchronous. With `rtt` (ms) the answer is a promise: the inner store decides half a
+ * round trip after the call (mid-flight, like a network store) and the reply arrives after the
+ * other half; `rtt: 0` decides and answers in a microtask, at the same virtual instant. After
+ * `maxCalls` calls, acquire() never answers (so that a tight re-ask loop ends instead of hanging
+ * the test). `syncCost` (synchronous only) moves the clock by that many ms during each call.
  */
 function recording(
   inner: Store,
   clock: FakeClock,
   { rtt, maxCalls = 1000, syncCost = 0 }: { rtt?: number; maxCalls?: number; syncCost?: number } = {},
-): RecordingStore {
-  const calls: Call[] = [];
-  const decide = (call: Call, request: AcquireRequest): AcquireResult => {
-    const r = inner.acquire(request) as AcquireResult;
-    call.decidedAt = r.now;
-    call.granted = r.granted;
-    call.retryAfter = r.retryAfter;
-    call.blocked = r.blocked;
-    return r;
-  };
-  return {
-    calls,
-    acquire(request: AcquireRequest) {
-      const call: Call = { count: request.count, sentAt: clock.now() };
-      calls.push(call);
-      // The valve reuses its request object; the store call owns a copy while in flight.
-      const copy: AcquireRequest = { ...request, costs: request.costs.slice(0, request.count) };
-      if (rtt === undefined) {
-        // A slow synchronous store (syncCost ms of the clock per call) decides halfway through.
-        clock.jump(syncCost / 2);
-        const r = decide(call, copy);
-        clock.jump(syncCost / 2);
-        call.repliedAt = clock.now();
-        return r;
-      }
-      if (calls.length > maxCalls) return new Promise<AcquireResult>(() => {});
-      return new Promise<AcquireResult>((resolve) => {
-        const reply = (r: AcquireResult) => {
-          call.repliedAt = clock.now();
-          resolve(r);
-        };
-        if (rtt === 0) {
-          queueMicrotask(() => reply(decide(call, copy)));
-          return;
-        }
-        clock.setTimeout(() => {
-          const r = decide(call, copy);
-          clock.setTimeout(() => reply(r), rtt / 2);
-        }, rtt / 2);
-      });
-    },
-    pause: (id, ms) => inner.pause(id, ms),
-    resume: (id) => inner.resume(id),
-    renew: (id, tokens, ttl) => inner.renew(id, tokens, ttl),
-    release: (id, tokens) => inner.release(id, tokens),
-    subscribe: inner.subscribe ? (id, onWake) => inner.subscribe!(id, onWake) : undefined,
-    get notifies() {
-      return inner.notifies;
-    },
-  };
+): SpyStore {
+  const store = spyStore(inner, clock, { syncCost, maxAcquires: maxCalls });
+  if (rtt !== undefined) store.timing.acquire = { delay: rtt, decideAt: rtt / 2 };
+  return store;
 }
 
 /** A synchronous store answering from a script: `answer(i, count)` for the i-th call (0-based). */
@@ -97,37 +36,20 @@ function scripted(
     i: number,
     count: number,
   ) => { granted: number; blocked?: BlockReason; retryAfter?: number; pausedUntil?: number },
-): RecordingStore {
-  const calls: Call[] = [];
-  return {
-    calls,
-    acquire(request: AcquireRequest): AcquireResult {
-      const now = clock.now();
-      const a = answer(calls.length, request.count);
+): SpyStore {
+  return spyStore(memoryStore({ clock }), clock, {
+    acquire(request, i): AcquireResult {
+      const a = answer(i, request.count);
       const full = a.granted >= request.count;
-      const r: AcquireResult = {
+      return {
         granted: Math.min(a.granted, request.count),
         retryAfter: full ? 0 : (a.retryAfter ?? 10),
         blocked: full ? null : (a.blocked ?? 'rate'),
         pausedUntil: a.pausedUntil ?? null,
-        now,
+        now: clock.now(),
       };
-      calls.push({
-        count: request.count,
-        sentAt: now,
-        decidedAt: now,
-        repliedAt: now,
-        granted: r.granted,
-        retryAfter: r.retryAfter,
-        blocked: r.blocked,
-      });
-      return r;
     },
-    pause: (_id, ms) => clock.now() + ms,
-    resume: () => {},
-    renew: (_id, tokens) => tokens.map(() => true),
-    release: () => {},
-  };
+  });
 }
 
 function valveOver(store: Store, clock: FakeClock, options: Omit<ValveOptions, 'id' | 'clock' | 'store'>) {
@@ -151,8 +73,8 @@ describe('adaptive request size (ask)', () => {
     const { starts } = queue(valve, clock, 40);
     await clock.tickAsync(1000);
     // One call per 100 ms slot, at 0, 100, ..., 1000.
-    expect(store.calls.map((c) => c.count)).toEqual([32, ...Array(10).fill(2)]);
-    expect(store.calls.map((c) => c.granted)).toEqual(Array(11).fill(1));
+    expect(store.acquires.map((c) => c.count)).toEqual([32, ...Array(10).fill(2)]);
+    expect(store.acquires.map((c) => c.granted)).toEqual(Array(11).fill(1));
     expect(starts.length).toBe(11);
     expect(valve.stats()).toMatchObject({ started: 11, queued: 29 });
     await valve.close({ drain: false });
@@ -164,8 +86,8 @@ describe('adaptive request size (ask)', () => {
     const valve = valveOver(store, clock, { rules: { limit: 10, interval: 1000, burst: 5 } });
     queue(valve, clock, 40);
     await clock.tickAsync(1000);
-    expect(store.calls.map((c) => c.count)).toEqual([32, 6, ...Array(9).fill(2)]);
-    expect(store.calls.map((c) => c.granted)).toEqual([5, ...Array(10).fill(1)]);
+    expect(store.acquires.map((c) => c.count)).toEqual([32, 6, ...Array(9).fill(2)]);
+    expect(store.acquires.map((c) => c.granted)).toEqual([5, ...Array(10).fill(1)]);
     await valve.close({ drain: false });
   });
 
@@ -177,8 +99,8 @@ describe('adaptive request size (ask)', () => {
     const { all } = queue(valve, clock, 100);
     await clock.tickAsync(10);
     await Promise.all(all);
-    expect(store.calls.map((c) => c.count)).toEqual([32, 2, 4, 8, 16, 32, 32, 5]);
-    expect(store.calls.map((c) => Math.round((c.sentAt - store.calls[0]!.sentAt) * 1000))).toEqual([
+    expect(store.acquires.map((c) => c.count)).toEqual([32, 2, 4, 8, 16, 32, 32, 5]);
+    expect(store.acquires.map((c) => Math.round((c.at - store.acquires[0]!.at) * 1000))).toEqual([
       0, 10_000, 10_000, 10_000, 10_000, 10_000, 10_000, 10_000,
     ]);
   });
@@ -193,8 +115,8 @@ describe('adaptive request size (ask)', () => {
     await clock.tickAsync(20);
     await Promise.all(all);
     // 5 (grants 4) → ask 5; 5 (grants 0) → ask 2; then 2 → 4 → 5 (not 8) → 5 …
-    expect(store.calls.map((c) => c.count)).toEqual([5, 5, 2, 4, 5, 5, 5, 5]);
-    expect(Math.max(...store.calls.map((c) => c.count))).toBe(5);
+    expect(store.acquires.map((c) => c.count)).toEqual([5, 5, 2, 4, 5, 5, 5, 5]);
+    expect(Math.max(...store.acquires.map((c) => c.count))).toBe(5);
   });
 
   it('a pause refusal (another process paused the id) does not shrink ask', async () => {
@@ -206,12 +128,12 @@ describe('adaptive request size (ask)', () => {
     const { all } = queue(valve, clock, 40);
     await clock.tickAsync(50);
     await Promise.all(all);
-    expect(store.calls.map((c) => [c.count, c.granted, c.blocked])).toEqual([
+    expect(store.acquires.map((c) => [c.count, c.granted, c.blocked])).toEqual([
       [32, 0, 'pause'],
       [32, 32, null],
       [8, 8, null],
     ]);
-    expect(Math.round((store.calls[1]!.sentAt - store.calls[0]!.sentAt) * 1000)).toBe(50_000);
+    expect(Math.round((store.acquires[1]!.at - store.acquires[0]!.at) * 1000)).toBe(50_000);
   });
 
   it('a pause refusal keeps a shrunk ask (neither shrinks nor resets it)', async () => {
@@ -227,8 +149,8 @@ describe('adaptive request size (ask)', () => {
     const { all } = queue(valve, clock, 20);
     await clock.tickAsync(30);
     await Promise.all(all);
-    expect(store.calls.map((c) => c.count)).toEqual([20, 2, 2, 4, 8, 5]);
-    expect(store.calls[1]!.blocked).toBe('pause');
+    expect(store.acquires.map((c) => c.count)).toEqual([20, 2, 2, 4, 8, 5]);
+    expect(store.acquires[1]!.blocked).toBe('pause');
   });
 
   it('a global-concurrency refusal does not shrink ask', async () => {
@@ -248,12 +170,12 @@ describe('adaptive request size (ask)', () => {
     for (const p of aJobs) p.catch(() => {}); // the queued ones reject CLOSED at the end
     await flushMicrotasks();
     // 10 free local slots: asks 10, the store grants the 2 free global slots.
-    expect(a.calls.map((c) => [c.count, c.granted, c.blocked])).toEqual([[10, 2, 'concurrency']]);
+    expect(a.acquires.map((c) => [c.count, c.granted, c.blocked])).toEqual([[10, 2, 'concurrency']]);
     for (const g of bGates) g();
     await Promise.all(bJobs);
     await clock.tickAsync(0);
     // The releases wake A: 8 free slots, ask still 32 → asks 8 (a rate-style shrink would ask 3).
-    expect(a.calls.map((c) => [c.count, c.granted])).toEqual([
+    expect(a.acquires.map((c) => [c.count, c.granted])).toEqual([
       [10, 2],
       [8, 8],
     ]);
@@ -272,9 +194,9 @@ describe('adaptive request size (ask)', () => {
     const { starts, all } = queue(valve, clock, 40);
     await clock.tickAsync(4000);
     await Promise.all(all);
-    expect(store.calls.length).toBe(40);
-    expect(store.calls.map((c) => c.granted)).toEqual(Array(40).fill(1));
-    expect(store.calls.map((c) => c.count)).toEqual([32, ...Array(38).fill(2), 1]);
+    expect(store.acquires.length).toBe(40);
+    expect(store.acquires.map((c) => c.granted)).toEqual(Array(40).fill(1));
+    expect(store.acquires.map((c) => c.count)).toEqual([32, ...Array(38).fill(2), 1]);
     const t0 = starts[0]!;
     expect(starts.map((t) => Math.round((t - t0) * 1000))).toEqual(
       Array.from({ length: 40 }, (_, i) => i * 100_000),
@@ -296,11 +218,11 @@ describe('sub-millisecond re-ask (asynchronous stores only)', () => {
     const { all } = queue(valve, clock, 10);
     await clock.tickAsync(10);
     await Promise.all(all);
-    const calls = store.calls;
-    const t0 = calls[0]!.sentAt;
+    const calls = store.acquires;
+    const t0 = calls[0]!.at;
     expect(calls.map((c) => c.granted)).toEqual(Array(10).fill(1));
     // Each call is sent the hint (0.5 ms) after the previous reply, by the precise timer.
-    expect(calls.map((c) => us(c.sentAt, t0))).toEqual(Array.from({ length: 10 }, (_, i) => i * 700));
+    expect(calls.map((c) => us(c.at, t0))).toEqual(Array.from({ length: 10 }, (_, i) => i * 700));
     expect(clock.preciseRequested.length).toBe(9);
     for (const d of clock.preciseRequested) expect(d).toBeCloseTo(0.5, 3);
   });
@@ -313,12 +235,11 @@ describe('sub-millisecond re-ask (asynchronous stores only)', () => {
     const { starts, all } = queue(valve, clock, 10);
     await clock.tickAsync(20);
     await Promise.all(all);
-    const calls = store.calls;
-    const t0 = calls[0]!.sentAt;
+    const calls = store.acquires;
+    const t0 = calls[0]!.at;
     // Every call after the first is sent the instant the previous answer arrives.
-    for (let i = 1; i < calls.length; i++)
-      expect(us(calls[i]!.sentAt, t0)).toBe(us(calls[i - 1]!.repliedAt, t0));
-    expect(calls.map((c) => us(c.sentAt, t0))).toEqual(calls.map((_, i) => i * 200));
+    for (let i = 1; i < calls.length; i++) expect(us(calls[i]!.at, t0)).toBe(us(calls[i - 1]!.repliedAt, t0));
+    expect(calls.map((c) => us(c.at, t0))).toEqual(calls.map((_, i) => i * 200));
     // The valve armed no timer at all: only the store's half round trips.
     expect(clock.requested.every((d) => d === rtt / 2)).toBe(true);
     // Sub-millisecond refusals did happen (the behaviour under test was exercised).
@@ -348,10 +269,9 @@ describe('sub-millisecond re-ask (asynchronous stores only)', () => {
     const { all } = queue(valve, clock, 4);
     await clock.tickAsync(10);
     await Promise.all(all);
-    const calls = store.calls;
-    const t0 = calls[0]!.sentAt;
-    for (let i = 1; i < calls.length; i++)
-      expect(us(calls[i]!.sentAt, t0)).toBe(us(calls[i - 1]!.repliedAt, t0));
+    const calls = store.acquires;
+    const t0 = calls[0]!.at;
+    for (let i = 1; i < calls.length; i++) expect(us(calls[i]!.at, t0)).toBe(us(calls[i - 1]!.repliedAt, t0));
     expect(clock.requested.every((d) => d === 0.03)).toBe(true);
     // Polling costs about emission / round trip calls per job: 28 calls (24 refused) for 4 jobs.
     expect(calls.length).toBe(28);
@@ -372,9 +292,9 @@ describe('sub-millisecond re-ask (asynchronous stores only)', () => {
     const { all } = queue(valve, clock, 4);
     await clock.tickAsync(400);
     await Promise.all(all);
-    const calls = store.calls;
-    const t0 = calls[0]!.sentAt;
-    expect(calls.map((c) => us(c.sentAt, t0))).toEqual([0, 100_000, 200_000, 300_000]);
+    const calls = store.acquires;
+    const t0 = calls[0]!.at;
+    expect(calls.map((c) => us(c.at, t0))).toEqual([0, 100_000, 200_000, 300_000]);
     expect(calls.map((c) => us(c.decidedAt, t0))).toEqual([1000, 101_000, 201_000, 301_000]);
     expect(calls.map((c) => c.granted)).toEqual([1, 1, 1, 1]);
     expect(calls.map((c) => c.count)).toEqual([4, 2, 2, 1]);
@@ -393,10 +313,10 @@ describe('sub-millisecond re-ask (asynchronous stores only)', () => {
     const { all } = queue(valve, clock, 5);
     await clock.tickAsync(10);
     await Promise.all(all);
-    const calls = store.calls;
-    const t0 = calls[0]!.sentAt;
+    const calls = store.acquires;
+    const t0 = calls[0]!.at;
     // Hint 1.5 ms from the decision; 1.1 ms left at the reply: not under a timer tick.
-    expect(calls.map((c) => us(c.sentAt, t0))).toEqual([0, 1500, 3000, 4500, 6000]);
+    expect(calls.map((c) => us(c.at, t0))).toEqual([0, 1500, 3000, 4500, 6000]);
     expect(calls.map((c) => c.granted)).toEqual([1, 1, 1, 1, 1]);
     const timers = clock.requested.filter((d) => d !== rtt / 2);
     expect(timers.length).toBe(4);
@@ -409,11 +329,11 @@ describe('sub-millisecond re-ask (asynchronous stores only)', () => {
     const valve = valveOver(store, clock, { rules: { limit: 2000, interval: 1000, burst: 1 } });
     const { all } = queue(valve, clock, 10);
     await clock.tickAsync(10);
-    expect(store.calls.length).toBe(10);
+    expect(store.acquires.length).toBe(10);
     await Promise.all(all);
-    const t0 = store.calls[0]!.sentAt;
-    expect(store.calls.map((c) => c.granted)).toEqual(Array(10).fill(1));
-    expect(store.calls.map((c) => us(c.sentAt, t0))).toEqual(Array.from({ length: 10 }, (_, i) => i * 500));
+    const t0 = store.acquires[0]!.at;
+    expect(store.acquires.map((c) => c.granted)).toEqual(Array(10).fill(1));
+    expect(store.acquires.map((c) => us(c.at, t0))).toEqual(Array.from({ length: 10 }, (_, i) => i * 500));
     expect(clock.requested.length).toBe(9);
     for (const d of clock.requested) expect(d).toBeCloseTo(0.5, 3);
   });
@@ -426,11 +346,11 @@ describe('sub-millisecond re-ask (asynchronous stores only)', () => {
     const { all } = queue(valve, clock, 10);
     await clock.tickAsync(10);
     await Promise.all(all);
-    const calls = store.calls;
-    const t0 = calls[0]!.sentAt;
+    const calls = store.acquires;
+    const t0 = calls[0]!.at;
     expect(calls.length).toBeLessThanOrEqual(2 * 10);
     expect(calls.length).toBe(10);
-    expect(calls.map((c) => us(c.sentAt, t0))).toEqual(Array.from({ length: 10 }, (_, i) => i * 500));
+    expect(calls.map((c) => us(c.at, t0))).toEqual(Array.from({ length: 10 }, (_, i) => i * 500));
     expect(calls.map((c) => us(c.decidedAt, t0))).toEqual(Array.from({ length: 10 }, (_, i) => i * 500 + 20));
     const timers = clock.requested.filter((d) => d !== rtt / 2);
     expect(timers.length).toBe(9);
@@ -445,17 +365,17 @@ describe('sub-millisecond re-ask (asynchronous stores only)', () => {
     const { all } = queue(valve, clock, 20);
     await clock.tickAsync(20);
     await Promise.all(all);
-    const calls = store.calls;
-    const t0 = calls[0]!.sentAt;
+    const calls = store.acquires;
+    const t0 = calls[0]!.at;
     expect(calls.map((c) => c.count)).toEqual([20, 10, ...Array(8).fill(2), 1]);
     expect(calls.map((c) => c.granted)).toEqual([10, ...Array(10).fill(1)]);
-    expect(calls.map((c) => us(c.sentAt, t0))).toEqual(Array.from({ length: 11 }, (_, i) => i * 500));
+    expect(calls.map((c) => us(c.at, t0))).toEqual(Array.from({ length: 11 }, (_, i) => i * 500));
     for (let i = 0; i + 1 < calls.length; i++) {
       const c = calls[i]!;
       // Refused with a sub-millisecond wait, yet the next call waits for the hint, after the reply.
       expect(c.retryAfter).toBeLessThan(1);
-      expect(us(calls[i + 1]!.sentAt, t0)).toBe(us(c.sentAt + c.retryAfter!, t0));
-      expect(us(calls[i + 1]!.sentAt, t0)).toBeGreaterThan(us(c.repliedAt, t0));
+      expect(us(calls[i + 1]!.at, t0)).toBe(us(c.at + c.retryAfter!, t0));
+      expect(us(calls[i + 1]!.at, t0)).toBeGreaterThan(us(c.repliedAt, t0));
     }
     const timers = clock.requested.filter((d) => d !== rtt / 2);
     expect(timers.length).toBe(10);

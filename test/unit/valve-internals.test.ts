@@ -1,8 +1,9 @@
 import { describe, expect, it, vi } from 'vitest';
 import { isValveError } from '../../src/errors.js';
-import type { ValveInternals } from '../../src/internal.js';
+import type { ValveInternals } from '../../src/feedback-port.js';
 import type { Valve } from '../../src/valve.js';
-import { count, flushMicrotasks, setup, track } from './harness.js';
+import { count } from '../helpers/spy-store.js';
+import { flushMicrotasks, setup, track } from './harness.js';
 
 /** The seam the feedback module gets (not public API). */
 const internals = (valve: Valve) => (valve as unknown as { internals: ValveInternals }).internals;
@@ -69,7 +70,15 @@ describe('ValveInternals (the feedback seam)', () => {
     expect(valve.stats().pausedUntil).toBe(t0 + 2000);
     await flushMicrotasks();
     expect(count(store, 'pause')).toBe(1);
-    expect(events).toEqual([{ until: t0 + 2000, source: 'retry-after', detail: { header: 'Retry-After' } }]);
+    expect(events).toEqual([
+      {
+        until: t0 + 2000,
+        source: 'retry-after',
+        header: 'Retry-After',
+        model: undefined,
+        detail: { header: 'Retry-After' },
+      },
+    ]);
     const job = track(valve.run(() => 1));
     await clock.tickAsync(1999);
     expect(job.done).toBe(false);

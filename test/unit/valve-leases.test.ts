@@ -4,7 +4,8 @@ import { memoryStore } from '../../src/stores/memory.js';
 import type { AcquireResult } from '../../src/stores/store.js';
 import type { JobContext } from '../../src/valve.js';
 import { createValve } from '../../src/valve.js';
-import { count, FakeClock, flushMicrotasks, spyStore, track } from './harness.js';
+import { count, spyStore } from '../helpers/spy-store.js';
+import { FakeClock, flushMicrotasks, track } from './harness.js';
 
 function twoValves(limit: number, leaseTtl = 3000) {
   const clock = new FakeClock();

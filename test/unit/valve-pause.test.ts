@@ -1,7 +1,8 @@
 import { describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../src/stores/memory.js';
 import { createValve } from '../../src/valve.js';
-import { count, FakeClock, flushMicrotasks, setup, spyStore, track } from './harness.js';
+import { count, spyStore } from '../helpers/spy-store.js';
+import { FakeClock, flushMicrotasks, setup, track } from './harness.js';
 
 describe('pause() and resume()', () => {
   it('blocks new starts until the pause ends, emits pause {until, source: manual}, resolves once recorded', async () => {
@@ -136,16 +137,9 @@ describe('pause() and resume()', () => {
   it("its own pause's wake-up arriving before the store's reply is not reported as a remote pause", async () => {
     const clock = new FakeClock();
     const inner = memoryStore({ clock });
-    const store = {
-      ...spyStore(inner, clock),
-      subscribe: inner.subscribe!.bind(inner),
-      notifies: true,
-      // Written at once (the wake-up goes out in a microtask), answered 10 ms later.
-      pause: (id: string, ms: number) => {
-        const until = inner.pause(id, ms);
-        return new Promise<number>((resolve) => clock.setTimeout(() => resolve(until), 10));
-      },
-    };
+    const store = spyStore(inner, clock);
+    // Written at once (the wake-up goes out in a microtask), answered 10 ms later.
+    store.timing.pause = { delay: 10, decideAt: 0 };
     const valve = createValve({ id: 'own', clock, store });
     await valve.run(() => 0); // subscribed
     const events: { source: string }[] = [];

@@ -8,49 +8,16 @@
 import { describe, expect, it } from 'vitest';
 import { isValveError } from '../../src/errors.js';
 import { memoryStore } from '../../src/stores/memory.js';
-import type { AcquireRequest, AcquireResult, Store } from '../../src/stores/store.js';
+import type { AcquireResult } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
-import { FakeClock, flushMicrotasks, spyStore, track } from './harness.js';
+import { type SpyStore, spyStore } from '../helpers/spy-store.js';
+import { FakeClock, flushMicrotasks, track } from './harness.js';
 
-interface Pending {
-  readonly count: number;
-  readonly costs: number[];
-  resolve(result: AcquireResult): void;
-  reject(err: unknown): void;
-}
-
-/** A store whose acquire() answers only when the test says so, with the answer the test gives. */
-function manualStore(clock: FakeClock): Store & { pending: Pending[]; sent: number; maxInFlight: number } {
-  let inFlight = 0;
-  const store = {
-    pending: [] as Pending[],
-    sent: 0,
-    maxInFlight: 0,
-    acquire(request: AcquireRequest): Promise<AcquireResult> {
-      store.sent++;
-      inFlight++;
-      store.maxInFlight = Math.max(store.maxInFlight, inFlight);
-      return new Promise<AcquireResult>((resolve, reject) => {
-        store.pending.push({
-          count: request.count,
-          costs: request.costs.slice(0, request.count),
-          resolve: (r) => {
-            inFlight--;
-            resolve(r);
-          },
-          reject: (e) => {
-            inFlight--;
-            reject(e);
-          },
-        });
-      });
-    },
-    pause: () => clock.now(),
-    resume: () => undefined,
-    renew: (_id: string, tokens: readonly string[]) => tokens.map(() => true),
-    release: () => undefined,
-  };
-  return store as unknown as Store & { pending: Pending[]; sent: number; maxInFlight: number };
+/** A store whose acquire() answers only when the test says so, with the answer the test gives (store.pending). */
+function manualStore(clock: FakeClock): SpyStore {
+  const store = spyStore(memoryStore({ clock }), clock);
+  store.timing.acquire = 'manual';
+  return store;
 }
 
 const grant = (clock: FakeClock, granted: number, count: number, retryAfter = 5): AcquireResult => ({
@@ -62,7 +29,7 @@ const grant = (clock: FakeClock, granted: number, count: number, retryAfter = 5)
 });
 
 /** Answers every call, including those sent meanwhile, granting all it asked; returns their sizes. */
-async function grantAll(store: { pending: Pending[] }, clock: FakeClock): Promise<number[]> {
+async function grantAll(store: SpyStore, clock: FakeClock): Promise<number[]> {
   const counts: number[] = [];
   while (store.pending.length > 0) {
     const p = store.pending.shift()!;
@@ -112,7 +79,7 @@ describe('pipelined admission', () => {
     await grantAll(store, clock);
     expect(started).toEqual(Array.from({ length: 200 }, (_, i) => i));
     expect(store.maxInFlight).toBe(2);
-    expect(store.sent).toBe(7); // 200 jobs, 32 per call
+    expect(store.acquires.length).toBe(7); // 200 jobs, 32 per call
   });
 
   it("gives the second call's grants to the jobs the first call could not get, in line order", async () => {

@@ -1,8 +1,8 @@
 import { describe, expect, it, vi } from 'vitest';
 import { isValveError } from '../../src/errors.js';
-import type { Store } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
-import { count, FakeClock, setup, track } from './harness.js';
+import { count, spyMemoryStore } from '../helpers/spy-store.js';
+import { FakeClock, setup, track } from './harness.js';
 
 const down = new Error('store down');
 
@@ -128,13 +128,7 @@ for (const style of ['sync throw', 'async reject'] as const) {
 describe('store answers', () => {
   it('an invalid acquire answer is treated as a store failure', async () => {
     const clock = new FakeClock();
-    const store: Store = {
-      acquire: () => 'nonsense' as never,
-      pause: () => 0,
-      resume: () => {},
-      renew: () => [],
-      release: () => {},
-    };
+    const store = spyMemoryStore(clock, { acquire: () => 'nonsense' as never });
     const valve = createValve({ id: 'bad', clock, store, maxWait: 500 });
     const errors = vi.fn();
     valve.on('store-error', errors);
@@ -147,13 +141,8 @@ describe('store answers', () => {
 
   it('a store that never answers does not stop maxWait (the in-flight job rejects MAX_WAIT)', async () => {
     const clock = new FakeClock();
-    const store: Store = {
-      acquire: () => new Promise(() => {}),
-      pause: () => 0,
-      resume: () => {},
-      renew: () => [],
-      release: () => {},
-    };
+    const store = spyMemoryStore(clock);
+    store.timing.acquire = 'manual'; // never answered
     const valve = createValve({ id: 'hang', clock, store, maxWait: 500 });
     const job = track(valve.run(() => 1));
     await clock.tickAsync(500);

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import type { AcquireRequest, AcquireResult, Store } from '../../src/stores/store.js';
+import { memoryStore } from '../../src/stores/memory.js';
+import type { AcquireResult } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
+import { type SpyStore, spyStore } from '../helpers/spy-store.js';
 import { FakeClock, setup, track } from './harness.js';
 
 const noop = () => undefined;
@@ -45,30 +47,16 @@ describe('wake-up timers', () => {
 });
 
 describe('a refused acquisition whose hint has already passed', () => {
-  /** A store that refuses the first call with a hint shorter than the call took. */
-  function slowHintStore(clock: FakeClock, hintMs: number): Store & { at: number[] } {
-    let first = true;
-    const at: number[] = [];
-    const answer = (r: AcquireRequest): AcquireResult => {
-      at.push(clock.now());
-      if (first) {
-        first = false;
-        return { granted: 0, retryAfter: hintMs, blocked: 'rate', pausedUntil: null, now: clock.now() };
-      }
-      return { granted: r.count, retryAfter: 0, blocked: null, pausedUntil: null, now: clock.now() };
-    };
-    return {
-      at,
-      acquire: (r) =>
-        new Promise<AcquireResult>((resolve) => {
-          // The call takes 0.5 ms; the store decides at its end.
-          clock.setTimeout(() => resolve(answer(r)), 0.5);
-        }),
-      pause: () => clock.now(),
-      resume: () => undefined,
-      renew: (_id, tokens) => tokens.map(() => false),
-      release: () => undefined,
-    };
+  /** A store that refuses the first call with a hint shorter than the call took (0.5 ms; it decides at its end). */
+  function slowHintStore(clock: FakeClock, hintMs: number): SpyStore {
+    const store = spyStore(memoryStore({ clock }), clock, {
+      acquire: (r, i): AcquireResult =>
+        i === 0
+          ? { granted: 0, retryAfter: hintMs, blocked: 'rate', pausedUntil: null, now: clock.now() }
+          : { granted: r.count, retryAfter: 0, blocked: null, pausedUntil: null, now: clock.now() },
+    });
+    store.timing.acquire = { delay: 0.5 };
+    return store;
   }
 
   it('asks again after the short hint, not a whole millisecond later', async () => {
@@ -78,10 +66,11 @@ describe('a refused acquisition whose hint has already passed', () => {
     const job = track(valve.run(noop));
     await clock.tickAsync(5);
     expect(job.ok).toBe(true);
-    expect(store.at.length).toBe(2);
+    const at = store.acquires.map((a) => a.decidedAt!);
+    expect(at.length).toBe(2);
     // Sent at 0, answered at 0.5 ms with a 50 µs hint that had already passed: the next call
     // goes out 50 µs after the answer (and is answered 0.5 ms later), not 1 ms after it.
-    const gapUs = Math.round((store.at[1]! - store.at[0]!) * 1000);
+    const gapUs = Math.round((at[1]! - at[0]!) * 1000);
     expect(gapUs).toBe(550);
   });
 });

@@ -1,8 +1,10 @@
 import type { Clock } from './clock.js';
+import type { PauseSource } from './events.js';
 
-/**
- * Internal seam between the scheduler (valve.ts) and the feedback module
- * (feedback/observe.ts, feedback/fetch.ts). Not exported from the package root.
+/*
+ * What the valve hands the feedback module (feedback/observe.ts, feedback/fetch.ts): the only
+ * way feedback reaches the scheduler. Not exported from the package root. It sits below both:
+ * feedback imports it, valve.ts implements it, and neither imports the other through it.
  */
 
 /** Feedback settings, normalised by options.ts from `createValve({ feedback })`. */
@@ -14,9 +16,6 @@ export interface FeedbackSettings {
   /** Backoff doubles per consecutive header-less 429 up to this (ms). Default 60_000. */
   readonly backoffMax: number;
 }
-
-/** Where a pause came from, carried on every 'pause' event. */
-export type PauseSource = 'manual' | 'retry-after' | 'ratelimit-header' | 'backoff' | 'remote';
 
 /** What the scheduler offers the feedback module. */
 export interface ValveInternals {

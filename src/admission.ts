@@ -1,0 +1,333 @@
+import type { Clock } from './clock.js';
+import { describe } from './duration.js';
+import { ValveError } from './errors.js';
+import type { Emitter, StoreErrorContext, StoreOperation } from './events.js';
+import type { Jobs } from './job.js';
+import type { Leases } from './leases.js';
+import { type Call, Line } from './line.js';
+import { isThenable } from './maybe-promise.js';
+import type { NormalizedOptions, StoreErrorMode } from './options.js';
+import { Pace } from './pace.js';
+import type { Pauses } from './pauses.js';
+import { Pump } from './pump.js';
+import type { AcquireRequest, AcquireResult, Lease, Store } from './stores/store.js';
+import { Timer } from './timer.js';
+import type { Waiting } from './waiting.js';
+import { Wakeups } from './wakeups.js';
+
+/*
+ * The admission room: the store calls that ask for the start of waiting jobs (taken from the
+ * queue room, waiting.ts, into the in-flight line, line.ts), the store's answers and the
+ * onStoreError modes, when to ask again, the store's wake-ups (wakeups.ts) and the one timer
+ * (timer.ts). See docs/architecture.md, "The scheduler".
+ *
+ * Jobs never start synchronously inside run(): admission happens in a microtask, so many
+ * run() calls in one tick cost one store call per batch. Synchronous stores (memory) are
+ * called without a promise in between.
+ */
+
+/** What the admission room may call above it (wired by valve.ts). */
+export interface AdmissionHost {
+  /** Counts and emits a 'store-error'. */
+  storeError(err: unknown, operation: StoreOperation, action: StoreErrorContext['action']): void;
+  /** A store answer was processed: a closing valve may be done. */
+  checkClosed(): void;
+}
+
+export class Admission {
+  /** Where the budget lives: every acquisition goes to it. */
+  private readonly store: Store;
+  /** The valve's clock (local time, timers). */
+  private readonly clock: Clock;
+  /** Local slots (Infinity when unlimited): running jobs plus jobs in line never exceed it. */
+  private readonly limit: number;
+  /** Global concurrency: every granted job comes with a lease. */
+  private readonly global: boolean;
+  /** onStoreError: what a failed acquisition does to the jobs it carried and to those queued. */
+  private readonly mode: StoreErrorMode;
+  /** The store calls in flight and their jobs. */
+  private readonly line: Line;
+  /** When admission rounds run. */
+  private readonly pump: Pump;
+  /** The one timer: the next admission, maxWait deadline, lease renewal or expiry. */
+  private readonly timer: Timer;
+  /** The store's wake-ups (subscribed before the first store call). */
+  private readonly wakeups: Wakeups;
+  /** When to ask the store next, and for how many jobs. */
+  private readonly pace: Pace;
+  /** The answer being processed (or last processed): its call's send time (local clock). */
+  private answerSentAt = 0;
+  /** The answer being processed (or last processed) came synchronously. */
+  private answerWasSync = false;
+  /** A job was enqueued since the last 'idle' event: the next idle moment emits one. */
+  private workSinceIdle = false;
+  /** Jobs may be taken from the queue: false once the valve closed without drain. */
+  private admitting = true;
+
+  constructor(
+    o: NormalizedOptions,
+    store: Store,
+    /** The queue room: jobs are taken from it and put back into it. */
+    private readonly waiting: Waiting,
+    /** The job room: counts of pending and running jobs, deadlines, job ends. */
+    private readonly jobs: Jobs,
+    /** The known pause: no acquisition before its end; every answer updates it. */
+    private readonly pauses: Pauses,
+    /** The leases room, for the timer (renewals, expiries). */
+    private readonly leases: Leases,
+    /** Emits 'idle'. */
+    private readonly events: Emitter,
+    /** The valve above. */
+    private readonly host: AdmissionHost,
+  ) {
+    this.store = store;
+    this.clock = o.clock;
+    this.limit = o.limit;
+    this.global = o.global;
+    this.mode = o.onStoreError;
+    const lease = o.global ? { limit: o.limit, ttl: o.leaseTtl } : undefined;
+    const settled = (call: Call, ok: boolean, value: unknown): void => this.callSettled(call, ok, value);
+    this.line = new Line(o.id, o.rules, lease, jobs, leases, settled);
+    this.pump = new Pump(
+      () => this.admit(),
+      () => this.pumped(),
+    );
+    this.timer = new Timer(o.clock, this.onTimer);
+    this.wakeups = new Wakeups(o.id, store, pauses, {
+      listening: () => this.admitting,
+      released: () => this.unblock('concurrency'),
+      woken: () => this.schedulePump(),
+      storeError: host.storeError,
+    });
+    const precise = o.rules.some((rule) => (rule.burst - 1) * rule.emissionUs < 2000);
+    this.pace = new Pace(o.batch, precise, this.wakeups);
+  }
+
+  /** Store calls in flight. */
+  get inFlight(): number {
+    return this.line.inFlight;
+  }
+
+  /** A job joined the queue: admission looks (in a microtask), and the next idle moment emits 'idle'. */
+  jobQueued(): void {
+    this.workSinceIdle = true;
+    this.schedulePump();
+  }
+
+  /** A wait for `reason` ends at once (a release freed slots; the pause was deleted). */
+  unblock(reason: 'pause' | 'concurrency'): void {
+    this.pace.unblock(reason);
+  }
+
+  /** close() without drain: no more jobs are taken; queued and in-flight jobs end with `error`. */
+  cancel(error: ValveError): void {
+    this.admitting = false;
+    this.waiting.endAll(error);
+    // Jobs of the calls in flight, or of a batch being started (a job that closes the valve).
+    this.line.endAll(error);
+  }
+
+  /** The valve is closed and done: the timer stops and the store subscription ends. */
+  shutDown(): void {
+    this.timer.clear();
+    this.wakeups.stop();
+  }
+
+  // ---------------------------------------------------------------- the pump
+
+  /** Admission looks again, in a microtask (see Pump). */
+  schedulePump(): void {
+    this.pump.schedule();
+  }
+
+  /** Admission looks again now (after an asynchronous renewal answered). */
+  runPump(): void {
+    this.pump.run();
+  }
+
+  /** The admission rounds are done: the timer is armed and 'idle' emitted if due. */
+  private pumped(): void {
+    this.arm();
+    if (
+      this.workSinceIdle &&
+      this.jobs.pending === 0 &&
+      this.jobs.runningCount === 0 &&
+      this.line.inFlight === 0
+    ) {
+      this.workSinceIdle = false;
+      this.events.emit('idle');
+    }
+  }
+
+  /** One admission round. Returns true when it made synchronous progress and another round may help. */
+  private admit(): boolean {
+    const waiting = this.waiting;
+    if (waiting.count === 0) return false;
+    if (!this.admitting) return false;
+    const line = this.line;
+    const piped = line.inFlight > 0;
+    const pace = this.pace;
+    if (piped && !line.mayPipeline(pace.failing)) return false;
+    // The jobs in line may all start: leave room for them.
+    const free = this.limit - this.jobs.runningCount - line.length;
+    if (free <= 0) return false;
+    const now = this.clock.now();
+    if (now < pace.wakeAt || now < this.pauses.until) return false;
+    if (piped && pace.openUntil > now) return false;
+    const call = line.idleCall();
+    // A second call carries only jobs of the first call's cost (see Line.mayPipeline).
+    const firstCost = piped ? line.sentCall().uniform : Number.NaN;
+    const max = Math.min(free, pace.ask);
+    const jobs = line.tail(piped);
+    const costs = call.costs;
+    let n = 0;
+    let uniform = Number.NaN;
+    while (n < max) {
+      const job = waiting.take(now, firstCost);
+      if (job === undefined) break;
+      jobs.push(job);
+      costs[n] = job.cost;
+      if (n === 0) uniform = job.cost;
+      else if (job.cost !== uniform) uniform = Number.NaN;
+      n++;
+    }
+    if (n === 0) return !piped && waiting.count > 0;
+    if (piped) line.join();
+    call.request.count = n;
+    call.uniform = uniform;
+    if (pace.openUntil > now) {
+      this.startInLine(Number.POSITIVE_INFINITY, undefined, now);
+      return true;
+    }
+    this.wakeups.subscribeOnce();
+    line.send(call, now, this.pauses.raiseEpoch, this.pauses.resumeEpoch);
+    let result: AcquireResult | PromiseLike<AcquireResult>;
+    try {
+      result = this.store.acquire(call.request as AcquireRequest);
+    } catch (err) {
+      call.sync = true;
+      this.callSettled(call, false, err, false);
+      return true;
+    }
+    if (isThenable(result)) {
+      call.sync = false;
+      try {
+        result.then(call.onAnswer, call.onFail);
+      } catch (err) {
+        this.callSettled(call, false, err, false);
+        return true;
+      }
+      // Another round may send a second call while this one travels.
+      return line.mayPipeline(pace.failing);
+    }
+    call.sync = true;
+    this.callSettled(call, true, result, false);
+    return true;
+  }
+
+  /** Starts up to `count` jobs from the front of the line; with no call left in flight, the rest go back to the queue. */
+  private startInLine(count: number, leases: readonly Lease[] | undefined, now: number): void {
+    this.line.start(count, leases, this.answerSentAt, now);
+    if (this.line.inFlight === 0) this.line.requeue(this.waiting);
+  }
+
+  // ---------------------------------------------------------------- store answers
+
+  /** A store call settled. Answers are used as they come: grants go to the front of the line. */
+  private callSettled(call: Call, ok: boolean, value: unknown, thenPump = true): void {
+    if (!this.line.answered(call)) return;
+    this.answerSentAt = call.sentAt;
+    this.answerWasSync = call.sync;
+    // Jobs started below run synchronously and may call back into the valve: a pump they ask
+    // for waits until this answer is processed (the line is not changed mid-processing).
+    const outer = this.pump.hold();
+    try {
+      if (ok) this.acquired(call, value as AcquireResult);
+      else this.acquireFailed(value);
+    } finally {
+      this.pump.unhold(outer);
+    }
+    if (thenPump || (outer && this.pump.deferred)) this.pump.run();
+  }
+
+  private acquired(call: Call, r: AcquireResult): void {
+    const n = call.request.count;
+    if (
+      typeof r !== 'object' ||
+      r === null ||
+      typeof r.granted !== 'number' ||
+      !(r.granted >= 0) ||
+      (this.global &&
+        r.granted > 0 &&
+        (!Array.isArray(r.leases) || r.leases.length < Math.min(Math.floor(r.granted), n)))
+    ) {
+      this.acquireFailed(new TypeError(`store.acquire() returned an invalid result: ${describe(r)}`));
+      return;
+    }
+    const now = this.clock.now();
+    const granted = Math.min(Math.floor(r.granted), n);
+    this.pace.storeAnswered();
+    // The store's view of the shared pause.
+    const sentAt = this.answerSentAt;
+    const resumedSince = this.pauses.answered(r, sentAt, now, call.pauseEpoch, call.resumeEpoch);
+    this.startInLine(granted, r.leases, now);
+    this.line.recordAnswer(granted === n);
+    this.pace.granted(r, granted, n, now, sentAt, this.answerWasSync, resumedSince);
+    this.host.checkClosed();
+  }
+
+  private acquireFailed(err: unknown): void {
+    const now = this.clock.now();
+    this.line.recordAnswer(false);
+    const mode = this.mode;
+    this.pace.failed(err, mode, now);
+    const share = this.line.failedShare();
+    if (mode === 'open') {
+      this.startInLine(share, undefined, now);
+    } else if (mode === 'throw') {
+      const error = new ValveError('STORE_UNAVAILABLE', 'The store failed (onStoreError: throw)', {
+        cause: err,
+      });
+      this.line.endTail(share, error);
+      this.waiting.endAll(error);
+    } else if (this.line.inFlight === 0) {
+      this.line.requeue(this.waiting);
+    }
+    this.host.storeError(err, 'acquire', mode);
+    this.host.checkClosed();
+  }
+
+  /** The error of a job that reached its maxWait before starting. */
+  expiryError(): ValveError {
+    return this.pace.expiryError();
+  }
+
+  // ---------------------------------------------------------------- the timer, wake-ups
+
+  /** Sets the one timer to the earliest of: next admission, earliest maxWait, lease renewal or expiry. */
+  arm(): void {
+    let next = Number.POSITIVE_INFINITY;
+    if (
+      this.waiting.count > 0 &&
+      this.line.inFlight === 0 &&
+      this.jobs.runningCount < this.limit &&
+      this.admitting
+    ) {
+      next = Math.max(this.pace.wakeAt, this.pauses.until);
+    }
+    const deadline = this.jobs.nextDeadline();
+    if (deadline < next) next = deadline;
+    const lease = this.leases.nextDue();
+    if (lease < next) next = lease;
+    const precise =
+      this.pace.preciseWake(next, this.answerWasSync) && this.clock.setPreciseTimeout !== undefined;
+    this.timer.wakeAt(next, precise);
+  }
+
+  private readonly onTimer = (): void => {
+    const now = this.clock.now();
+    this.waiting.expireDue(now);
+    this.leases.onTimer(now);
+    this.pump.run();
+  };
+}

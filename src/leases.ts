@@ -1,0 +1,250 @@
+import type { Clock } from './clock.js';
+import { describe } from './duration.js';
+import { ValveError } from './errors.js';
+import type { Emitter, StoreErrorContext, StoreOperation } from './events.js';
+import { isThenable } from './maybe-promise.js';
+import type { Lease, Store } from './stores/store.js';
+
+/*
+ * Global-concurrency leases of the running jobs: renewal, expiry, LEASE_LOST, batched release.
+ * See docs/architecture.md, "The scheduler".
+ *
+ * A renewal that fails (throws/rejects), answers "not held", or does not answer before the
+ * lease's conservative expiry (send time of the last successful renewal + leaseTtl, on this
+ * process's clock) loses the lease at once: the job's signal aborts with a LEASE_LOST
+ * ValveError and 'lease-lost' is emitted. A lost lease is not released by the valve (it
+ * expires on the store by its TTL), which keeps the slot occupied as long as the job may
+ * still be running.
+ */
+
+/** A running job as this room sees it (the job room's Context). */
+export interface LeaseHolder {
+  /** The store's lease, or null without global concurrency. */
+  heldLease: Lease | null;
+  /** Local-clock time until which the lease is known held. */
+  leaseExpiry: number;
+  /** The LEASE_LOST error once the lease was lost, else null. */
+  leaseLost: ValveError | null;
+  /** Aborts the job's signal. */
+  abort(reason: unknown): void;
+}
+
+/** What the leases room may call above it (wired by valve.ts). */
+export interface LeasesHost {
+  /** Counts and emits a 'store-error'. */
+  storeError(err: unknown, operation: StoreOperation, action: StoreErrorContext['action']): void;
+  /** A release call succeeded: slots are free on the store (a wait on concurrency ends), and a closing valve may be done. */
+  leasesReleased(): void;
+  /** A release call failed (already reported): a closing valve may be done. */
+  releaseFailed(): void;
+  /** An asynchronous renewal answered: the timer is re-armed and admission looks again. */
+  renewalAnswered(): void;
+}
+
+export class Leases {
+  /** Running jobs whose lease this valve holds: added at start; removed when lost or when the job settles. */
+  private readonly leased = new Set<LeaseHolder>();
+  /** When the next renewal is due (local clock); meaningful only while `leased` is not empty. */
+  private renewAt = Number.POSITIVE_INFINITY;
+  /** A renewal call is in flight (there is at most one). */
+  private renewing = false;
+  /** At most the earliest leaseExpiry in `leased` (exact after each renewal and expiry); Infinity when none. */
+  private minLeaseExpiry = Number.POSITIVE_INFINITY;
+  /** Tokens of settled jobs waiting for the next batched release call. */
+  private releaseTokens: string[] = [];
+  /** A flush of releaseTokens is queued as a microtask. */
+  private releaseScheduled = false;
+  /** Release calls sent and not yet answered. */
+  private releasing = 0;
+  /** Leases lost while their job ran (only grows). */
+  private lostCount = 0;
+
+  constructor(
+    /** The valve's id: every renew and release names it. */
+    private readonly id: string,
+    /** Where the leases live. */
+    private readonly store: Store,
+    /** The valve's clock: renewal and expiry times are on it. */
+    private readonly clock: Clock,
+    /** leaseTtl (ms): a lease is renewed every ttl / 3 and known held until ttl after its last renewal was sent. */
+    private readonly ttl: number,
+    /** Emits 'lease-lost'. */
+    private readonly events: Emitter,
+    /** The valve above. */
+    private readonly host: LeasesHost,
+  ) {}
+
+  /** Leases lost while their job ran. */
+  get leasesLost(): number {
+    return this.lostCount;
+  }
+
+  /** No release call is queued or in flight. */
+  get idle(): boolean {
+    return this.releasing === 0 && !this.releaseScheduled;
+  }
+
+  /** A job started with `holder.heldLease`, granted by a call sent at `sentAt`. */
+  track(holder: LeaseHolder, sentAt: number, now: number): void {
+    const expiry = sentAt + this.ttl;
+    holder.leaseExpiry = expiry;
+    if (expiry < this.minLeaseExpiry) this.minLeaseExpiry = expiry;
+    if (this.leased.size === 0 && !this.renewing) this.renewAt = now + this.ttl / 3;
+    this.leased.add(holder);
+  }
+
+  /** The job holding a lease settled: its lease is released, unless it was lost. */
+  settled(holder: LeaseHolder): void {
+    if (holder.leaseLost !== null) return;
+    this.leased.delete(holder);
+    this.releaseLater(holder.heldLease!.token);
+  }
+
+  /** When the timer must wake for leases (renewal or expiry); Infinity when nothing is leased. */
+  nextDue(): number {
+    if (this.leased.size === 0) return Number.POSITIVE_INFINITY;
+    return this.renewing ? this.minLeaseExpiry : Math.min(this.renewAt, this.minLeaseExpiry);
+  }
+
+  /** The timer fired: expires overdue leases and sends a renewal that is due. */
+  onTimer(now: number): void {
+    if (this.leased.size === 0) return;
+    if (this.minLeaseExpiry <= now) this.expire(now);
+    if (!this.renewing && this.renewAt <= now) this.renew();
+  }
+
+  private renew(): void {
+    const holders = [...this.leased];
+    const tokens = holders.map((holder) => holder.heldLease!.token);
+    const sentAt = this.clock.now();
+    this.renewing = true;
+    let result: unknown;
+    try {
+      result = this.store.renew(this.id, tokens, this.ttl);
+    } catch (err) {
+      this.renewFailed(holders, sentAt, err);
+      return;
+    }
+    if (isThenable(result)) {
+      result.then(
+        (held) => {
+          this.renewed(holders, sentAt, held);
+          this.host.renewalAnswered();
+        },
+        (err: unknown) => {
+          this.renewFailed(holders, sentAt, err);
+          this.host.renewalAnswered();
+        },
+      );
+    } else {
+      this.renewed(holders, sentAt, result);
+    }
+  }
+
+  private renewed(holders: LeaseHolder[], sentAt: number, held: unknown): void {
+    if (!Array.isArray(held)) {
+      this.renewFailed(
+        holders,
+        sentAt,
+        new TypeError(`store.renew() returned an invalid result: ${describe(held)}`),
+      );
+      return;
+    }
+    this.renewing = false;
+    this.renewAt = sentAt + this.ttl / 3;
+    const expiry = sentAt + this.ttl;
+    for (let i = 0; i < holders.length; i++) {
+      const holder = holders[i]!;
+      // A late answer never restores a lease already given up (or released: the job settled).
+      if (holder.leaseLost !== null || !this.leased.has(holder)) continue;
+      if (held[i] === true) holder.leaseExpiry = expiry;
+      else this.lose(holder, 'not-held', undefined);
+    }
+    this.recomputeExpiry();
+  }
+
+  private renewFailed(holders: LeaseHolder[], sentAt: number, err: unknown): void {
+    this.renewing = false;
+    this.renewAt = sentAt + this.ttl / 3;
+    this.host.storeError(err, 'renew', 'lease-lost');
+    for (const holder of holders) {
+      if (holder.leaseLost === null && this.leased.has(holder)) this.lose(holder, 'renew-failed', err);
+    }
+    this.recomputeExpiry();
+  }
+
+  private expire(now: number): void {
+    for (const holder of [...this.leased]) {
+      if (holder.leaseExpiry <= now) this.lose(holder, 'expired', undefined);
+    }
+    this.recomputeExpiry();
+  }
+
+  private recomputeExpiry(): void {
+    let min = Number.POSITIVE_INFINITY;
+    for (const holder of this.leased) if (holder.leaseExpiry < min) min = holder.leaseExpiry;
+    this.minLeaseExpiry = min;
+    if (this.leased.size === 0) this.renewAt = Number.POSITIVE_INFINITY;
+  }
+
+  private lose(holder: LeaseHolder, reason: 'not-held' | 'renew-failed' | 'expired', error: unknown): void {
+    this.leased.delete(holder);
+    const lease = holder.heldLease!;
+    const message =
+      reason === 'not-held'
+        ? 'The job lost its global lease: the store no longer held it at renewal'
+        : reason === 'renew-failed'
+          ? 'The job lost its global lease: the renewal failed'
+          : 'The job lost its global lease: no renewal succeeded before it expired';
+    holder.leaseLost = new ValveError(
+      'LEASE_LOST',
+      message,
+      error === undefined ? undefined : { cause: error },
+    );
+    this.lostCount++;
+    holder.abort(holder.leaseLost);
+    this.events.emit(
+      'lease-lost',
+      error === undefined
+        ? { token: lease.token, fence: lease.fence, reason }
+        : { token: lease.token, fence: lease.fence, reason, error },
+    );
+  }
+
+  /** Releases `token` in the next batched call: one store call per tick. */
+  releaseLater(token: string): void {
+    this.releaseTokens.push(token);
+    if (!this.releaseScheduled) {
+      this.releaseScheduled = true;
+      queueMicrotask(this.flushRelease);
+    }
+  }
+
+  private readonly flushRelease = (): void => {
+    this.releaseScheduled = false;
+    const tokens = this.releaseTokens;
+    if (tokens.length === 0) return;
+    this.releaseTokens = [];
+    this.releasing++;
+    let result: unknown;
+    try {
+      result = this.store.release(this.id, tokens);
+    } catch (err) {
+      this.releaseFailed(err);
+      return;
+    }
+    if (isThenable(result)) result.then(this.released, this.releaseFailed);
+    else this.released();
+  };
+
+  private readonly released = (): void => {
+    this.releasing--;
+    this.host.leasesReleased();
+  };
+
+  private readonly releaseFailed = (err: unknown): void => {
+    this.releasing--;
+    this.host.storeError(err, 'release', 'none');
+    this.host.releaseFailed();
+  };
+}

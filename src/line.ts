@@ -1,0 +1,248 @@
+import { INFLIGHT, type Job, type Jobs, ranksAhead } from './job.js';
+import type { Leases } from './leases.js';
+import type { StoreRule } from './rules/rule.js';
+import type { AcquireResult, Lease } from './stores/store.js';
+import type { Waiting } from './waiting.js';
+
+/*
+ * The in-flight line: a valve's two store calls and the jobs they carry, and when a second call
+ * may be pipelined behind the first. Owned by the admission room (admission.ts), which sends the
+ * calls and handles their answers; the line starts granted jobs through the job room and
+ * releases the leases of jobs cancelled in flight. See docs/architecture.md, "Pipelining".
+ */
+
+// Store call states.
+const CALL_IDLE = 0;
+const CALL_SENT = 1;
+
+/** The request of one store call (an AcquireRequest whose arrays are reused). */
+interface CallRequest {
+  id: string;
+  rules: readonly StoreRule[];
+  costs: number[];
+  count: number;
+  lease: { limit: number; ttl: number } | undefined;
+}
+
+/**
+ * One store call: its request and when it was sent. A valve owns two, so that a second call can
+ * be in flight while the first one travels (see Line.mayPipeline). The jobs of every call in
+ * flight wait in one line.
+ */
+export class Call {
+  /** The costs of the call's jobs (request.costs); the first request.count entries are this call's. */
+  readonly costs: number[] = [];
+  /** What is sent: the same object for every call of this record. */
+  readonly request: CallRequest;
+  /** CALL_IDLE, or CALL_SENT from the send until its answer is taken (Line.answered). */
+  state = CALL_IDLE;
+  /** Local-clock send time. */
+  sentAt = 0;
+  /** The pause's raise epoch when sent (see Pauses). */
+  pauseEpoch = 0;
+  /** The pause's resume epoch when sent (see Pauses). */
+  resumeEpoch = 0;
+  /** Answered synchronously (the store's hint counts from about now). */
+  sync = false;
+  /** The cost every job of this call has, or NaN when they differ. */
+  uniform = Number.NaN;
+  /** The call's promise callbacks (two per call record, none per call). */
+  readonly onAnswer: (result: AcquireResult) => void;
+  readonly onFail: (err: unknown) => void;
+
+  constructor(
+    id: string,
+    rules: readonly StoreRule[],
+    lease: { limit: number; ttl: number } | undefined,
+    settled: (call: Call, ok: boolean, value: unknown) => void,
+  ) {
+    this.request = { id, rules, costs: this.costs, count: 0, lease };
+    this.onAnswer = (result) => settled(this, true, result);
+    this.onFail = (err) => settled(this, false, err);
+  }
+}
+
+export class Line {
+  /** The two store calls; at most both are in flight. */
+  private readonly calls: readonly [Call, Call];
+  /** Calls in CALL_SENT state: 0, 1 or 2. */
+  private sent = 0;
+  /**
+   * The jobs of every call in flight, in queue order (entries[head..]; slots before head are
+   * emptied). Grants from any answer go to the front of the line: with pipelining both calls
+   * carry jobs of one cost, so any of them may use any grant, and a job the first call could
+   * not get keeps its place ahead of the second call's. When no call is left in flight, jobs
+   * still in line go back to the queue (requeue).
+   */
+  private entries: Job[] = [];
+  /** Index of the line's front in `entries`. */
+  private head = 0;
+  /** A pipelined call's jobs, in queue order, until join() merges them into the line. Empty between rounds. */
+  private incoming: Job[] = [];
+  /** The array join() merges into, then swapped with `entries`. Empty between merges. */
+  private mergeBuffer: Job[] = [];
+  /** The last answer granted every job it was asked for (the rules are not binding). */
+  private lastFull = false;
+
+  /** Global concurrency: leases go with the call that got them, so no second call is sent. */
+  private readonly global: boolean;
+
+  /** `lease`: the lease request of every call, with global concurrency. */
+  constructor(
+    id: string,
+    rules: readonly StoreRule[],
+    lease: { limit: number; ttl: number } | undefined,
+    /** Starts granted jobs, ends those cut from the line. */
+    private readonly jobs: Jobs,
+    /** Releases the lease of a job cancelled in flight. */
+    private readonly leases: Leases,
+    settled: (call: Call, ok: boolean, value: unknown) => void,
+  ) {
+    this.global = lease !== undefined;
+    this.calls = [new Call(id, rules, lease, settled), new Call(id, rules, lease, settled)];
+  }
+
+  /** Store calls in flight. */
+  get inFlight(): number {
+    return this.sent;
+  }
+
+  /** Jobs in line (they may all start). */
+  get length(): number {
+    return this.entries.length - this.head;
+  }
+
+  /** The call to fill next: one that is not in flight. */
+  idleCall(): Call {
+    return this.calls[0].state === CALL_IDLE ? this.calls[0] : this.calls[1];
+  }
+
+  /** The call in flight, when exactly one is. */
+  sentCall(): Call {
+    return this.calls[0].state === CALL_SENT ? this.calls[0] : this.calls[1];
+  }
+
+  /** Where a new call's jobs go, in queue order: the line itself, or (pipelined) a buffer that join() merges. */
+  tail(piped: boolean): Job[] {
+    return piped ? this.incoming : this.entries;
+  }
+
+  /**
+   * Whether a second store call may be sent while one is in flight: only when the store is
+   * asynchronous, its last answer granted everything (the rules are not binding), nothing is
+   * failing, there is no global concurrency (leases go with the call that got them), and the
+   * call in flight asked for jobs of one cost. Two calls in flight halve the round trips a
+   * saturated valve waits for.
+   */
+  mayPipeline(failing: boolean): boolean {
+    if (this.sent !== 1 || !this.lastFull || this.global || failing) return false;
+    const first = this.sentCall();
+    return !first.sync && !Number.isNaN(first.uniform);
+  }
+
+  /** Records whether the answer being processed granted every job it was asked for. */
+  recordAnswer(full: boolean): void {
+    this.lastFull = full;
+  }
+
+  /** A pipelined call's jobs (the `incoming` buffer, in queue order) join the line, merged by rank. */
+  join(): void {
+    const line = this.entries;
+    const incoming = this.incoming;
+    if (line.length === this.head || !ranksAhead(incoming[0]!, line[line.length - 1]!)) {
+      // The common case: nothing newer ranks ahead of the jobs already in line.
+      for (let i = 0; i < incoming.length; i++) line.push(incoming[i]!);
+    } else {
+      const merged = this.mergeBuffer;
+      let i = this.head;
+      let j = 0;
+      while (i < line.length || j < incoming.length) {
+        if (j >= incoming.length || (i < line.length && !ranksAhead(incoming[j]!, line[i]!))) {
+          merged.push(line[i++]!);
+        } else {
+          merged.push(incoming[j++]!);
+        }
+      }
+      line.length = 0;
+      this.mergeBuffer = line;
+      this.entries = merged;
+      this.head = 0;
+    }
+    incoming.length = 0;
+  }
+
+  /** Marks `call` sent at `now`, remembering the pause epochs of that moment. */
+  send(call: Call, now: number, pauseEpoch: number, resumeEpoch: number): void {
+    call.state = CALL_SENT;
+    call.sentAt = now;
+    call.pauseEpoch = pauseEpoch;
+    call.resumeEpoch = resumeEpoch;
+    this.sent++;
+  }
+
+  /** Takes a call's answer: false when it was already taken (a call settles once). */
+  answered(call: Call): boolean {
+    if (call.state !== CALL_SENT) return false;
+    call.state = CALL_IDLE;
+    this.sent--;
+    return true;
+  }
+
+  /**
+   * Starts up to `count` jobs from the front of the line (Infinity: all), the k-th with
+   * leases[k], granted by a call sent at `sentAt`. A job cancelled in flight spends its grant
+   * (and its lease is released).
+   */
+  start(count: number, leases: readonly Lease[] | undefined, sentAt: number, now: number): void {
+    const line = this.entries;
+    for (let k = 0; k < count && this.head < line.length; k++) {
+      const job = line[this.head]!;
+      line[this.head++] = undefined as unknown as Job;
+      const lease = leases?.[k];
+      if (job.state === INFLIGHT) this.jobs.start(job, lease, sentAt, now);
+      else if (lease !== undefined) this.leases.releaseLater(lease.token); // cancelled in flight: lease freed
+    }
+  }
+
+  /** Jobs left in line go back to the queue, last first (each insert then lands at its front). */
+  requeue(waiting: Waiting): void {
+    const line = this.entries;
+    for (let i = line.length - 1; i >= this.head; i--) {
+      const job = line[i]!;
+      if (job.state !== INFLIGHT) continue; // ended meanwhile (cancelled, expired, closed)
+      waiting.putBack(job);
+    }
+    line.length = 0;
+    this.head = 0;
+  }
+
+  /** The failed call's share of the line: the jobs a call still in flight cannot grant. */
+  failedShare(): number {
+    const other = this.sent > 0 ? this.sentCall() : null;
+    return this.length - (other === null ? 0 : other.request.count);
+  }
+
+  /** onStoreError 'throw': the last `share` jobs of the line end with `error`. */
+  endTail(share: number, error: unknown): void {
+    const line = this.entries;
+    const keep = line.length - share;
+    for (let i = keep; i < line.length; i++) {
+      const job = line[i]!;
+      if (job.state === INFLIGHT) this.jobs.end(job, error);
+    }
+    line.length = keep;
+    if (keep === this.head) {
+      line.length = 0;
+      this.head = 0;
+    }
+  }
+
+  /** close() without drain: the jobs of the calls in flight, or of a batch being started, end with `error`. */
+  endAll(error: unknown): void {
+    const line = this.entries;
+    for (let i = this.head; i < line.length; i++) {
+      const job = line[i];
+      if (job !== undefined && job.state === INFLIGHT) this.jobs.end(job, error);
+    }
+  }
+}

@@ -1,0 +1,175 @@
+import { ValveError } from './errors.js';
+import type { StoreErrorMode } from './options.js';
+import type { AcquireResult } from './stores/store.js';
+import type { Wakeups } from './wakeups.js';
+
+/*
+ * The pace of admission: when the valve may ask the store next, and for how many jobs, from the
+ * store's last answer (a refusal's hint, the adaptive batch) or failure (the backoff, the
+ * onStoreError mode's state). Owned by the admission room, which reads it before each store call.
+ */
+
+/** Why the last acquisition stopped short. */
+type Blocked = 'pause' | 'rate' | 'concurrency' | 'error' | null;
+
+const STORE_BACKOFF_MIN = 100;
+const STORE_BACKOFF_MAX = 5000;
+/**
+ * A sub-millisecond rate wait is spent asking the store again at once only when its round trip
+ * took at least this long (ms): a store that answers faster would be asked in a tight loop.
+ */
+const MIN_POLL_ROUND_TRIP = 0.05;
+
+export class Pace {
+  /**
+   * Jobs to ask for in the next store call: `batch`, or after a rate refusal one more than the
+   * store last granted (at least 2), doubling back up to `batch` with every call granted in full.
+   */
+  private askFor: number;
+  /** No acquisition before this (local clock); 0 when nothing holds admission back. */
+  private nextAt = 0;
+  /** Why the last acquisition stopped short, or null; a wake-up for that reason clears it with nextAt. */
+  private blocked: Blocked = null;
+  /** The last acquisition failed under onStoreError 'wait': expiring jobs reject STORE_UNAVAILABLE. */
+  private storeFailing = false;
+  /** The error of the last failed acquisition while storeFailing, else undefined. */
+  private lastStoreError: unknown = undefined;
+  /** The current store backoff (ms): 0 after a success, else 100 doubling up to 5000. */
+  private backoff = 0;
+  /** onStoreError 'open': until then (local clock) jobs start without asking the store. */
+  private openUntilAt = 0;
+
+  constructor(
+    /** The most jobs one store call asks for. */
+    private readonly batch: number,
+    /**
+     * Some rule cannot absorb a late start ((burst − 1) × emission interval under 2 ms), so a
+     * rate wait with a synchronous store uses the clock's precise timer: with burst 1 every
+     * late wake-up pushes all later starts back. With Redis the network's jitter dominates and
+     * plain timers are used (spinning processes would also take CPU from a local Redis).
+     */
+    private readonly precise: boolean,
+    /** Tells how long to wait for a release (polling or notified). */
+    private readonly wakeups: Wakeups,
+  ) {
+    this.askFor = batch;
+  }
+
+  /** Jobs to ask for in the next store call. */
+  get ask(): number {
+    return this.askFor;
+  }
+
+  /** No acquisition before this (local clock). */
+  get wakeAt(): number {
+    return this.nextAt;
+  }
+
+  /** onStoreError 'open': jobs start without the store until then (local clock). */
+  get openUntil(): number {
+    return this.openUntilAt;
+  }
+
+  /** The store is failing (onStoreError 'wait'). */
+  get failing(): boolean {
+    return this.storeFailing;
+  }
+
+  /** Whether the timer set for `next` needs the clock's precise timer (a rate wait after a synchronous answer). */
+  preciseWake(next: number, answerWasSync: boolean): boolean {
+    return this.precise && answerWasSync && this.blocked === 'rate' && next === this.nextAt;
+  }
+
+  /** A wait for `reason` ends at once (a release freed slots; the pause was deleted). */
+  unblock(reason: 'pause' | 'concurrency'): void {
+    if (this.blocked === reason) {
+      this.blocked = null;
+      this.nextAt = 0;
+    }
+  }
+
+  /** The store answered: it is not failing. */
+  storeAnswered(): void {
+    this.storeFailing = false;
+    this.lastStoreError = undefined;
+    this.backoff = 0;
+  }
+
+  /**
+   * The store granted `granted` of the `n` jobs asked for, in an answer `r` to a call sent at
+   * `sentAt` (synchronously when `sync`); `resumedSince`: the pause was deleted since it was sent.
+   */
+  granted(
+    r: AcquireResult,
+    granted: number,
+    n: number,
+    now: number,
+    sentAt: number,
+    sync: boolean,
+    resumedSince: boolean,
+  ): void {
+    if (granted === n) {
+      this.blocked = null;
+      this.nextAt = 0;
+      if (this.askFor < this.batch) this.askFor = Math.min(this.batch, this.askFor * 2);
+      return;
+    }
+    const hint = typeof r.retryAfter === 'number' && r.retryAfter > 0 ? r.retryAfter : 0;
+    if (r.blocked === 'concurrency') {
+      this.blocked = 'concurrency';
+      this.nextAt = now + this.wakeups.pollDelay(hint);
+    } else if (r.blocked === 'pause' && resumedSince) {
+      // Refused for a pause that resume() has since deleted: ask again at once.
+      this.blocked = null;
+      this.nextAt = now;
+    } else {
+      this.blocked = r.blocked === 'pause' ? 'pause' : 'rate';
+      // An asynchronous store's hint counts from about when it ran, mid-flight: sleep for
+      // the hint minus the acquisition's elapsed time, so the next call arrives on time. A
+      // synchronous store's hint counts from its own now, a few µs after sentAt.
+      this.nextAt = (sync ? now : sentAt) + hint;
+    }
+    // Never ask again at the same instant for nothing (a zero hint, or one lost in float
+    // rounding), but don't oversleep a short hint either: at 1000/s a slot is 1 ms.
+    if (granted === 0 && this.nextAt <= now) {
+      this.nextAt = now + (this.blocked === null ? 0.01 : Math.max(hint, 0.01));
+    }
+    if (this.blocked === 'rate') {
+      // The rule binds: ask for one more job than it just granted (at least 2, at most batch),
+      // so that a refused call does not take a whole batch out of the queue and put it back,
+      // while a partial answer still carries the wait for the next job.
+      this.askFor = Math.min(this.batch, Math.max(2, granted + 1));
+      // Less than a timer tick (1 ms) to wait for a rule that cannot absorb a late start, with
+      // a store a network round trip away: ask again at once instead of sleeping a whole tick.
+      // The round trip is the timer; the call arrives after the slot, by less than one round
+      // trip, or is refused again with a shorter wait. Rules with burst tolerance never get here
+      // for sub-millisecond waits often, and synchronous stores use the precise timer instead.
+      if (this.precise && !sync && this.nextAt - now < 1 && now - sentAt >= MIN_POLL_ROUND_TRIP) {
+        this.nextAt = now;
+      }
+    }
+  }
+
+  /** A store call failed (threw, rejected or answered nonsense): the backoff grows; `mode` decides what waits. */
+  failed(err: unknown, mode: StoreErrorMode, now: number): void {
+    this.backoff = this.backoff === 0 ? STORE_BACKOFF_MIN : Math.min(this.backoff * 2, STORE_BACKOFF_MAX);
+    if (mode === 'open') {
+      this.openUntilAt = now + this.backoff;
+    } else if (mode === 'wait') {
+      this.storeFailing = true;
+      this.lastStoreError = err;
+      this.blocked = 'error';
+      // Exponential backoff with jitter: half fixed, half random.
+      this.nextAt = now + this.backoff / 2 + (Math.random() * this.backoff) / 2;
+    }
+  }
+
+  /** The error of a job that reached its maxWait before starting. */
+  expiryError(): ValveError {
+    return this.storeFailing
+      ? new ValveError('STORE_UNAVAILABLE', 'The store is unavailable and the job reached its maxWait', {
+          cause: this.lastStoreError,
+        })
+      : new ValveError('MAX_WAIT', 'The job did not start within its maxWait');
+  }
+}

@@ -1,0 +1,281 @@
+import type { Clock } from './clock.js';
+import { describe, parseDuration } from './duration.js';
+import { ValveError } from './errors.js';
+import type {
+  Emitter,
+  FeedbackModel,
+  PauseCause,
+  PauseSource,
+  StoreErrorContext,
+  StoreOperation,
+} from './events.js';
+import { isThenable } from './maybe-promise.js';
+import type { AcquireResult, Store } from './stores/store.js';
+
+/*
+ * The local view of the shared pause: the cached end of the pause, the epochs that guard it
+ * against store answers sent before it changed, and the writes of pause() and resume().
+ * See docs/architecture.md, "The scheduler".
+ *
+ * A pause is applied locally at once (this process stops admitting) and then written to the
+ * store; if the write fails the local pause stays (it only ever delays this process).
+ */
+
+const MODELS: ReadonlySet<unknown> = new Set<FeedbackModel>([
+  'wait',
+  'window',
+  'token-bucket',
+  'leaky-bucket',
+  'backoff',
+]);
+
+/**
+ * Which header and model produced a pause, from the `detail` the feedback module passed with it
+ * (a FeedbackReading); both undefined for manual and remote pauses and for anything else.
+ */
+export function pauseOrigin(detail: unknown): {
+  header: string | undefined;
+  model: FeedbackModel | undefined;
+} {
+  if (detail === null || typeof detail !== 'object') return { header: undefined, model: undefined };
+  const { header, model } = detail as { header?: unknown; model?: unknown };
+  return {
+    header: typeof header === 'string' ? header : undefined,
+    model: MODELS.has(model) ? (model as FeedbackModel) : undefined,
+  };
+}
+
+/** What the pauses room may call above it (wired by valve.ts). */
+export interface PausesHost {
+  /** Counts and emits a 'store-error'. */
+  storeError(err: unknown, operation: StoreOperation, action: StoreErrorContext['action']): void;
+  /** The known pause changed: admission looks again and re-arms its timer. */
+  pauseChanged(): void;
+  /** The pause was deleted: a wait on a 'pause' refusal ends at once. */
+  pauseDeleted(): void;
+}
+
+const REMOTE: PauseCause = { source: 'remote', header: undefined, model: undefined };
+
+export class Pauses {
+  /** End of the known shared pause on the local clock (an estimate); 0 after a resume or an answer that reports none. */
+  private localUntil = 0;
+  /** The same end as the store reported it (store clock); the largest seen since the pause was last cleared. */
+  private storeUntil = 0;
+  /** Bumped whenever this process raises localUntil: an acquisition sent before cannot clear it. */
+  private raises = 0;
+  /** Bumped by resume() and by a 'resume' wake-up: a store answer sent before cannot bring back the pause it deleted. */
+  private resumes = 0;
+  /** This valve's pause writes in flight: their wake-ups are not reported as 'remote' pauses. */
+  private ownWrites = 0;
+  /** Store clock minus local clock, estimated at the last acquisition that reported the store's time. */
+  private offset = 0;
+  /** What set localUntil last (this valve's write, or 'remote' for a longer pause learnt from the store); null once cleared. */
+  private cause: PauseCause | null = null;
+
+  constructor(
+    /** The valve's id: the pause is shared by every valve of this id. */
+    private readonly id: string,
+    /** Where the shared pause lives. */
+    private readonly store: Store,
+    /** The valve's clock: localUntil is on it. */
+    private readonly clock: Clock,
+    /** Emits 'pause' and 'resume'. */
+    private readonly events: Emitter,
+    /** The valve above. */
+    private readonly host: PausesHost,
+  ) {}
+
+  /** End of the known shared pause on the local clock (0 or past: none). */
+  get until(): number {
+    return this.localUntil;
+  }
+
+  /** What produced the known pause (see `until`), or null. */
+  get origin(): PauseCause | null {
+    return this.cause;
+  }
+
+  /** Changes whenever this process raises its known pause (a store call remembers it when sent). */
+  get raiseEpoch(): number {
+    return this.raises;
+  }
+
+  /** Changes whenever the pause is deleted (a store call remembers it when sent). */
+  get resumeEpoch(): number {
+    return this.resumes;
+  }
+
+  /** valve.pause(): validates, applies and writes the pause; resolves once the store recorded it. */
+  pause(duration: unknown): Promise<void> {
+    let ms: number;
+    try {
+      ms = this.pauseMs(duration);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (ms <= 0) return Promise.resolve();
+    return this.write(ms, 'manual', undefined, true) as Promise<void>;
+  }
+
+  /** A pause read by the feedback module: applied at once, written in the background. */
+  pauseInBackground(ms: number, source: PauseSource, detail: unknown): void {
+    if (!(ms > 0) || ms === Number.POSITIVE_INFINITY) return;
+    void this.write(ms, source, detail, false);
+  }
+
+  /** valve.resume(): forgets the pause at once, then deletes it on the store. */
+  resume(): Promise<void> {
+    this.resumes++;
+    this.localUntil = 0;
+    this.storeUntil = 0;
+    this.cause = null;
+    this.host.pauseDeleted();
+    this.host.pauseChanged();
+    let result: unknown;
+    try {
+      result = this.store.resume(this.id);
+    } catch (err) {
+      return Promise.reject(this.storeFailure(err, 'resume'));
+    }
+    if (isThenable(result)) {
+      return Promise.resolve(result).then(
+        () => this.resumed(),
+        (err: unknown) => {
+          throw this.storeFailure(err, 'resume');
+        },
+      );
+    }
+    this.resumed();
+    return Promise.resolve();
+  }
+
+  /**
+   * An acquisition answered: learns the store's clock offset and its view of the pause. The call
+   * was sent at `sentAt` with the epochs it remembered. Returns whether the pause was deleted
+   * since it was sent (its refusal for a pause is then stale).
+   */
+  answered(r: AcquireResult, sentAt: number, now: number, raiseEpoch: number, resumeEpoch: number): boolean {
+    if (typeof r.now === 'number' && Number.isFinite(r.now)) this.offset = r.now - (sentAt + now) / 2;
+    // A resume() called while this acquisition was in flight deleted the pause it may report.
+    const resumedSince = resumeEpoch !== this.resumes;
+    if (typeof r.pausedUntil === 'number' && r.pausedUntil > 0) {
+      if (!resumedSince) this.learn(r.pausedUntil, false);
+    } else if (this.localUntil !== 0 && raiseEpoch === this.raises) {
+      this.localUntil = 0;
+      this.storeUntil = 0;
+      this.cause = null;
+    }
+    return resumedSince;
+  }
+
+  /** Records a pause the store reported (store-clock epoch ms). Emits a 'remote' pause event for one this valve did not write. */
+  learn(storeUntil: number, own: boolean): void {
+    const local = storeUntil - this.offset;
+    const isNew = storeUntil > this.storeUntil;
+    if (isNew) this.storeUntil = storeUntil;
+    if (local > this.localUntil) {
+      this.localUntil = local;
+      this.raises++;
+      if (!own) this.cause = REMOTE;
+    }
+    if (!own && isNew && this.ownWrites === 0 && local > this.clock.now()) {
+      this.events.emit('pause', { until: storeUntil, source: 'remote' });
+    }
+  }
+
+  /** A 'resume' wake-up: another valve deleted the pause. */
+  resumedRemotely(): void {
+    // Answers already on the wire may predate this resume: they report, but do not re-cache, a pause.
+    this.resumes++;
+    const had = this.localUntil > this.clock.now();
+    this.localUntil = 0;
+    this.storeUntil = 0;
+    this.cause = null;
+    this.host.pauseDeleted();
+    if (had) this.events.emit('resume', { source: 'remote' });
+  }
+
+  private pauseMs(duration: unknown): number {
+    if (typeof duration === 'number' || typeof duration === 'string') {
+      return parseDuration(duration, 'pause');
+    }
+    if (typeof duration === 'object' && duration !== null && 'until' in duration) {
+      const until = (duration as { until: unknown }).until;
+      const at = until instanceof Date ? until.getTime() : until;
+      if (typeof at !== 'number') {
+        throw new TypeError(`Expected \`until\` to be a Date or epoch milliseconds, got ${describe(until)}`);
+      }
+      if (!Number.isFinite(at)) {
+        throw new RangeError(
+          `Expected \`until\` to be a valid Date or finite epoch milliseconds, got ${String(until)}`,
+        );
+      }
+      return at - this.clock.now();
+    }
+    throw new TypeError(
+      `Expected pause() to get milliseconds, a duration string such as '30s', or { until: Date | number }, got ${describe(duration)}`,
+    );
+  }
+
+  /** Applies a pause locally at once, then writes it to the store. */
+  private write(
+    ms: number,
+    source: PauseSource,
+    detail: unknown,
+    confirm: boolean,
+  ): Promise<void> | undefined {
+    const now = this.clock.now();
+    if (now + ms > this.localUntil) {
+      this.localUntil = now + ms;
+      this.raises++;
+      this.cause = { source, ...pauseOrigin(detail) };
+    }
+    this.host.pauseChanged();
+    let result: unknown;
+    try {
+      result = this.store.pause(this.id, ms);
+    } catch (err) {
+      const error = this.storeFailure(err, 'pause');
+      return confirm ? Promise.reject(error) : undefined;
+    }
+    if (isThenable(result)) {
+      this.ownWrites++;
+      const epoch = this.resumes;
+      const done = Promise.resolve(result).then(
+        (until) => {
+          this.ownWrites--;
+          // A resume() called after this write deleted the pause: report it, do not keep it.
+          this.paused(until, source, detail, this.resumes === epoch);
+        },
+        (err: unknown) => {
+          this.ownWrites--;
+          const error = this.storeFailure(err, 'pause');
+          if (confirm) throw error;
+        },
+      );
+      return confirm ? done : undefined;
+    }
+    this.paused(result, source, detail);
+    return confirm ? Promise.resolve() : undefined;
+  }
+
+  private paused(until: unknown, source: PauseSource, detail: unknown, learn = true): void {
+    if (typeof until !== 'number' || !Number.isFinite(until)) return;
+    if (learn) this.learn(until, true);
+    this.events.emit(
+      'pause',
+      detail === undefined ? { until, source } : { until, source, ...pauseOrigin(detail), detail },
+    );
+  }
+
+  private resumed(): void {
+    this.events.emit('resume', { source: 'manual' });
+  }
+
+  /** Reports a failed pause/resume and returns the error its promise rejects with. */
+  private storeFailure(err: unknown, operation: 'pause' | 'resume'): ValveError {
+    this.host.storeError(err, operation, 'none');
+    return new ValveError('STORE_UNAVAILABLE', `The store failed to ${operation}`, { cause: err });
+  }
+}

@@ -1,0 +1,82 @@
+import { describe } from './duration.js';
+import { waitOption } from './options.js';
+import type { RunOptions } from './types.js';
+
+/** run()'s options once checked. One record per valve, refilled by each call: no allocation per job. */
+export class RunArgs {
+  /** Positive and finite. */
+  cost = 1;
+  /** Finite, never -0. */
+  priority = 0;
+  /** The caller's signal, not yet aborted when read; cleared after each read. */
+  signal: AbortSignal | null = null;
+  /** Milliseconds, or Infinity. */
+  maxWait = 0;
+}
+
+/**
+ * Checks run()'s `options` (an object: the caller handles undefined). Returns the error the job
+ * rejects with, or undefined after filling `out` (`maxWait` defaults to the valve's). `out` is
+ * written only at the end, so a getter that calls run() again cannot mix two calls' values.
+ */
+export function readRunOptions(options: RunOptions, maxWaitDefault: number, out: RunArgs): Error | undefined {
+  if (typeof options !== 'object' || options === null) {
+    return new TypeError(
+      `Expected run() options to be an object like { cost: 1, priority: 0 }, got ${describe(options)}`,
+    );
+  }
+  for (const key in options) {
+    if (key !== 'cost' && key !== 'priority' && key !== 'signal' && key !== 'maxWait') {
+      return new TypeError(
+        `Unknown option \`${key}\`; run() takes \`cost\`, \`priority\`, \`signal\` and \`maxWait\``,
+      );
+    }
+  }
+  let cost = 1;
+  let priority = 0;
+  let signal: AbortSignal | null = null;
+  let maxWait = maxWaitDefault;
+  if (options.cost !== undefined) {
+    cost = options.cost;
+    if (typeof cost !== 'number') {
+      return new TypeError(`Expected \`cost\` to be a positive finite number, got ${describe(cost)}`);
+    }
+    if (!(cost > 0) || cost === Number.POSITIVE_INFINITY) {
+      return new RangeError(`Expected \`cost\` to be a positive finite number, got ${String(cost)}`);
+    }
+  }
+  if (options.priority !== undefined) {
+    priority = options.priority;
+    if (typeof priority !== 'number') {
+      return new TypeError(`Expected \`priority\` to be a finite number, got ${describe(priority)}`);
+    }
+    if (!Number.isFinite(priority)) {
+      return new RangeError(`Expected \`priority\` to be a finite number, got ${String(priority)}`);
+    }
+    priority += 0; // -0 → 0
+  }
+  if (options.signal !== undefined) {
+    const s = options.signal as unknown;
+    if (
+      typeof s !== 'object' ||
+      s === null ||
+      typeof (s as AbortSignal).addEventListener !== 'function' ||
+      typeof (s as AbortSignal).aborted !== 'boolean'
+    ) {
+      return new TypeError(`Expected \`signal\` to be an AbortSignal, got ${describe(s)}`);
+    }
+    signal = s as AbortSignal;
+  }
+  if (options.maxWait !== undefined) {
+    try {
+      maxWait = waitOption(options.maxWait, 'maxWait');
+    } catch (err) {
+      return err as Error;
+    }
+  }
+  out.cost = cost;
+  out.priority = priority;
+  out.signal = signal;
+  out.maxWait = maxWait;
+  return undefined;
+}

@@ -1,0 +1,126 @@
+import {
+  type AbortHandler,
+  AbortListener,
+  INFLIGHT,
+  isQueued,
+  type Job,
+  type Jobs,
+  QUEUED,
+  RUNNING,
+} from './job.js';
+import { JobQueue } from './queue.js';
+
+/*
+ * The queue room: the jobs waiting for their start, in queue order (queue.ts), how many of them
+ * are live, each one's listener on its caller's signal, and the end of a job that is cancelled
+ * or expires before it starts. The valve puts jobs in; the admission room takes them out for a
+ * store call and puts back those the store did not grant.
+ */
+
+/** What the queue room may call above it (wired by valve.ts). */
+export interface WaitingHost {
+  /** A job left the queue or the line without starting: admission looks again. */
+  jobLeft(): void;
+  /** The error a job gets when it reaches its maxWait before starting (MAX_WAIT, or STORE_UNAVAILABLE while the store fails). */
+  expiryError(): unknown;
+}
+
+export class Waiting implements AbortHandler {
+  /** Waiting jobs by (priority, seq); cancelled ones stay until skipped or compacted. */
+  private readonly queue = new JobQueue<Job>(isQueued);
+  /** Live (QUEUED) jobs in the queue: not cancelled, not taken for a store call. */
+  private live = 0;
+
+  constructor(
+    /** Ends the jobs that leave without starting; knows their deadlines. */
+    private readonly jobs: Jobs,
+    /** The valve above. */
+    private readonly host: WaitingHost,
+  ) {}
+
+  /** Live jobs waiting in the queue. */
+  get count(): number {
+    return this.live;
+  }
+
+  /** Queues a new job (at its place by sequence when `retry`), listening to its caller's signal. */
+  enqueue(job: Job, signal: AbortSignal | null, retry: boolean): void {
+    this.live++;
+    if (signal !== null) {
+      const listener = new AbortListener(this, job, signal);
+      job.abortListener = listener;
+      signal.addEventListener('abort', listener);
+    }
+    if (retry) this.queue.insert(job);
+    else this.queue.push(job);
+  }
+
+  /**
+   * Takes the next live job from the queue's head for a store call (it is then INFLIGHT), or
+   * undefined when there is none. With `cost` (not NaN), stops instead at a live job of another
+   * cost. Jobs past their deadline (`now`) end on the way.
+   */
+  take(now: number, cost: number): Job | undefined {
+    const queue = this.queue;
+    for (;;) {
+      if (!Number.isNaN(cost)) {
+        const next = queue.peek();
+        if (next === undefined || (next.state === QUEUED && next.cost !== cost)) return undefined;
+      }
+      const job = queue.shift();
+      if (job === undefined) return undefined;
+      if (job.state !== QUEUED) continue; // cancelled: skipped lazily
+      this.live--;
+      if (job.heapIndex >= 0 && job.deadline <= now) {
+        this.jobs.end(job, this.host.expiryError());
+        continue;
+      }
+      job.state = INFLIGHT;
+      return job;
+    }
+  }
+
+  /** A job taken for a store call and not granted goes back to its place (in front of later ones). */
+  putBack(job: Job): void {
+    job.state = QUEUED;
+    this.live++;
+    this.queue.insert(job);
+  }
+
+  /** The caller's signal aborted. */
+  abortJob(job: Job, reason: unknown): void {
+    if (job.state === QUEUED) {
+      this.live--;
+      this.jobs.end(job, reason);
+      this.queue.dropped();
+      this.host.jobLeft();
+    } else if (job.state === INFLIGHT) {
+      // Its grant, if any, is spent; it will not run.
+      this.jobs.end(job, reason);
+      this.host.jobLeft();
+    } else if (job.state === RUNNING) {
+      this.jobs.abortRunning(job, reason);
+    }
+  }
+
+  /** Ends every job whose maxWait deadline passed at `now`, queued or in flight. */
+  expireDue(now: number): void {
+    for (let job = this.jobs.due(now); job !== undefined; job = this.jobs.due(now)) {
+      if (job.state === QUEUED) {
+        this.live--;
+        this.jobs.end(job, this.host.expiryError());
+        this.queue.dropped();
+      } else this.jobs.end(job, this.host.expiryError());
+    }
+  }
+
+  /** Every queued job ends with `error` (close() without drain; onStoreError 'throw'). */
+  endAll(error: unknown): void {
+    for (const job of this.queue.drain()) {
+      if (job.state === QUEUED) {
+        this.live--;
+        this.jobs.end(job, error);
+      }
+    }
+  }
+}
