@@ -11,7 +11,7 @@
  * redisStore, ValveError, isValveError, the Store type).
  */
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -51,6 +51,8 @@ afterAll(async () => {
 function startTypecheck(): Promise<{ stdout?: string; stderr?: string }> {
   const consumer = `
     import { createValve, isValveError, memoryStore, redisStore, ValveError, type Store } from 'valve';
+    import { storeContract } from 'valve/testing';
+    import { describe, it } from 'node:test';
     const inner: Store = memoryStore();
     const mine: Store = {
       acquire: (r) => inner.acquire(r),
@@ -72,6 +74,8 @@ function startTypecheck(): Promise<{ stdout?: string; stderr?: string }> {
     if (isValveError(e, 'LEASE_LOST')) { const c: 'QUEUE_FULL' | 'MAX_WAIT' | 'STORE_UNAVAILABLE' | 'LEASE_LOST' | 'CLOSED' = e.code; void c; }
     if (e instanceof ValveError) void e.code;
     void redisStore; void n; void f; void p; void counters;
+    // valve/testing with node:test's describe and it (vitest's are checked by the project's own tests).
+    storeContract('typed', () => ({ store: memoryStore(), cleanup: async () => {} }), { describe, it, wakeUps: true });
   `;
   writeFileSync(join(outside, 'consumer.mts'), consumer);
   writeFileSync(join(outside, 'consumer.cts'), consumer);
@@ -536,6 +540,79 @@ describe('the built package (dist/)', () => {
       after: 'alive',
     });
     expect(stderr).toMatch(/listener/i); // reported as a process warning, not thrown
+  });
+
+  it('valve/testing: the conformance suite runs under node:test from outside (ESM and CJS), importing no test runner', async () => {
+    for (const file of ['dist/testing.js', 'dist/testing.cjs']) {
+      expect(readFileSync(join(root, file), 'utf8'), file).not.toMatch(/vitest/);
+    }
+    // A controlled clock an author can write: time moves only in advance(), timers fire then.
+    const manualClock = `
+      function manualClock() {
+        let now = Date.now();
+        let timers = [];
+        return {
+          now: () => now,
+          setTimeout: (fn, ms) => { const t = { at: now + ms, fn }; timers.push(t); return t; },
+          clearTimeout: (t) => { timers = timers.filter((x) => x !== t); },
+          advance(ms) {
+            now += ms;
+            const due = timers.filter((t) => t.at <= now);
+            timers = timers.filter((t) => t.at > now);
+            for (const t of due) t.fn();
+          },
+        };
+      }`;
+    writeFileSync(
+      join(outside, 'contract.test.mjs'),
+      `import { describe, it } from 'node:test';
+      import { memoryStore } from 'valve';
+      import { storeContract } from 'valve/testing';
+      ${manualClock}
+      storeContract('memory (esm)', () => ({ store: memoryStore() }), { describe, it });
+      storeContract('memory (esm, controlled clock)', () => {
+        const clock = manualClock();
+        return { store: memoryStore({ clock }), advance: (ms) => clock.advance(ms) };
+      }, { describe, it, controlledClock: true });`,
+    );
+    writeFileSync(
+      join(outside, 'contract.test.cjs'),
+      `const { describe, test } = require('node:test');
+      const { memoryStore } = require('valve');
+      const { storeContract } = require('valve/testing');
+      storeContract('memory (cjs)', () => ({ store: memoryStore() }), { describe, it: test, wakeUps: false });`,
+    );
+    const { stdout } = await run(
+      process.execPath,
+      ['--test', '--test-reporter=tap', 'contract.test.mjs', 'contract.test.cjs'],
+      { cwd: outside },
+    ).catch((e: { stdout?: string; stderr?: string }) => {
+      throw new Error(`node --test failed:\n${e.stdout ?? ''}\n${e.stderr ?? ''}`);
+    });
+    const count = (what: string) => Number(new RegExp(`^# ${what} (\\d+)$`, 'm').exec(stdout)?.[1]);
+    expect(count('fail')).toBe(0);
+    expect(count('cancelled')).toBe(0);
+    expect(count('skipped')).toBe(0);
+    // Every case of the three suites passed: counted by registering them on a runner of our own.
+    const testing = await import(/* @vite-ignore */ pathToFileURL(join(root, 'dist/testing.js')).href);
+    const cases = (options: object): number => {
+      let n = 0;
+      testing.storeContract('count', () => ({ store: esm.memoryStore() }), {
+        describe: (_: string, body: () => void) => body(),
+        it: () => {
+          n++;
+        },
+        ...options,
+      });
+      return n;
+    };
+    const expected = cases({}) + cases({ controlledClock: true }) + cases({ wakeUps: false });
+    expect(cases({ controlledClock: true })).toBeGreaterThan(cases({}));
+    expect(count('pass')).toBe(expected);
+    for (const name of ['memory (esm)', 'memory (esm, controlled clock)', 'memory (cjs)']) {
+      expect(stdout).toContain(`Store contract: ${name}`);
+    }
+    expect(stdout).toMatch(/exact retry hints \(controlled clock\)/);
   });
 
   it('type-checks a TypeScript consumer (ESM and CJS) against the bundled declarations, Store type included', async () => {
