@@ -10,7 +10,7 @@ import { createValve } from '../../src/index.js';
 import type { Rule } from '../../src/rules/rule.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
-import { type ClientFamily, connectClient, connectCluster, type Target } from './redis-clients.js';
+import { type ClientFamily, connectClient, connectCluster, type Target } from '../helpers/redis-clients.js';
 
 export interface WorkerAction {
   /** ms after startAt. */
