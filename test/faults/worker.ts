@@ -55,6 +55,12 @@ export interface WorkerConfig {
   batch?: number;
   /** The process gives up (exit code 3) after this many ms. */
   exitAfterMs: number;
+  /**
+   * After "ready" (connected), wait for a line "go" on stdin before the first submission
+   * (`submitAfter` counts from it), so that workers that took different times to start
+   * (compiling, connecting on a loaded machine) submit their jobs together.
+   */
+  waitForGo?: boolean;
 }
 
 export type WorkerEvent =
@@ -82,7 +88,9 @@ export type WorkerEvent =
   | { e: 'lease-lost'; t: number; fence: number; reason: string }
   | { e: 'unhandled'; t: number; kind: string; reason: string }
   | { e: 'lag'; t: number; ms: number }
-  | { e: 'done'; t: number; stats: Record<string, unknown> };
+  | { e: 'done'; t: number; stats: Record<string, unknown> }
+  | { e: 'go'; t: number }
+  | { e: 'linger'; t: number; resources: string[] };
 
 const mono = (): number => Number(process.hrtime.bigint()) / 1e6;
 
@@ -365,6 +373,10 @@ async function main(): Promise<void> {
   });
 
   emit({ e: 'ready', t: mono(), pid: process.pid });
+  if (config.waitForGo) {
+    await waitForGo();
+    emit({ e: 'go', t: mono() });
+  }
   if (config.submitAfter) await new Promise((r) => setTimeout(r, config.submitAfter));
 
   const [dMin, dMax] = config.durationMs;
@@ -426,6 +438,29 @@ async function main(): Promise<void> {
   emit({ e: 'done', t: mono(), stats: { ...valve.stats() } });
   await close();
   clearTimeout(hardStop);
+  // Everything is closed: the process should exit now. If something still holds the event loop
+  // (a socket or timer of a client, or of valve), log what it is and give up, so a test never
+  // waits for a process that has finished its work.
+  setTimeout(() => {
+    emit({ e: 'linger', t: mono(), resources: process.getActiveResourcesInfo() });
+    process.exit(4);
+  }, 3000).unref();
+}
+
+/** Resolves on a line "go" on stdin. */
+function waitForGo(): Promise<void> {
+  return new Promise((resolve) => {
+    let input = '';
+    process.stdin.setEncoding('utf8');
+    const onData = (chunk: string) => {
+      input += chunk;
+      if (!input.split('\n').some((line) => line.trim() === 'go')) return;
+      process.stdin.off('data', onData);
+      process.stdin.pause();
+      resolve();
+    };
+    process.stdin.on('data', onData);
+  });
 }
 
 main().catch((err: unknown) => {
