@@ -11,7 +11,15 @@
  * redisStore, ValveError, isValveError, the Store type).
  */
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -542,38 +550,15 @@ describe('the built package (dist/)', () => {
     expect(stderr).toMatch(/listener/i); // reported as a process warning, not thrown
   });
 
-  it('valve/testing: the conformance suite runs under node:test from outside (ESM and CJS), importing no test runner', async () => {
+  it('valve/testing: the conformance suite runs under node:test (ESM and CJS) and vitest from outside, importing no test runner', async () => {
     for (const file of ['dist/testing.js', 'dist/testing.cjs']) {
       expect(readFileSync(join(root, file), 'utf8'), file).not.toMatch(/vitest/);
     }
-    // A controlled clock an author can write: time moves only in advance(), timers fire then.
-    const manualClock = `
-      function manualClock() {
-        let now = Date.now();
-        let timers = [];
-        return {
-          now: () => now,
-          setTimeout: (fn, ms) => { const t = { at: now + ms, fn }; timers.push(t); return t; },
-          clearTimeout: (t) => { timers = timers.filter((x) => x !== t); },
-          advance(ms) {
-            now += ms;
-            const due = timers.filter((t) => t.at <= now);
-            timers = timers.filter((t) => t.at > now);
-            for (const t of due) t.fn();
-          },
-        };
-      }`;
-    writeFileSync(
-      join(outside, 'contract.test.mjs'),
-      `import { describe, it } from 'node:test';
-      import { memoryStore } from 'valve';
-      import { storeContract } from 'valve/testing';
-      ${manualClock}
-      storeContract('memory (esm)', () => ({ store: memoryStore() }), { describe, it });
-      storeContract('memory (esm, controlled clock)', () => {
-        const clock = manualClock();
-        return { store: memoryStore({ clock }), advance: (ms) => clock.advance(ms) };
-      }, { describe, it, controlledClock: true });`,
+    // The examples docs/testing.md shows, as an author's project has them.
+    copyFileSync(join(root, 'examples/store-contract/node-test.mjs'), join(outside, 'contract.test.mjs'));
+    copyFileSync(
+      join(root, 'examples/store-contract/vitest.test.mjs'),
+      join(outside, 'contract.vitest.test.mjs'),
     );
     writeFileSync(
       join(outside, 'contract.test.cjs'),
@@ -609,11 +594,23 @@ describe('the built package (dist/)', () => {
     const expected = cases({}) + cases({ controlledClock: true }) + cases({ wakeUps: false });
     expect(cases({ controlledClock: true })).toBeGreaterThan(cases({}));
     expect(count('pass')).toBe(expected);
-    for (const name of ['memory (esm)', 'memory (esm, controlled clock)', 'memory (cjs)']) {
+    for (const name of ['memory store', 'memory store on a controlled clock', 'memory (cjs)']) {
       expect(stdout).toContain(`Store contract: ${name}`);
     }
     expect(stdout).toMatch(/exact retry hints \(controlled clock\)/);
-  });
+
+    // vitest, with no config, from the author's directory (vitest itself linked in as a dependency).
+    symlinkSync(join(root, 'node_modules/vitest'), join(outside, 'node_modules/vitest'), 'dir');
+    const vitest = await run(
+      process.execPath,
+      [join(root, 'node_modules/vitest/vitest.mjs'), 'run', 'contract.vitest.test.mjs', '--reporter=json'],
+      { cwd: outside, env: { ...process.env, NO_COLOR: '1' } },
+    ).catch((e: { stdout?: string; stderr?: string }) => {
+      throw new Error(`vitest failed:\n${e.stdout ?? ''}\n${e.stderr ?? ''}`);
+    });
+    const report = JSON.parse(vitest.stdout.slice(vitest.stdout.indexOf('{')));
+    expect(report).toMatchObject({ numFailedTests: 0, numPendingTests: 0, numPassedTests: cases({}) });
+  }, 60_000);
 
   it('type-checks a TypeScript consumer (ESM and CJS) against the bundled declarations, Store type included', async () => {
     // Started in beforeAll, right after the build, so it overlaps the other tests.
