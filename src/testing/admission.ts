@@ -162,7 +162,6 @@ export function admissionCases(c: CaseRegistry): void {
         await s.advance(0.001);
         const onTime = await s.acquire({ id, rules, costs: rest });
         expect(onTime.granted).toBe(1);
-        return true;
       };
 
       c.itClock('GCRA, burst 1: the next job fits exactly retryAfter later', async (s) => {
