@@ -612,6 +612,23 @@ describe('the built package (dist/)', () => {
     expect(report).toMatchObject({ numFailedTests: 0, numPendingTests: 0, numPassedTests: cases({}) });
   }, 60_000);
 
+  it('the package ships dist/ (both entries, ESM, CJS, types), built by prepack on a fresh clone or git install', async () => {
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    expect(pkg.scripts.prepack).toBe('npm run build');
+    // The file list npm packs (prepack itself is skipped here: dist/ was built in beforeAll).
+    const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root });
+    const files: string[] = JSON.parse(stdout)[0].files.map((f: { path: string }) => f.path);
+    for (const entry of ['index', 'testing']) {
+      for (const ext of ['js', 'cjs', 'd.ts', 'd.cts']) expect(files).toContain(`dist/${entry}.${ext}`);
+    }
+    expect(files.filter((f) => !f.startsWith('dist/')).sort()).toEqual([
+      'CHANGELOG.md',
+      'LICENSE',
+      'README.md',
+      'package.json',
+    ]);
+  });
+
   it('type-checks a TypeScript consumer (ESM and CJS) against the bundled declarations, Store type included', async () => {
     // Started in beforeAll, right after the build, so it overlaps the other tests.
     const result = await typecheck;
