@@ -122,7 +122,7 @@ export function startWorker(config: WorkerConfig): Worker {
     },
     go() {
       if (!child.stdin) throw new Error(`${config.name} was not started with waitForGo`);
-      child.stdin.end('go\n');
+      child.stdin.end(`go ${Date.now()}\n`);
     },
     stderr: () => stderr,
   };

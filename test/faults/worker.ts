@@ -18,6 +18,7 @@ import type { ConcurrencyOption, Rule, StoreErrorMode } from '../../src/index.js
 import { createValve, isValveError } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { AcquireRequest, AcquireResult, Store, WakeEvent } from '../../src/stores/store.js';
+import { waitForGo } from '../helpers/workers.js';
 
 export interface WorkerConfig {
   /** Label in the test's messages. */
@@ -56,7 +57,7 @@ export interface WorkerConfig {
   /** The process gives up (exit code 3) after this many ms. */
   exitAfterMs: number;
   /**
-   * After "ready" (connected), wait for a line "go" on stdin before the first submission
+   * After "ready" (connected), wait for a line "go <epoch ms>" on stdin before the first submission
    * (`submitAfter` counts from it), so that workers that took different times to start
    * (compiling, connecting on a loaded machine) submit their jobs together.
    */
@@ -445,22 +446,6 @@ async function main(): Promise<void> {
     emit({ e: 'linger', t: mono(), resources: process.getActiveResourcesInfo() });
     process.exit(4);
   }, 3000).unref();
-}
-
-/** Resolves on a line "go" on stdin. */
-function waitForGo(): Promise<void> {
-  return new Promise((resolve) => {
-    let input = '';
-    process.stdin.setEncoding('utf8');
-    const onData = (chunk: string) => {
-      input += chunk;
-      if (!input.split('\n').some((line) => line.trim() === 'go')) return;
-      process.stdin.off('data', onData);
-      process.stdin.pause();
-      resolve();
-    };
-    process.stdin.on('data', onData);
-  });
 }
 
 main().catch((err: unknown) => {
