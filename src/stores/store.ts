@@ -80,8 +80,8 @@ export interface WakeStatus {
 
 /**
  * The contract between the scheduler and a store. The memory store and the Redis
- * store implement it; users may write their own (run the conformance suite in
- * test/contract/store-contract.ts against it). Every method is atomic on the
+ * store implement it; users may write their own (run the conformance suite from
+ * `valve/testing` against it). Every method is atomic on the
  * store's own clock; each maps to one script call on Redis.
  */
 export interface Store {

@@ -11,7 +11,15 @@
  * redisStore, ValveError, isValveError, the Store type).
  */
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -51,6 +59,8 @@ afterAll(async () => {
 function startTypecheck(): Promise<{ stdout?: string; stderr?: string }> {
   const consumer = `
     import { createValve, isValveError, memoryStore, redisStore, ValveError, type Store } from 'valve';
+    import { storeContract } from 'valve/testing';
+    import { describe, it } from 'node:test';
     const inner: Store = memoryStore();
     const mine: Store = {
       acquire: (r) => inner.acquire(r),
@@ -72,6 +82,8 @@ function startTypecheck(): Promise<{ stdout?: string; stderr?: string }> {
     if (isValveError(e, 'LEASE_LOST')) { const c: 'QUEUE_FULL' | 'MAX_WAIT' | 'STORE_UNAVAILABLE' | 'LEASE_LOST' | 'CLOSED' = e.code; void c; }
     if (e instanceof ValveError) void e.code;
     void redisStore; void n; void f; void p; void counters;
+    // valve/testing with node:test's describe and it (vitest's are checked by the project's own tests).
+    storeContract('typed', () => ({ store: memoryStore(), cleanup: async () => {} }), { describe, it, wakeUps: true });
   `;
   writeFileSync(join(outside, 'consumer.mts'), consumer);
   writeFileSync(join(outside, 'consumer.cts'), consumer);
@@ -536,6 +548,85 @@ describe('the built package (dist/)', () => {
       after: 'alive',
     });
     expect(stderr).toMatch(/listener/i); // reported as a process warning, not thrown
+  });
+
+  it('valve/testing: the conformance suite runs under node:test (ESM and CJS) and vitest from outside, importing no test runner', async () => {
+    for (const file of ['dist/testing.js', 'dist/testing.cjs']) {
+      expect(readFileSync(join(root, file), 'utf8'), file).not.toMatch(/vitest/);
+    }
+    // The examples docs/testing.md shows, as an author's project has them.
+    copyFileSync(join(root, 'examples/store-contract/node-test.mjs'), join(outside, 'contract.test.mjs'));
+    copyFileSync(
+      join(root, 'examples/store-contract/vitest.test.mjs'),
+      join(outside, 'contract.vitest.test.mjs'),
+    );
+    writeFileSync(
+      join(outside, 'contract.test.cjs'),
+      `const { describe, test } = require('node:test');
+      const { memoryStore } = require('valve');
+      const { storeContract } = require('valve/testing');
+      storeContract('memory (cjs)', () => ({ store: memoryStore() }), { describe, it: test, wakeUps: false });`,
+    );
+    const { stdout } = await run(
+      process.execPath,
+      ['--test', '--test-reporter=tap', 'contract.test.mjs', 'contract.test.cjs'],
+      { cwd: outside },
+    ).catch((e: { stdout?: string; stderr?: string }) => {
+      throw new Error(`node --test failed:\n${e.stdout ?? ''}\n${e.stderr ?? ''}`);
+    });
+    const count = (what: string) => Number(new RegExp(`^# ${what} (\\d+)$`, 'm').exec(stdout)?.[1]);
+    expect(count('fail')).toBe(0);
+    expect(count('cancelled')).toBe(0);
+    expect(count('skipped')).toBe(0);
+    // Every case of the three suites passed: counted by registering them on a runner of our own.
+    const testing = await import(/* @vite-ignore */ pathToFileURL(join(root, 'dist/testing.js')).href);
+    const cases = (options: object): number => {
+      let n = 0;
+      testing.storeContract('count', () => ({ store: esm.memoryStore() }), {
+        describe: (_: string, body: () => void) => body(),
+        it: () => {
+          n++;
+        },
+        ...options,
+      });
+      return n;
+    };
+    const expected = cases({}) + cases({ controlledClock: true }) + cases({ wakeUps: false });
+    expect(cases({ controlledClock: true })).toBeGreaterThan(cases({}));
+    expect(count('pass')).toBe(expected);
+    for (const name of ['memory store', 'memory store on a controlled clock', 'memory (cjs)']) {
+      expect(stdout).toContain(`Store contract: ${name}`);
+    }
+    expect(stdout).toMatch(/exact retry hints \(controlled clock\)/);
+
+    // vitest, with no config, from the author's directory (vitest itself linked in as a dependency).
+    symlinkSync(join(root, 'node_modules/vitest'), join(outside, 'node_modules/vitest'), 'dir');
+    const vitest = await run(
+      process.execPath,
+      [join(root, 'node_modules/vitest/vitest.mjs'), 'run', 'contract.vitest.test.mjs', '--reporter=json'],
+      { cwd: outside, env: { ...process.env, NO_COLOR: '1' } },
+    ).catch((e: { stdout?: string; stderr?: string }) => {
+      throw new Error(`vitest failed:\n${e.stdout ?? ''}\n${e.stderr ?? ''}`);
+    });
+    const report = JSON.parse(vitest.stdout.slice(vitest.stdout.indexOf('{')));
+    expect(report).toMatchObject({ numFailedTests: 0, numPendingTests: 0, numPassedTests: cases({}) });
+  }, 60_000);
+
+  it('the package ships dist/ (both entries, ESM, CJS, types), built by prepack on a fresh clone or git install', async () => {
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    expect(pkg.scripts.prepack).toBe('npm run build');
+    // The file list npm packs (prepack itself is skipped here: dist/ was built in beforeAll).
+    const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root });
+    const files: string[] = JSON.parse(stdout)[0].files.map((f: { path: string }) => f.path);
+    for (const entry of ['index', 'testing']) {
+      for (const ext of ['js', 'cjs', 'd.ts', 'd.cts']) expect(files).toContain(`dist/${entry}.${ext}`);
+    }
+    expect(files.filter((f) => !f.startsWith('dist/')).sort()).toEqual([
+      'CHANGELOG.md',
+      'LICENSE',
+      'README.md',
+      'package.json',
+    ]);
   });
 
   it('type-checks a TypeScript consumer (ESM and CJS) against the bundled declarations, Store type included', async () => {

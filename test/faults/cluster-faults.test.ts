@@ -7,6 +7,13 @@
  * logs as in network-faults.test.ts: rate bound, concurrency limit (overlap only through
  * logged lease losses), maxWait, fences, one 'store-error' per failed call, no unhandled
  * rejection.
+ *
+ * The workers start together (a ready/go handshake: on a loaded machine they take seconds apart
+ * to compile and connect) and the faults are timed from that start, so they always fall while
+ * jobs are being submitted. The two polling workers (no subscriber, long jobs) each submit less
+ * than the limit can hold: across processes there is no fairness, so one worker with a backlog
+ * can keep every slot (it reuses its own releases at once) and starve the other, and then that
+ * worker would run no job at all.
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { sharedCluster, uniquePrefix } from '../helpers/shared-servers.js';
@@ -59,20 +66,24 @@ describe('network faults on a Redis Cluster', () => {
           concurrency: { limit, scope: 'global', leaseTtl: 1500 },
           storeTimeout: 500,
           subscriber: i < 2,
-          jobs: 40,
-          submitEvery: 110,
+          // Short jobs often, or long ones (about 2 slots' worth each) less often: about 5 s.
+          jobs: i < 2 ? 40 : 20,
+          submitEvery: i < 2 ? 110 : 250,
           submitAfter: 300,
           durationMs: i < 2 ? [10, 60] : [200, 900],
           maxWait,
           exitAfterMs: 45_000,
+          waitForGo: true,
         }),
       );
     }
-    await Promise.all(workers.map((w) => w.waitFor('start', undefined, 20_000)));
+    await Promise.all(workers.map((w) => w.waitFor('ready', undefined, 30_000)));
+    for (const w of workers) w.go();
     const t0 = mono();
     const phases: string[] = [];
     const phase = (name: string) => phases.push(`${name}@${(mono() - t0).toFixed(0)}`);
-    await sleep(600);
+    // The first submissions come 300 ms after go; the faults start 600 ms later.
+    await sleep(900);
     phase('latency 40ms');
     proxies.setLatency(40);
     await sleep(1000);

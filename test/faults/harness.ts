@@ -34,6 +34,8 @@ export interface Worker {
   ): Promise<EventOf<K>>;
   of<K extends WorkerEvent['e']>(kind: K): EventOf<K>[];
   kill(signal: NodeJS.Signals): void;
+  /** Lets a worker started with `waitForGo` submit its jobs. */
+  go(): void;
   stderr(): string;
 }
 
@@ -44,7 +46,7 @@ process.once('exit', () => {
 
 export function startWorker(config: WorkerConfig): Worker {
   const child = spawn(process.execPath, ['--import', 'tsx', WORKER, JSON.stringify(config)], {
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [config.waitForGo ? 'pipe' : 'ignore', 'pipe', 'pipe'],
     cwd: path.resolve(path.dirname(WORKER), '../..'),
   });
   live.add(child);
@@ -118,6 +120,10 @@ export function startWorker(config: WorkerConfig): Worker {
     kill(signal) {
       child.kill(signal);
     },
+    go() {
+      if (!child.stdin) throw new Error(`${config.name} was not started with waitForGo`);
+      child.stdin.end(`go ${Date.now()}\n`);
+    },
     stderr: () => stderr,
   };
   return worker;
@@ -138,7 +144,19 @@ export async function stopWorkers(workers: readonly Worker[]): Promise<void> {
 export async function expectCleanExit(workers: readonly Worker[], timeoutMs = 60_000): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`workers still running after ${timeoutMs} ms`)), timeoutMs);
+    timer = setTimeout(() => {
+      // Say which workers, and how far each got (its last events), so a hang can be told apart
+      // from a slow run.
+      const running = workers
+        .filter((w) => w.child.exitCode === null && w.child.signalCode === null)
+        .map((w) => {
+          const last = w.events.slice(-3).map((e) => JSON.stringify(e).slice(0, 200));
+          // A last event long before now with no 'lag' after it: the worker's event loop is blocked
+          // (its lag probe cannot log); 'done' without an exit: something keeps the process alive.
+          return `${w.name} (now ${mono().toFixed(0)}; done: ${w.of('done').length > 0}; last events: ${last.join(' ')})\n${w.stderr().slice(-2000)}`;
+        });
+      reject(new Error(`workers still running after ${timeoutMs} ms: ${running.join('\n')}`));
+    }, timeoutMs);
   });
   try {
     const codes = await Promise.race([Promise.all(workers.map((w) => w.exited)), timeout]);
@@ -147,7 +165,8 @@ export async function expectCleanExit(workers: readonly Worker[], timeoutMs = 60
       .filter(({ code }) => code !== 0)
       .map(
         ({ w, code }) =>
-          `${w.name} exited with ${code}; unhandled: ${JSON.stringify(w.of('unhandled'))}\n${w.stderr()}`,
+          `${w.name} exited with ${code}; unhandled: ${JSON.stringify(w.of('unhandled'))}; ` +
+          `lingered after closing: ${JSON.stringify(w.of('linger'))}\n${w.stderr()}`,
       );
     if (bad.length > 0) throw new Error(bad.join('\n'));
   } finally {

@@ -18,6 +18,7 @@ import type { ConcurrencyOption, Rule, StoreErrorMode } from '../../src/index.js
 import { createValve, isValveError } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { AcquireRequest, AcquireResult, Store, WakeEvent } from '../../src/stores/store.js';
+import { waitForGo } from '../helpers/workers.js';
 
 export interface WorkerConfig {
   /** Label in the test's messages. */
@@ -55,6 +56,12 @@ export interface WorkerConfig {
   batch?: number;
   /** The process gives up (exit code 3) after this many ms. */
   exitAfterMs: number;
+  /**
+   * After "ready" (connected), wait for a line "go <epoch ms>" on stdin before the first submission
+   * (`submitAfter` counts from it), so that workers that took different times to start
+   * (compiling, connecting on a loaded machine) submit their jobs together.
+   */
+  waitForGo?: boolean;
 }
 
 export type WorkerEvent =
@@ -82,7 +89,9 @@ export type WorkerEvent =
   | { e: 'lease-lost'; t: number; fence: number; reason: string }
   | { e: 'unhandled'; t: number; kind: string; reason: string }
   | { e: 'lag'; t: number; ms: number }
-  | { e: 'done'; t: number; stats: Record<string, unknown> };
+  | { e: 'done'; t: number; stats: Record<string, unknown> }
+  | { e: 'go'; t: number }
+  | { e: 'linger'; t: number; resources: string[] };
 
 const mono = (): number => Number(process.hrtime.bigint()) / 1e6;
 
@@ -365,6 +374,10 @@ async function main(): Promise<void> {
   });
 
   emit({ e: 'ready', t: mono(), pid: process.pid });
+  if (config.waitForGo) {
+    await waitForGo();
+    emit({ e: 'go', t: mono() });
+  }
   if (config.submitAfter) await new Promise((r) => setTimeout(r, config.submitAfter));
 
   const [dMin, dMax] = config.durationMs;
@@ -426,6 +439,13 @@ async function main(): Promise<void> {
   emit({ e: 'done', t: mono(), stats: { ...valve.stats() } });
   await close();
   clearTimeout(hardStop);
+  // Everything is closed: the process should exit now. If something still holds the event loop
+  // (a socket or timer of a client, or of valve), log what it is and give up, so a test never
+  // waits for a process that has finished its work.
+  setTimeout(() => {
+    emit({ e: 'linger', t: mono(), resources: process.getActiveResourcesInfo() });
+    process.exit(4);
+  }, 3000).unref();
 }
 
 main().catch((err: unknown) => {

@@ -19,7 +19,7 @@ import { createValve } from '../../src/index.js';
 import type { Rule } from '../../src/rules/rule.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
-import { connectClient, type Target } from '../multiprocess/redis-clients.js';
+import { connectClient, type Target } from '../helpers/redis-clients.js';
 
 export interface FetchWorkerConfig {
   name: string;

@@ -4,6 +4,26 @@ import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
+/**
+ * Worker side of the ready/go handshake: resolves with the epoch ms of the first line
+ * "go <epoch ms>" on stdin (sent by `RunningWorker.go()`, or by a test's own harness), then
+ * stops reading stdin so it does not keep the process alive. Print your "ready" first.
+ */
+export function waitForGo(): Promise<number> {
+  return new Promise<number>((resolve) => {
+    let buffer = '';
+    const onData = (chunk: Buffer | string) => {
+      buffer += chunk;
+      const m = /^go (\d+)$/m.exec(buffer);
+      if (!m) return;
+      process.stdin.off('data', onData);
+      process.stdin.pause();
+      resolve(Number(m[1]));
+    };
+    process.stdin.on('data', onData);
+  });
+}
+
 /** A worker process started with a ready/go handshake. */
 export interface RunningWorker<Report> {
   /** Resolves when the worker printed "ready" (it has connected and warmed up), or exited. */

@@ -10,7 +10,8 @@ import { createValve } from '../../src/index.js';
 import type { Rule } from '../../src/rules/rule.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
-import { type ClientFamily, connectClient, connectCluster, type Target } from './redis-clients.js';
+import { type ClientFamily, connectClient, connectCluster, type Target } from '../helpers/redis-clients.js';
+import { waitForGo } from '../helpers/workers.js';
 
 export interface WorkerAction {
   /** ms after startAt. */
@@ -101,15 +102,7 @@ valve.on('store-error', (err) => report.storeErrors.push(String(err)));
 
 if (!config.startAt) {
   process.stdout.write('ready\n');
-  config.startAt = await new Promise<number>((resolve) => {
-    let buffer = '';
-    process.stdin.on('data', (d) => {
-      buffer += d;
-      const m = /go (\d+)/.exec(buffer);
-      if (m) resolve(Number(m[1]));
-    });
-  });
-  process.stdin.pause();
+  config.startAt = await waitForGo();
 }
 await sleep(config.startAt - now());
 const end = config.startAt + config.durationMs;

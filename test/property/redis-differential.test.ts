@@ -12,8 +12,8 @@ import { memoryStore } from '../../src/stores/memory.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
 import { FakeClock } from '../helpers/fake-clock.js';
+import { type Connected, connectClient, connectCluster } from '../helpers/redis-clients.js';
 import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
-import { type Connected, connectClient, connectCluster } from '../multiprocess/redis-clients.js';
 
 const ruleArb: fc.Arbitrary<Rule> = fc.oneof(
   fc.record({

@@ -7,8 +7,8 @@ import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore } from '../../src/stores/redis/index.js';
 import { storeContract } from '../contract/store-contract.js';
+import { CLIENT_FAMILIES, type Connected, connectClient } from '../helpers/redis-clients.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
-import { CLIENT_FAMILIES, type Connected, connectClient } from '../multiprocess/redis-clients.js';
 
 /** The ACL rule of docs/redis.md, for prefix `valve-acl`. Keep the two in sync. */
 const ACL_RULE = [

@@ -8,14 +8,9 @@ import { afterAll, beforeAll, describe } from 'vitest';
 import { redisStore } from '../../src/stores/redis/index.js';
 import { storeContract } from '../contract/store-contract.js';
 import { FakeClock } from '../helpers/fake-clock.js';
+import { CLIENT_FAMILIES, type Connected, connectClient, connectCluster } from '../helpers/redis-clients.js';
 import type { ServerKind } from '../helpers/servers.js';
 import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
-import {
-  CLIENT_FAMILIES,
-  type Connected,
-  connectClient,
-  connectCluster,
-} from '../multiprocess/redis-clients.js';
 
 function suite(kind: ServerKind, family: (typeof CLIENT_FAMILIES)[number], cluster: boolean): void {
   describe(`${kind} ${cluster ? 'cluster' : 'standalone'} via ${family}`, () => {

@@ -11,7 +11,7 @@ import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
-import { CLIENT_FAMILIES, type Connected, connectClient } from '../multiprocess/redis-clients.js';
+import { CLIENT_FAMILIES, type Connected, connectClient } from '../helpers/redis-clients.js';
 
 type IORedis = import('ioredis').Redis;
 

@@ -6,15 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { normalizeRule } from '../../src/rules/rule.js';
 import { RedisStoreTimeoutError, redisStore } from '../../src/stores/redis/index.js';
 import type { Store, WakeEvent } from '../../src/stores/store.js';
+import { CLIENT_FAMILIES, type Connected, connectClient, connectCluster } from '../helpers/redis-clients.js';
 import { respCommand } from '../helpers/resp.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
 import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
-import {
-  CLIENT_FAMILIES,
-  type Connected,
-  connectClient,
-  connectCluster,
-} from '../multiprocess/redis-clients.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {

@@ -8,10 +8,10 @@ import { createValve } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
 import { checkRules } from '../helpers/bounds.js';
+import { CLIENT_FAMILIES, connectClient } from '../helpers/redis-clients.js';
 import { respCommand } from '../helpers/resp.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
-import { CLIENT_FAMILIES, connectClient } from '../multiprocess/redis-clients.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 

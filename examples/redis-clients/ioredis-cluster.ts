@@ -1,0 +1,20 @@
+/** docs/redis.md, "ioredis-cluster": the connections, their 'error' listeners, the store, and how to close. */
+// #region docs
+import { Cluster } from 'ioredis';
+import { redisStore } from '../../src/index.js';
+// #endregion docs
+
+export async function setup(nodes: { host: string; port: number }[]) {
+  // #region docs
+  const client = new Cluster(nodes, { enableOfflineQueue: false });
+  // Sharded pub/sub (SSUBSCRIBE) needs shardedSubscribers on the subscriber's Cluster.
+  const subscriber = new Cluster(nodes, { shardedSubscribers: true });
+  client.on('error', (err) => console.warn('redis:', err.message));
+  subscriber.on('error', (err) => console.warn('redis subscriber:', err.message));
+  const store = redisStore({ client, subscriber });
+
+  // On shutdown, once every valve using the store is closed:
+  const close = () => Promise.all([client.quit(), subscriber.quit()]);
+  // #endregion docs
+  return { store, close };
+}

@@ -1,0 +1,19 @@
+/** docs/redis.md, "iovalkey-cluster": the connections, their 'error' listeners, the store, and how to close. */
+// #region docs
+import { Cluster } from 'iovalkey';
+import { redisStore } from '../../src/index.js';
+// #endregion docs
+
+export async function setup(nodes: { host: string; port: number }[]) {
+  // #region docs
+  const client = new Cluster(nodes, { enableOfflineQueue: false });
+  const subscriber = new Cluster(nodes);
+  client.on('error', (err) => console.warn('valkey:', err.message));
+  subscriber.on('error', (err) => console.warn('valkey subscriber:', err.message));
+  const store = redisStore({ client, subscriber, pubsub: 'classic' });
+
+  // On shutdown, once every valve using the store is closed:
+  const close = () => Promise.all([client.quit(), subscriber.quit()]);
+  // #endregion docs
+  return { store, close };
+}

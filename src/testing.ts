@@ -1,0 +1,111 @@
+/**
+ * `valve/testing`: the Store conformance suite, for authors of their own `Store`.
+ *
+ * It registers its cases on the test runner you hand it (vitest, node:test, jest, mocha: any
+ * runner with `describe(name, fn)` and `it(name, async fn)`), and checks with node:assert only,
+ * so it imports no test runner itself. valve runs its own stores (memory, Redis and Valkey
+ * through every client, standalone and cluster) through this same export.
+ *
+ * ```ts
+ * import { describe, it } from 'node:test'; // or from 'vitest'
+ * import { storeContract } from 'valve/testing';
+ *
+ * storeContract('my store', () => ({ store: myStore() }), { describe, it });
+ * ```
+ */
+import { describe } from './duration.js';
+import type { MaybePromise } from './stores/store.js';
+import { admissionCases } from './testing/admission.js';
+import { leaseCases } from './testing/leases.js';
+import { pauseCases } from './testing/pauses.js';
+import { sharingCases } from './testing/sharing.js';
+import {
+  createRegistry,
+  type DescribeFunction,
+  type StoreUnderTest,
+  type TestFunction,
+} from './testing/suite.js';
+
+export type { DescribeFunction, StoreUnderTest, TestFunction } from './testing/suite.js';
+
+/** The runner to register the cases on, and what the store under test can do. */
+export interface StoreContractOptions {
+  /** Your runner's `describe`. */
+  describe: DescribeFunction;
+  /** Your runner's `it` (or `test`). */
+  it: TestFunction;
+  /**
+   * `makeStore` returns `advance`, and the store's clock moves only when `advance` is called.
+   * Adds the exact-time cases (retry hints to the µs, pause ends, lease expiry hints, fences
+   * after a long idle). Default false.
+   */
+  controlledClock?: boolean;
+  /** The store implements `subscribe()`: adds the wake-up case. Default true. */
+  wakeUps?: boolean;
+}
+
+const OPTIONS = ['describe', 'it', 'controlledClock', 'wakeUps'];
+
+function check(name: unknown, makeStore: unknown, options: unknown): asserts options is StoreContractOptions {
+  if (typeof name !== 'string')
+    throw new TypeError(`Expected \`name\` to be a string, got ${describe(name)}`);
+  if (typeof makeStore !== 'function') {
+    throw new TypeError(`Expected \`makeStore\` to be a function, got ${describe(makeStore)}`);
+  }
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new TypeError(
+      `Expected \`options\` to be an object with your test runner's \`describe\` and \`it\`, got ${describe(options)}`,
+    );
+  }
+  const o = options as Record<string, unknown>;
+  for (const key of Object.keys(o)) {
+    if (!OPTIONS.includes(key)) {
+      throw new TypeError(
+        `Unknown option \`${key}\`; storeContract() takes \`describe\`, \`it\`, \`controlledClock\` and \`wakeUps\``,
+      );
+    }
+  }
+  for (const key of ['describe', 'it'] as const) {
+    if (typeof o[key] !== 'function') {
+      throw new TypeError(
+        `Expected \`${key}\` to be your test runner's ${key} function, got ${describe(o[key])}`,
+      );
+    }
+  }
+  for (const key of ['controlledClock', 'wakeUps'] as const) {
+    if (o[key] !== undefined && typeof o[key] !== 'boolean') {
+      throw new TypeError(`Expected \`${key}\` to be a boolean, got ${describe(o[key])}`);
+    }
+  }
+}
+
+/**
+ * Registers the Store conformance suite under `describe('Store contract: <name>')`.
+ *
+ * `makeStore` runs once per case and returns a fresh store (it may share a server: every case
+ * uses fresh random ids). A capability declared in `options` that the store lacks fails its
+ * cases; a capability not declared registers no case (nothing is skipped at run time).
+ * Most cases take a few ms; a few wait real time (under 0.5 s), and the wake-up case waits up
+ * to 5 s for a subscription to become active.
+ */
+export function storeContract(
+  name: string,
+  makeStore: () => MaybePromise<StoreUnderTest>,
+  options: StoreContractOptions,
+): void {
+  check(name, makeStore, options);
+  const registry = createRegistry({
+    name,
+    makeStore,
+    describe: options.describe,
+    it: options.it,
+    controlledClock: options.controlledClock === true,
+    wakeUps: options.wakeUps !== false,
+  });
+  registry.describe(`Store contract: ${name}`, () => {
+    admissionCases(registry);
+    pauseCases(registry);
+    leaseCases(registry);
+    sharingCases(registry);
+  });
+}

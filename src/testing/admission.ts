@@ -1,0 +1,322 @@
+/**
+ * Conformance cases: admission (longest prefix, counts, costs, several rules, atomic spends),
+ * exact retry hints on a controlled clock, and the real-time cases any store runs.
+ */
+import type { StoreRule } from '../rules/rule.js';
+import { expect } from './expect.js';
+import {
+  type CaseRegistry,
+  type ClockCaseContext,
+  expectMs,
+  hourly3,
+  hourlyWindow,
+  ones,
+  rule,
+} from './suite.js';
+
+export function admissionCases(c: CaseRegistry): void {
+  const { newId } = c;
+  c.describe('admission', () => {
+    c.it('grants the longest prefix that fits and reports why it stopped', async (s) => {
+      const id = newId();
+      const r = await s.acquire({ id, rules: [hourly3], costs: ones(5) });
+      expect(r.granted).toBe(3);
+      expect(r.blocked).toBe('rate');
+      expect(r.pausedUntil).toBeNull();
+      expect(r.leases).toBeUndefined();
+      expect(r.retryAfter).toBeGreaterThan(900);
+      expect(r.retryAfter).toBeLessThanOrEqual(1000);
+      expect(typeof r.now).toBe('number');
+      expect(Math.abs(r.now - Date.now())).toBeLessThan(s.advance ? Number.POSITIVE_INFINITY : 60_000);
+      const again = await s.acquire({ id, rules: [hourly3], costs: ones(2) });
+      expect(again.granted).toBe(0);
+      expect(again.blocked).toBe('rate');
+    });
+
+    c.it('grants everything with blocked null and retryAfter 0 when all fits', async (s) => {
+      const r = await s.acquire({ id: newId(), rules: [hourly3], costs: ones(3) });
+      expect(r).toMatchObject({ granted: 3, retryAfter: 0, blocked: null, pausedUntil: null });
+    });
+
+    c.it('grants everything when there are no rules', async (s) => {
+      const r = await s.acquire({ id: newId(), rules: [], costs: ones(40) });
+      expect(r).toMatchObject({ granted: 40, retryAfter: 0, blocked: null });
+    });
+
+    c.it('reads only the first `count` costs', async (s) => {
+      const id = newId();
+      const r = await s.acquire({ id, rules: [hourly3], costs: ones(5), count: 2 });
+      expect(r.granted).toBe(2);
+      expect(r.blocked).toBeNull();
+      const next = await s.acquire({ id, rules: [hourly3], costs: ones(5), count: 2 });
+      expect(next.granted).toBe(1);
+    });
+
+    c.it('counts cost: a job fits only when the whole cost fits', async (s) => {
+      const id = newId();
+      const r = await s.acquire({ id, rules: [hourly3], costs: [2, 2, 1] });
+      // 2 fits; the second 2 does not, and the 1 behind it is not granted either (a prefix).
+      expect(r.granted).toBe(1);
+      expect(r.blocked).toBe('rate');
+      const next = await s.acquire({ id, rules: [hourly3], costs: [1] });
+      expect(next.granted).toBe(1);
+    });
+
+    c.it('rejects costs that are not positive integers (cost units), spending nothing', async (s) => {
+      const id = newId();
+      const slow = rule({ limit: 1, interval: '1h', burst: 3 });
+      for (const bad of [0.5, 1.5, 0, -1, Number.NaN, Number.POSITIVE_INFINITY]) {
+        let thrown: unknown;
+        try {
+          await s.acquire({ id, rules: [slow], costs: [1, bad] });
+        } catch (err) {
+          thrown = err;
+        }
+        expect(thrown instanceof RangeError, `a cost of ${bad} is refused with a RangeError`).toBe(true);
+      }
+      // Nothing of the refused batches was spent.
+      expect((await s.acquire({ id, rules: [slow], costs: [1, 1, 1] })).granted).toBe(3);
+    });
+
+    c.it('fixed window: grants up to limit units in the window', async (s) => {
+      const id = newId();
+      const r = await s.acquire({ id, rules: [hourlyWindow], costs: [1, 2, 1] });
+      expect(r.granted).toBe(2);
+      const id2 = newId();
+      // The whole cost must fit in what is left: 2 + 2 > 3.
+      expect((await s.acquire({ id: id2, rules: [hourlyWindow], costs: [2, 2] })).granted).toBe(1);
+      expect((await s.acquire({ id: id2, rules: [hourlyWindow], costs: [1] })).granted).toBe(1);
+      expect(r.blocked).toBe('rate');
+      expect(r.retryAfter).toBeGreaterThan(0);
+      expect(r.retryAfter).toBeLessThanOrEqual(3_600_000);
+    });
+
+    c.it('sliding window: the whole limit at once, then nothing until units leave the window', async (s) => {
+      const id = newId();
+      const sliding = rule({ limit: 3, interval: '1h', algorithm: 'sliding-window' });
+      const r = await s.acquire({ id, rules: [sliding], costs: [1, 1, 2, 1] });
+      expect(r.granted).toBe(2);
+      expect(r.blocked).toBe('rate');
+      // The first grants leave one interval after they were made.
+      expect(r.retryAfter).toBeGreaterThan(3_590_000);
+      expect(r.retryAfter).toBeLessThanOrEqual(3_600_000);
+      // A refused job spends nothing: one unit is left.
+      expect((await s.acquire({ id, rules: [sliding], costs: [2] })).granted).toBe(0);
+      expect((await s.acquire({ id, rules: [sliding], costs: [1, 1] })).granted).toBe(1);
+      expect((await s.acquire({ id, rules: [sliding], costs: [1] })).granted).toBe(0);
+      // The same rule as a fixed window is another budget (another digest).
+      const window = rule({ limit: 3, interval: '1h', algorithm: 'fixed-window' });
+      expect((await s.acquire({ id, rules: [window], costs: [3] })).granted).toBe(1);
+    });
+
+    c.it('several rules: each one binds', async (s) => {
+      const id = newId();
+      const fast = rule({ limit: 1000, interval: '1s', burst: 2 }); // 1 unit per ms, 2 back to back
+      const daily = rule({ limit: 3, interval: '1d', algorithm: 'fixed-window' });
+      const first = await s.acquire({ id, rules: [fast, daily], costs: ones(5) });
+      expect(first.granted).toBe(2); // the GCRA rule binds
+      expect(first.retryAfter).toBeLessThanOrEqual(1);
+      await s.pass(5);
+      const second = await s.acquire({ id, rules: [fast, daily], costs: ones(5) });
+      expect(second.granted).toBe(1); // the GCRA rule has room for 2, the window only for 1
+      expect(second.blocked).toBe('rate');
+      expect(second.retryAfter).toBeGreaterThan(1000); // until the day's window ends
+    });
+
+    c.it('retryAfter is the largest wait over the rules the job failed', async (s) => {
+      const id = newId();
+      const a = rule({ limit: 3600, interval: '1h' }); // 1s emission
+      const b = rule({ limit: 360, interval: '1h' }); // 10s emission
+      const r = await s.acquire({ id, rules: [a, b], costs: ones(2) });
+      expect(r.granted).toBe(1);
+      expect(r.retryAfter).toBeGreaterThan(9000);
+      expect(r.retryAfter).toBeLessThanOrEqual(10_000);
+    });
+
+    c.it('spends atomically: a refused job spends nothing on any rule', async (s) => {
+      const id = newId();
+      const shared = rule({ limit: 2, interval: '1h', burst: 2 });
+      const tight = rule({ limit: 1, interval: '1h', algorithm: 'fixed-window' });
+      expect((await s.acquire({ id, rules: [shared, tight], costs: [1] })).granted).toBe(1);
+      // `shared` has one unit left, `tight` none: refused, and `shared` keeps its unit.
+      for (let i = 0; i < 3; i++) {
+        expect((await s.acquire({ id, rules: [shared, tight], costs: [1] })).granted).toBe(0);
+      }
+      expect((await s.acquire({ id, rules: [shared], costs: [1] })).granted).toBe(1);
+      expect((await s.acquire({ id, rules: [shared], costs: [1] })).granted).toBe(0);
+    });
+
+    c.it('spends atomically within a batch: the refused job and those behind it spend nothing', async (s) => {
+      const id = newId();
+      const r = await s.acquire({ id, rules: [hourly3], costs: [1, 3, 1, 1] });
+      expect(r.granted).toBe(1);
+      // Two units are left: a cost-2 job fits.
+      expect((await s.acquire({ id, rules: [hourly3], costs: [2] })).granted).toBe(1);
+    });
+
+    c.it('a batch checks each job against the state as updated by the grants before it', async (s) => {
+      const id = newId();
+      const w = rule({ limit: 5, interval: '1h', algorithm: 'fixed-window' });
+      const r = await s.acquire({ id, rules: [hourly3, w], costs: [1, 1, 1] });
+      expect(r.granted).toBe(3);
+      const r2 = await s.acquire({ id, rules: [w], costs: [1, 1, 1] });
+      expect(r2.granted).toBe(2);
+    });
+  });
+
+  if (c.controlledClock)
+    c.describe('exact retry hints (controlled clock)', () => {
+      const exactness = async (
+        s: ClockCaseContext,
+        rules: StoreRule[],
+        costs: number[],
+        expected: { granted: number; wait: number },
+      ) => {
+        const id = newId();
+        const r = await s.acquire({ id, rules, costs });
+        expect(r.granted).toBe(expected.granted);
+        expect(r.blocked).toBe('rate');
+        expectMs(r.retryAfter, expected.wait);
+        const rest = costs.slice(expected.granted, expected.granted + 1);
+        // 1 µs before the hint: still refused, and the new hint is the remaining 1 µs.
+        await s.advance(r.retryAfter - 0.001);
+        const early = await s.acquire({ id, rules, costs: rest });
+        expect(early.granted).toBe(0);
+        expectMs(early.retryAfter, 0.001);
+        await s.advance(0.001);
+        const onTime = await s.acquire({ id, rules, costs: rest });
+        expect(onTime.granted).toBe(1);
+      };
+
+      c.itClock('GCRA, burst 1: the next job fits exactly retryAfter later', async (s) => {
+        await exactness(s, [rule({ limit: 10, interval: '1s' })], [1, 1], { granted: 1, wait: 100 });
+      });
+
+      c.itClock(
+        'GCRA: an emission interval that does not divide evenly is rounded up to whole µs',
+        async (s) => {
+          // 1s / 3 = 333333.33µs → 333334µs.
+          await exactness(s, [rule({ limit: 3, interval: '1s' })], [1, 1], { granted: 1, wait: 333.334 });
+        },
+      );
+
+      c.itClock('GCRA with burst and costs', async (s) => {
+        const r = rule({ limit: 10, interval: '1s', burst: 4 }); // 100ms per unit, 400ms capacity
+        // 3 + 1 fill the capacity; the next job of cost 2 needs 200ms more.
+        await exactness(s, [r], [3, 1, 2], { granted: 2, wait: 200 });
+      });
+
+      c.itClock('GCRA rounds the emission interval up, once per unit of cost', async (s) => {
+        const r = rule({ limit: 3, interval: '1s', burst: 2 }); // 333334µs per unit, 666668µs capacity
+        // A cost of 2 fills the capacity; one more unit waits one emission interval.
+        await exactness(s, [r], [2, 1], { granted: 1, wait: 333.334 });
+      });
+
+      c.itClock('fixed window: the next job fits exactly when the window ends', async (s) => {
+        const id = newId();
+        const w = rule({ limit: 2, interval: '1s', algorithm: 'fixed-window' });
+        const r = await s.acquire({ id, rules: [w], costs: ones(3) });
+        expect(r.granted).toBe(2);
+        // The window is aligned on the store's clock: it ends at the next multiple of 1s.
+        expectMs(r.retryAfter, 1000 - (r.now % 1000));
+        await s.advance(r.retryAfter - 0.001);
+        expect((await s.acquire({ id, rules: [w], costs: [1] })).granted).toBe(0);
+        await s.advance(0.001);
+        const next = await s.acquire({ id, rules: [w], costs: ones(3) });
+        expect(next.granted).toBe(2);
+        expectMs(next.retryAfter, 1000);
+      });
+
+      c.itClock('sliding window: the window follows the grants (not aligned); hints are exact', async (s) => {
+        const id = newId();
+        const w = rule({ limit: 3, interval: '1s', algorithm: 'sliding-window' });
+        expect((await s.acquire({ id, rules: [w], costs: [1] })).granted).toBe(1); // t0
+        await s.advance(300);
+        expect((await s.acquire({ id, rules: [w], costs: [2] })).granted).toBe(1); // t0 + 300
+        await s.advance(100);
+        const r = await s.acquire({ id, rules: [w], costs: [1] });
+        expect(r).toMatchObject({ granted: 0, blocked: 'rate' });
+        expectMs(r.retryAfter, 600); // the unit of t0 leaves at t0 + 1000
+        await s.advance(599.999);
+        const early = await s.acquire({ id, rules: [w], costs: [1] });
+        expect(early.granted).toBe(0);
+        expectMs(early.retryAfter, 0.001);
+        await s.advance(0.001);
+        const onTime = await s.acquire({ id, rules: [w], costs: [1, 1] }); // t0 + 1000
+        expect(onTime.granted).toBe(1);
+        expectMs(onTime.retryAfter, 300); // the 2 units of t0 + 300 leave at t0 + 1300
+        // A job of cost 3 needs every unit to leave: the newest leaves at t0 + 2000.
+        const whole = await s.acquire({ id, rules: [w], costs: [3] });
+        expect(whole.granted).toBe(0);
+        expectMs(whole.retryAfter, 1000);
+        await s.advance(999.999);
+        expect((await s.acquire({ id, rules: [w], costs: [3] })).granted).toBe(0);
+        await s.advance(0.001);
+        const all = await s.acquire({ id, rules: [w], costs: [3, 1] });
+        expect(all.granted).toBe(1);
+        expectMs(all.retryAfter, 1000);
+      });
+
+      c.itClock('sliding window: sustains exactly limit per interval at the hints', async (s) => {
+        const id = newId();
+        const w = rule({ limit: 4, interval: '1s', algorithm: 'sliding-window' });
+        let granted = 0;
+        let asked = 0;
+        // 3 s of saturated traffic, asking again at each hint: 4 + 4 + 4 starts, the first 4 at once.
+        for (let elapsed = 0; elapsed < 3000; ) {
+          const r = await s.acquire({ id, rules: [w], costs: ones(3) });
+          granted += r.granted;
+          asked++;
+          if (r.granted === 3) continue;
+          await s.advance(r.retryAfter);
+          elapsed += r.retryAfter;
+        }
+        expect(granted).toBe(12);
+        expect(asked).toBeLessThan(20);
+      });
+
+      c.itClock('several rules: after the largest wait every rule fits', async (s) => {
+        const id = newId();
+        const a = rule({ limit: 10, interval: '1s' }); // 100ms
+        const b = rule({ limit: 4, interval: '1s' }); // 250ms
+        const r = await s.acquire({ id, rules: [a, b], costs: [1, 1] });
+        expect(r.granted).toBe(1);
+        expectMs(r.retryAfter, 250);
+        await s.advance(249.999);
+        expect((await s.acquire({ id, rules: [a, b], costs: [1] })).granted).toBe(0);
+        await s.advance(0.001);
+        expect((await s.acquire({ id, rules: [a, b], costs: [1] })).granted).toBe(1);
+      });
+
+      c.itClock('GCRA: budget refills at the rule rate, never faster', async (s) => {
+        const id = newId();
+        const r = rule({ limit: 10, interval: '1s', burst: 5 });
+        expect((await s.acquire({ id, rules: [r], costs: ones(10) })).granted).toBe(5);
+        await s.advance(250); // 2.5 units back
+        expect((await s.acquire({ id, rules: [r], costs: ones(10) })).granted).toBe(2);
+        await s.advance(10_000); // long idle: back to a full burst, not more
+        expect((await s.acquire({ id, rules: [r], costs: ones(10) })).granted).toBe(5);
+      });
+    });
+
+  c.describe('real time (any store)', () => {
+    c.it('the next job fits after waiting retryAfter', async (s) => {
+      const id = newId();
+      const r = rule({ limit: 1, interval: 40 });
+      const first = await s.acquire({ id, rules: [r], costs: [1, 1] });
+      expect(first.granted).toBe(1);
+      expect(first.retryAfter).toBeGreaterThan(0);
+      expect(first.retryAfter).toBeLessThanOrEqual(40);
+      await s.pass(first.retryAfter + 1);
+      expect((await s.acquire({ id, rules: [r], costs: [1] })).granted).toBe(1);
+    });
+
+    c.it('a pause ends by itself', async (s) => {
+      const id = newId();
+      await s.store.pause(id, 100);
+      expect((await s.acquire({ id, rules: [], costs: [1] })).blocked).toBe('pause');
+      await s.pass(110);
+      expect((await s.acquire({ id, rules: [], costs: [1] })).granted).toBe(1);
+    });
+  });
+}

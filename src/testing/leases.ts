@@ -1,0 +1,152 @@
+/** Conformance cases: global-concurrency leases (limit, tokens, fences, renew, release, expiry). */
+import { expect } from './expect.js';
+import { type CaseRegistry, expectMs, hourly3, ones } from './suite.js';
+
+export function leaseCases(c: CaseRegistry): void {
+  const { newId } = c;
+  c.describe('leases', () => {
+    const lease = { limit: 2, ttl: 60_000 };
+
+    c.it('grants at most limit leases, with unique tokens and increasing fences', async (s) => {
+      const id = newId();
+      const r = await s.acquire({ id, rules: [], costs: ones(3), lease });
+      expect(r.granted).toBe(2);
+      expect(r.blocked).toBe('concurrency');
+      expect(r.retryAfter).toBeGreaterThan(0);
+      expect(r.retryAfter).toBeLessThanOrEqual(60_000);
+      expect(r.leases).toHaveLength(2);
+      const [a, b] = r.leases!;
+      expect(a!.token).not.toBe(b!.token);
+      expect(typeof a!.token).toBe('string');
+      expect(b!.fence).toBeGreaterThan(a!.fence);
+      expect(Number.isSafeInteger(a!.fence)).toBe(true);
+      expectMs(a!.expiresAt, r.now + 60_000);
+      const full = await s.acquire({ id, rules: [], costs: [1], lease });
+      expect(full).toMatchObject({ granted: 0, blocked: 'concurrency' });
+    });
+
+    c.it('issues one lease per granted job, even when a rule stops the batch', async (s) => {
+      const id = newId();
+      const r = await s.acquire({
+        id,
+        rules: [hourly3],
+        costs: ones(5),
+        lease: { limit: 10, ttl: 60_000 },
+      });
+      expect(r.granted).toBe(3);
+      expect(r.blocked).toBe('rate');
+      expect(r.leases).toHaveLength(3);
+      // Only 3 slots are held.
+      const more = await s.acquire({ id, rules: [], costs: ones(10), lease: { limit: 10, ttl: 60_000 } });
+      expect(more.granted).toBe(7);
+    });
+
+    c.it('a job refused for lack of a slot spends no rate budget', async (s) => {
+      const id = newId();
+      const one = { limit: 1, ttl: 60_000 };
+      const r = await s.acquire({ id, rules: [hourly3], costs: ones(3), lease: one });
+      expect(r.granted).toBe(1);
+      expect(r.blocked).toBe('concurrency');
+      await s.store.release(id, [r.leases![0]!.token]);
+      expect((await s.acquire({ id, rules: [hourly3], costs: ones(3) })).granted).toBe(2);
+    });
+
+    c.it('release frees only the given tokens; fences keep growing', async (s) => {
+      const id = newId();
+      const l3 = { limit: 3, ttl: 60_000 };
+      const r = await s.acquire({ id, rules: [], costs: ones(3), lease: l3 });
+      const tokens = r.leases!.map((l) => l.token);
+      await s.store.release(id, [tokens[0]!]);
+      expect(await s.store.renew(id, tokens, 60_000)).toEqual([false, true, true]);
+      const next = await s.acquire({ id, rules: [], costs: ones(2), lease: l3 });
+      expect(next.granted).toBe(1);
+      expect(next.leases![0]!.fence).toBeGreaterThan(r.leases![2]!.fence);
+      expect(tokens).not.toContain(next.leases![0]!.token);
+      await s.store.release(id, ['not-a-token']);
+      await s.store.release(id, []);
+      expect(await s.store.renew(id, [tokens[1]!, tokens[2]!, next.leases![0]!.token], 60_000)).toEqual([
+        true,
+        true,
+        true,
+      ]);
+    });
+
+    c.it('renew never resurrects a released lease, and reports unknown tokens as lost', async (s) => {
+      const id = newId();
+      const r = await s.acquire({ id, rules: [], costs: [1], lease });
+      const token = r.leases![0]!.token;
+      await s.store.release(id, [token]);
+      expect(await s.store.renew(id, [token, 'unknown'], 60_000)).toEqual([false, false]);
+      // Still free: two slots.
+      expect((await s.acquire({ id, rules: [], costs: ones(3), lease })).granted).toBe(2);
+    });
+
+    c.it('leases of one id do not hold slots of another', async (s) => {
+      const a = newId();
+      const b = newId();
+      const ra = await s.acquire({ id: a, rules: [], costs: ones(2), lease });
+      expect(ra.granted).toBe(2);
+      expect((await s.acquire({ id: b, rules: [], costs: ones(2), lease })).granted).toBe(2);
+      expect((await s.acquire({ id: a, rules: [], costs: [1], lease })).granted).toBe(0);
+      // Releasing everything on one id frees nothing on the other.
+      await s.store.release(b, [ra.leases![0]!.token, ra.leases![1]!.token]);
+      expect(await s.store.renew(a, [ra.leases![0]!.token], 60_000)).toEqual([true]);
+      expect((await s.acquire({ id: a, rules: [], costs: [1], lease })).granted).toBe(0);
+    });
+
+    c.it('an expired lease frees its slot and is never resurrected', async (s) => {
+      const id = newId();
+      const short = { limit: 1, ttl: 30 };
+      const r = await s.acquire({ id, rules: [], costs: [1, 1], lease: short });
+      expect(r.granted).toBe(1);
+      expect(r.blocked).toBe('concurrency');
+      expect(r.retryAfter).toBeLessThanOrEqual(30);
+      await s.pass(40);
+      expect(await s.store.renew(id, [r.leases![0]!.token], 60_000)).toEqual([false]);
+      const next = await s.acquire({ id, rules: [], costs: [1], lease: short });
+      expect(next.granted).toBe(1);
+      expect(next.leases![0]!.fence).toBeGreaterThan(r.leases![0]!.fence);
+    });
+
+    c.it('renew extends a held lease to now + ttl', async (s) => {
+      const id = newId();
+      const t = 1500;
+      const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: t } });
+      const token = r.leases![0]!.token;
+      await s.pass(900);
+      expect(await s.store.renew(id, [token], t)).toEqual([true]);
+      await s.pass(900); // 1800ms after the grant: held only thanks to the renewal
+      const blocked = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: t } });
+      expect(blocked.blocked).toBe('concurrency');
+      expect(await s.store.renew(id, [token], t)).toEqual([true]);
+    });
+
+    c.itClock(
+      'the concurrency hint is the time until the earliest lease expires (controlled clock)',
+      async (s) => {
+        const id = newId();
+        await s.acquire({ id, rules: [], costs: [1], lease: { limit: 2, ttl: 5000 } });
+        await s.advance(1000);
+        const r = await s.acquire({ id, rules: [], costs: [1, 1], lease: { limit: 2, ttl: 5000 } });
+        expect(r.granted).toBe(1);
+        expectMs(r.retryAfter, 4000);
+        await s.advance(4000);
+        expect((await s.acquire({ id, rules: [], costs: [1], lease: { limit: 2, ttl: 5000 } })).granted).toBe(
+          1,
+        );
+      },
+    );
+
+    c.itClock(
+      'fences keep growing after every lease of the id expired long ago (controlled clock)',
+      async (s) => {
+        const id = newId();
+        const r = await s.acquire({ id, rules: [], costs: ones(5), lease: { limit: 5, ttl: 1000 } });
+        const last = r.leases![4]!.fence;
+        await s.advance(86_400_000 * 3);
+        const later = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 5, ttl: 1000 } });
+        expect(later.leases![0]!.fence).toBeGreaterThan(last);
+      },
+    );
+  });
+}

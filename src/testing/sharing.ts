@@ -1,0 +1,116 @@
+/** Conformance cases: isolation of ids and rule digests, one budget per rule and id, and wake-ups. */
+import type { WakeEvent } from '../stores/store.js';
+import { expect } from './expect.js';
+import { type CaseRegistry, expectMs, hourly3, ones, rule, sleep, waitFor } from './suite.js';
+
+export function sharingCases(c: CaseRegistry): void {
+  const { newId } = c;
+  c.describe('isolation and sharing', () => {
+    c.it('ids are isolated: budget, pause and slots', async (s) => {
+      const a = newId();
+      const b = newId();
+      expect((await s.acquire({ id: a, rules: [hourly3], costs: ones(4) })).granted).toBe(3);
+      expect((await s.acquire({ id: b, rules: [hourly3], costs: ones(4) })).granted).toBe(3);
+      await s.store.pause(a, 60_000);
+      expect((await s.acquire({ id: b, rules: [], costs: [1] })).granted).toBe(1);
+      await s.store.resume(b);
+      expect((await s.acquire({ id: a, rules: [], costs: [1] })).blocked).toBe('pause');
+    });
+
+    c.it('different rules (digests) on one id do not share state', async (s) => {
+      const id = newId();
+      const r1 = rule({ limit: 3600, interval: '1h', burst: 3 });
+      const r2 = rule({ limit: 3601, interval: '1h', burst: 3 });
+      const r3 = rule({ limit: 3600, interval: '1h', burst: 3, algorithm: 'gcra' });
+      expect(r1.digest).not.toBe(r2.digest);
+      expect((await s.acquire({ id, rules: [r1], costs: ones(4) })).granted).toBe(3);
+      expect((await s.acquire({ id, rules: [r2], costs: ones(4) })).granted).toBe(3);
+      expect((await s.acquire({ id, rules: [r3], costs: ones(4) })).granted).toBe(0); // same as r1
+    });
+
+    c.it('the same rule on the same id is one budget for every valve using the store', async (s) => {
+      const id = newId();
+      const valveA = [rule({ limit: 3600, interval: '1h', burst: 3 })];
+      const valveB = [rule({ limit: 3600, interval: 3_600_000, burst: 3 })];
+      expect((await s.acquire({ id, rules: valveA, costs: ones(2) })).granted).toBe(2);
+      expect((await s.acquire({ id, rules: valveB, costs: ones(2) })).granted).toBe(1);
+      expect((await s.acquire({ id, rules: valveA, costs: [1] })).granted).toBe(0);
+    });
+
+    c.it('a rule shared by two rule sets is spent by both', async (s) => {
+      const id = newId();
+      const shared = rule({ limit: 3, interval: '1h', algorithm: 'fixed-window' });
+      const other = rule({ limit: 100, interval: '1h', algorithm: 'fixed-window' });
+      expect((await s.acquire({ id, rules: [shared, other], costs: ones(2) })).granted).toBe(2);
+      expect((await s.acquire({ id, rules: [shared], costs: ones(2) })).granted).toBe(1);
+    });
+  });
+
+  if (c.wakeUps)
+    c.describe('wake-ups', () => {
+      c.itWake(
+        'subscribers hear pause, resume and release for their id only, until they unsubscribe',
+        async (s) => {
+          const id = newId();
+          const other = newId();
+          const events: WakeEvent[] = [];
+          const foreign: WakeEvent[] = [];
+          const unsubscribe = s.store.subscribe!(id, (e) => events.push(e));
+          const unsubscribeOther = s.store.subscribe!(other, (e) => foreign.push(e));
+          s.defer(unsubscribeOther);
+          if (s.store.notifies === false) await waitFor(() => s.store.notifies === true, 5000);
+          // A subscription may take a moment to become active (e.g. SSUBSCRIBE on a cluster), and
+          // wake-ups sent before that are lost (they are hints). Probe with resume() until one arrives.
+          const probeEnd = Date.now() + 5000;
+          while (!events.some((e) => e.type === 'resume') || !foreign.some((e) => e.type === 'resume')) {
+            if (Date.now() > probeEnd) throw new Error('no wake-up arrived within 5s of subscribing');
+            await s.store.resume(id);
+            await s.store.resume(other);
+            await sleep(20);
+          }
+          await sleep(30); // late duplicates of the probe
+          events.length = 0;
+          foreign.length = 0;
+
+          const until = await s.store.pause(id, 60_000);
+          await waitFor(() => events.length >= 1);
+          expect(events[0]!.type).toBe('pause');
+          expectMs((events[0] as { until: number }).until, until);
+
+          await s.store.resume(id);
+          await waitFor(() => events.length >= 2);
+          expect(events[1]).toEqual({ type: 'resume' });
+
+          const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: 60_000 } });
+          await s.store.release(id, [r.leases![0]!.token]);
+          await waitFor(() => events.length >= 3);
+          expect(events[2]).toEqual({ type: 'release' });
+
+          unsubscribe();
+          unsubscribe(); // idempotent
+          await s.store.pause(id, 1000);
+          await sleep(30);
+          expect(events).toHaveLength(3);
+          expect(foreign).toEqual([]);
+        },
+      );
+
+      c.itWake(
+        'listening(id), where present, turns true once wake-ups for the id are delivered',
+        async (s) => {
+          if (typeof s.store.listening !== 'function') return;
+          const id = newId();
+          expect(s.store.listening(id)).toBe(false);
+          const events: WakeEvent[] = [];
+          const unsubscribe = s.store.subscribe!(id, (e) => events.push(e));
+          s.defer(unsubscribe);
+          await waitFor(() => s.store.listening!(id), 5000);
+          // Once it says so, the next wake-up arrives: no probing with resume() needed.
+          await s.store.pause(id, 1000);
+          await waitFor(() => events.some((e) => e.type === 'pause'), 2000);
+          unsubscribe();
+          expect(s.store.listening(id)).toBe(false);
+        },
+      );
+    });
+}

@@ -1,0 +1,170 @@
+import type { Rule, StoreRule } from '../rules/rule.js';
+import { normalizeRule } from '../rules/rule.js';
+import type { AcquireRequest, AcquireResult, MaybePromise, Store } from '../stores/store.js';
+import { expect } from './expect.js';
+
+/** What `makeStore` returns: the store, and optionally a controlled clock and a cleanup. */
+export interface StoreUnderTest {
+  store: Store;
+  /**
+   * Moves the store's clock forward by exactly `ms` (e.g. a fake clock the store reads).
+   * The clock must not move otherwise. Required with `controlledClock: true`.
+   */
+  advance?: ((ms: number) => MaybePromise<void>) | undefined;
+  /** Called after each case, pass or fail (close connections, delete keys). */
+  cleanup?: (() => MaybePromise<void>) | undefined;
+}
+
+/** Your test runner's `describe`: vitest's, node:test's, jest's or mocha's. */
+export type DescribeFunction = (name: string, body: () => void) => unknown;
+/** Your test runner's `it` (or `test`): vitest's, node:test's, jest's or mocha's. */
+export type TestFunction = (name: string, body: () => Promise<void>) => unknown;
+
+/** What one case sees: a fresh store from `makeStore`, and helpers. */
+export interface CaseContext {
+  store: Store;
+  advance: ((ms: number) => MaybePromise<void>) | undefined;
+  /** `store.acquire` with `count` defaulting to `costs.length`. */
+  acquire(request: Omit<AcquireRequest, 'count'> & { count?: number }): Promise<AcquireResult>;
+  /** Lets time pass: exactly `ms` with a controlled clock, else a real wait of `ms`. */
+  pass(ms: number): Promise<void>;
+  /** Runs `fn` after the case (before the store's own cleanup). */
+  defer(fn: () => MaybePromise<void>): void;
+}
+
+/** A case that runs only with a controlled clock: `advance` is there. */
+export interface ClockCaseContext extends CaseContext {
+  advance: (ms: number) => MaybePromise<void>;
+}
+
+/** How case files register their cases; capabilities the store lacks register nothing. */
+export interface CaseRegistry {
+  describe(name: string, body: () => void): void;
+  it(name: string, body: (s: CaseContext) => Promise<unknown>): void;
+  /** Registered only with `controlledClock: true`. */
+  itClock(name: string, body: (s: ClockCaseContext) => Promise<unknown>): void;
+  /** Registered unless `wakeUps: false`; fails when the store has no `subscribe()`. */
+  itWake(name: string, body: (s: CaseContext) => Promise<unknown>): void;
+  /** A fresh id, unique to this run of the suite (so a shared server can hold many runs). */
+  newId(): string;
+  /** Whether the controlled-clock cases are registered. */
+  readonly controlledClock: boolean;
+  /** Whether the wake-up cases are registered. */
+  readonly wakeUps: boolean;
+}
+
+export const rule = (r: Rule): StoreRule => normalizeRule(r, 'rule');
+export const ones = (n: number): number[] => Array.from({ length: n }, () => 1);
+export const sleep = (ms: number): Promise<void> => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** µs resolution: two ms values from the store agree when they round to the same µs. */
+export function expectMs(actual: number, expected: number): void {
+  expect(Math.round(actual * 1000), `${actual} ms in µs`).toBe(Math.round(expected * 1000));
+}
+
+export async function waitFor(check: () => boolean, timeoutMs = 2000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > end) throw new Error('timed out waiting for a condition');
+    await sleep(2);
+  }
+}
+
+// Slow rules: their answers do not change over the few ms a case takes.
+/** 3600 per hour, burst 3: one unit per second, three back to back. */
+export const hourly3 = rule({ limit: 3600, interval: '1h', burst: 3 });
+/** 3 units per aligned hour. */
+export const hourlyWindow = rule({ limit: 3, interval: '1h', algorithm: 'fixed-window' });
+
+export interface RegistryOptions {
+  name: string;
+  makeStore: () => MaybePromise<StoreUnderTest>;
+  describe: DescribeFunction;
+  it: TestFunction;
+  controlledClock: boolean;
+  wakeUps: boolean;
+}
+
+/** Builds the registry the case files use, on the caller's runner. */
+export function createRegistry(options: RegistryOptions): CaseRegistry {
+  const { name, makeStore } = options;
+  let seq = 0;
+  const run = Math.random().toString(36).slice(2, 8);
+  const missing = (what: string): Error =>
+    new Error(`storeContract(${JSON.stringify(name)}): the store was declared with ${what} but has none`);
+
+  /** Runs one case on a fresh store, then its deferred work and the store's cleanup, pass or fail. */
+  async function runCase<C extends CaseContext>(
+    body: (s: C) => Promise<unknown>,
+    check: (s: CaseContext) => void,
+  ): Promise<void> {
+    const made = await makeStore();
+    const deferred: (() => MaybePromise<void>)[] = [];
+    const { store, advance } = made;
+    const s: CaseContext = {
+      store,
+      advance,
+      acquire: async (request) =>
+        await store.acquire({ ...request, count: request.count ?? request.costs.length }),
+      pass: async (ms) => {
+        if (advance) await advance(ms);
+        else await sleep(ms);
+      },
+      defer: (fn) => {
+        deferred.push(fn);
+      },
+    };
+    let failed = false;
+    let error: unknown;
+    try {
+      check(s);
+      await body(s as C);
+    } catch (err) {
+      failed = true;
+      error = err;
+    }
+    for (const fn of [...deferred.reverse(), ...(made.cleanup ? [made.cleanup] : [])]) {
+      try {
+        await fn();
+      } catch (err) {
+        // The case's own failure is the one to report; a cleanup failure fails a passing case.
+        if (!failed) {
+          failed = true;
+          error = err;
+        }
+      }
+    }
+    if (failed) throw error;
+  }
+
+  const register = <C extends CaseContext>(
+    title: string,
+    body: (s: C) => Promise<unknown>,
+    check: (s: CaseContext) => void,
+  ) => {
+    options.it(title, () => runCase(body, check));
+  };
+  const none = () => {};
+
+  return {
+    describe: (title, body) => {
+      options.describe(title, body);
+    },
+    it: (title, body) => register(title, body, none),
+    itClock: (title, body) => {
+      if (!options.controlledClock) return;
+      register(title, body, (s) => {
+        if (!s.advance) throw missing('a controlled clock');
+      });
+    },
+    itWake: (title, body) => {
+      if (!options.wakeUps) return;
+      register(title, body, (s) => {
+        if (typeof s.store.subscribe !== 'function') throw missing('wake-ups');
+      });
+    },
+    newId: () => `contract:${name}:${run}:${++seq}`,
+    controlledClock: options.controlledClock,
+    wakeUps: options.wakeUps,
+  };
+}

@@ -1,0 +1,103 @@
+/**
+ * Runs examples/redis.ts (the README's example) as a user would, against a test Redis and a
+ * local stand-in for the provider's API: both requests go through the valve, nothing is
+ * printed as an unhandled error, and the process exits by itself once the example has shut
+ * down (the valve, the client and the subscriber: an open connection would keep it alive).
+ * And each client set-up of docs/redis.md (examples/redis-clients/*.ts) against the test
+ * servers: two valves share a global slot on its store, the subscriber follows the store's
+ * channels, and close() closes both connections.
+ */
+import { spawn } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { setup as ioredis } from '../../examples/redis-clients/ioredis.js';
+import { setup as ioredisCluster } from '../../examples/redis-clients/ioredis-cluster.js';
+import { setup as iovalkey } from '../../examples/redis-clients/iovalkey.js';
+import { setup as iovalkeyCluster } from '../../examples/redis-clients/iovalkey-cluster.js';
+import { setup as nodeRedis } from '../../examples/redis-clients/node-redis.js';
+import { setup as nodeRedisCluster } from '../../examples/redis-clients/node-redis-cluster.js';
+import { createValve, type Store } from '../../src/index.js';
+import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+
+const root = resolve(import.meta.dirname, '../..');
+let api: Server;
+const seen: string[] = [];
+
+beforeAll(async () => {
+  api = createServer((req, res) => {
+    seen.push(`${req.method} ${req.url} ${req.headers.authorization ?? ''}`);
+    res.setHeader('content-type', 'application/json');
+    res.end('{"results":[]}');
+  });
+  await new Promise<void>((done) => api.listen(0, '127.0.0.1', done));
+});
+afterAll(() => new Promise<void>((done) => api.close(() => done())));
+
+function runExample(file: string, env: Record<string, string>) {
+  return new Promise<{ code: number | null; signal: string | null; stdout: string; stderr: string }>(
+    (done, fail) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', file], {
+        cwd: root,
+        env: { ...process.env, ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (d) => {
+        stdout += d;
+      });
+      child.stderr.on('data', (d) => {
+        stderr += d;
+      });
+      // The example must end by itself: kill it only well past what it needs.
+      const killer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+      child.on('error', fail);
+      child.on('exit', (code, signal) => {
+        clearTimeout(killer);
+        done({ code, signal, stdout, stderr });
+      });
+    },
+  );
+}
+
+describe('examples/redis.ts (the README example)', () => {
+  it('runs both jobs through a Redis-backed valve and exits by itself after its shutdown', async () => {
+    const { port } = api.address() as AddressInfo;
+    const result = await runExample('examples/redis.ts', {
+      REDIS_URL: sharedRedis().url,
+      HUBSPOT_API: `http://127.0.0.1:${port}`,
+      HUBSPOT_TOKEN: 'test-token',
+    });
+    expect(result.signal, `killed: the process did not exit by itself\n${result.stderr}`).toBeNull();
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout.trim()).toBe('contacts 200, owners 200');
+    expect(result.stderr).not.toMatch(/Unhandled error event/);
+    expect(seen).toEqual(['GET /crm/v3/objects/contacts Bearer test-token', 'GET /crm/v3/owners ']);
+  }, 30_000);
+});
+
+describe('examples/redis-clients: the set-ups of docs/redis.md', () => {
+  const setups: [string, () => Promise<{ store: Store; close(): Promise<unknown> }>][] = [
+    ['examples/redis-clients/ioredis.ts', () => ioredis(sharedRedis().url)],
+    ['examples/redis-clients/ioredis-cluster.ts', () => ioredisCluster(sharedCluster().nodes)],
+    ['examples/redis-clients/iovalkey.ts', () => iovalkey(sharedRedis('valkey').url)],
+    ['examples/redis-clients/iovalkey-cluster.ts', () => iovalkeyCluster(sharedCluster('valkey').nodes)],
+    ['examples/redis-clients/node-redis.ts', () => nodeRedis(sharedRedis().url)],
+    ['examples/redis-clients/node-redis-cluster.ts', () => nodeRedisCluster(sharedCluster().nodes)],
+  ];
+  it.each(setups)('%s', async (_, setup) => {
+    const { store, close } = await setup();
+    const id = uniquePrefix('example').replace(/:/g, '-');
+    const a = createValve({ id, store, concurrency: { limit: 1, scope: 'global', leaseTtl: 5000 } });
+    const b = createValve({ id, store, concurrency: { limit: 1, scope: 'global', leaseTtl: 5000 } });
+    expect(await Promise.all([a.run(() => 'a'), b.run(() => 'b')])).toEqual(['a', 'b']);
+    // The subscriber follows the store's channels (notifies: every subscription confirmed).
+    const until = Date.now() + 5000;
+    while (store.notifies !== true && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    expect(store.notifies).toBe(true);
+    await Promise.all([a.close(), b.close()]);
+    await close();
+  });
+});
