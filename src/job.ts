@@ -40,7 +40,7 @@ const settled = (): void => {};
 export class Job {
   /** The job's function; null once it started or ended. */
   fn: AnyJob | null;
-  /** Units spent on every rule (positive, finite). */
+  /** Units spent on every rule (a positive integer). */
   readonly cost: number;
   /** Higher starts first (finite, never -0). */
   readonly priority: number;
