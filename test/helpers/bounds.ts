@@ -143,8 +143,7 @@ export function checkBounds(grants: readonly Grant[], rule: Rule | StoreRule): V
       let j = i;
       let sum = 0;
       while (j < points.length && Math.floor(points[j]!.us / I) === k) sum += points[j++]!.cost;
-      if (sum > L)
-        push('aligned-window', i, j - 1, sum, L, `more than limit units in window ${k}`);
+      if (sum > L) push('aligned-window', i, j - 1, sum, L, `more than limit units in window ${k}`);
       i = j;
     }
     sliding(2 * L, 'sliding-2x', `more than 2 × limit units in a window of ${I}µs`);
