@@ -1,6 +1,9 @@
 import { describe } from './duration.js';
 import { waitOption } from './options.js';
+import { unknownOption } from './stores/checks.js';
 import type { RunOptions } from './types.js';
+
+const RUN_OPTIONS = ['cost', 'priority', 'signal', 'maxWait'] as const;
 
 /** run()'s options once checked. One record per valve, refilled by each call: no allocation per job. */
 export class RunArgs {
@@ -27,9 +30,7 @@ export function readRunOptions(options: RunOptions, maxWaitDefault: number, out:
   }
   for (const key in options) {
     if (key !== 'cost' && key !== 'priority' && key !== 'signal' && key !== 'maxWait') {
-      return new TypeError(
-        `Unknown option \`${key}\`; run() takes \`cost\`, \`priority\`, \`signal\` and \`maxWait\``,
-      );
+      return new TypeError(unknownOption(key, 'run()', RUN_OPTIONS));
     }
   }
   let cost = 1;
