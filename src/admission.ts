@@ -1,5 +1,5 @@
+import { checkAcquireAnswer } from './answers.js';
 import type { Clock } from './clock.js';
-import { describe } from './duration.js';
 import { ValveError } from './errors.js';
 import type { Emitter, StoreErrorContext, StoreOperation } from './events.js';
 import type { Jobs } from './job.js';
@@ -252,20 +252,13 @@ export class Admission {
 
   private acquired(call: Call, r: AcquireResult): void {
     const n = call.request.count;
-    if (
-      typeof r !== 'object' ||
-      r === null ||
-      typeof r.granted !== 'number' ||
-      !(r.granted >= 0) ||
-      (this.global &&
-        r.granted > 0 &&
-        (!Array.isArray(r.leases) || r.leases.length < Math.min(Math.floor(r.granted), n)))
-    ) {
-      this.acquireFailed(new TypeError(`store.acquire() returned an invalid result: ${describe(r)}`));
+    const invalid = checkAcquireAnswer(r, n, this.global);
+    if (invalid !== undefined) {
+      this.acquireFailed(invalid);
       return;
     }
     const now = this.clock.now();
-    const granted = Math.min(Math.floor(r.granted), n);
+    const granted = r.granted;
     this.pace.storeAnswered();
     // The store's view of the shared pause.
     const sentAt = this.answerSentAt;
@@ -319,8 +312,7 @@ export class Admission {
     if (deadline < next) next = deadline;
     const lease = this.leases.nextDue();
     if (lease < next) next = lease;
-    const precise =
-      this.pace.preciseWake(next, this.answerWasSync) && this.clock.setPreciseTimeout !== undefined;
+    const precise = this.pace.preciseWake(next) && this.clock.setPreciseTimeout !== undefined;
     this.timer.wakeAt(next, precise);
   }
 

@@ -2,6 +2,7 @@ import type { ValveError } from './errors.js';
 import type { LeaseHolder, Leases } from './leases.js';
 import { isThenable } from './maybe-promise.js';
 import { DeadlineHeap } from './queue.js';
+import type { SignalWatch } from './signals.js';
 import type { Lease } from './stores/store.js';
 import type { JobContext, JobLease } from './types.js';
 
@@ -40,7 +41,7 @@ const settled = (): void => {};
 export class Job {
   /** The job's function; null once it started or ended. */
   fn: AnyJob | null;
-  /** Units spent on every rule (positive, finite). */
+  /** Units spent on every rule (a positive integer). */
   readonly cost: number;
   /** Higher starts first (finite, never -0). */
   readonly priority: number;
@@ -52,8 +53,8 @@ export class Job {
   heapIndex = -1;
   /** QUEUED, INFLIGHT, RUNNING or DONE; only moves forward, except INFLIGHT → QUEUED when not granted. */
   state = QUEUED;
-  /** The listener on the caller's signal, while there is one and the job has not settled. */
-  abortListener: AbortListener | null = null;
+  /** The one listener on the caller's signal (shared by its jobs), while the job is live. */
+  signalWatch: SignalWatch | null = null;
   /** The promise's resolve function; replaced by a no-op once settled, so a skipped record holds nothing. */
   resolve: (value: unknown) => void;
 
@@ -75,33 +76,6 @@ export function isQueued(job: Job): boolean {
 /** Queue order: higher priority first, then call order. */
 export function ranksAhead(a: Job, b: Job): boolean {
   return a.priority > b.priority || (a.priority === b.priority && a.seq < b.seq);
-}
-
-/** Who handles a caller's abort for a job: the admission, which knows where the job waits. */
-export interface AbortHandler {
-  abortJob(job: Job, reason: unknown): void;
-}
-
-/** Listens to a caller's signal for one job (an object listener: no closure). */
-export class AbortListener {
-  /** The running job's context, once started. */
-  ctx: Context | null = null;
-
-  constructor(
-    /** Ends or aborts the job, wherever it is. */
-    readonly handler: AbortHandler,
-    readonly job: Job,
-    /** The caller's signal; listened to until the job settles or ends. */
-    readonly signal: AbortSignal,
-  ) {}
-
-  handleEvent(): void {
-    this.handler.abortJob(this.job, this.signal.reason);
-  }
-
-  detach(): void {
-    this.signal.removeEventListener('abort', this);
-  }
 }
 
 /**
@@ -245,7 +219,7 @@ export class Jobs {
     const running = this.running;
     ctx.slot = running.length;
     running.push(ctx);
-    if (job.abortListener !== null) job.abortListener.ctx = ctx;
+    if (job.signalWatch !== null) job.signalWatch.started(job, ctx);
     const fn = job.fn!;
     job.fn = null;
     let result: unknown;
@@ -280,9 +254,9 @@ export class Jobs {
       last.slot = ctx.slot;
     }
     ctx.slot = -1;
-    if (job.abortListener !== null) {
-      job.abortListener.detach();
-      job.abortListener = null;
+    if (job.signalWatch !== null) {
+      job.signalWatch.remove(job);
+      job.signalWatch = null;
     }
     if (ctx.heldLease !== null) this.leases.settled(ctx);
     const resolve = job.resolve;
@@ -306,9 +280,9 @@ export class Jobs {
     this.pendingCount--;
     this.rejectedCount++;
     if (job.heapIndex >= 0) this.deadlines.remove(job);
-    if (job.abortListener !== null) {
-      job.abortListener.detach();
-      job.abortListener = null;
+    if (job.signalWatch !== null) {
+      job.signalWatch.remove(job);
+      job.signalWatch = null;
     }
     job.fn = null;
     const resolve = job.resolve;
@@ -317,9 +291,9 @@ export class Jobs {
     this.host.jobEnded();
   }
 
-  /** The caller's signal aborted after the start: the job's own signal aborts. */
-  abortRunning(job: Job, reason: unknown): void {
-    job.abortListener?.ctx?.abort(reason);
+  /** The caller's signal aborted after the start: the job's own signal (`ctx`) aborts. */
+  abortRunning(ctx: Context | null, reason: unknown): void {
+    ctx?.abort(reason);
   }
 
   /** close() without drain: every running job's signal aborts. */

@@ -2,7 +2,7 @@ import { type Clock, systemClock } from './clock.js';
 import { describe, parseDuration } from './duration.js';
 import type { FeedbackSettings } from './feedback-port.js';
 import { normalizeRule, type Rule, type StoreRule } from './rules/rule.js';
-import { checkId, MAX_BATCH } from './stores/checks.js';
+import { checkId, checkKnownKeys, MAX_BATCH, MAX_DURATION_MS } from './stores/checks.js';
 import type { Store } from './stores/store.js';
 
 /** Global or local concurrency, as the user writes it. */
@@ -74,7 +74,7 @@ export interface NormalizedOptions {
   readonly clock: Clock;
 }
 
-const OPTION_NAMES = new Set([
+const OPTION_NAMES = [
   'id',
   'rules',
   'store',
@@ -85,7 +85,7 @@ const OPTION_NAMES = new Set([
   'onStoreError',
   'feedback',
   'clock',
-]);
+] as const;
 
 const STORE_METHODS = ['acquire', 'pause', 'resume', 'renew', 'release'] as const;
 
@@ -103,6 +103,19 @@ function positiveInteger(value: unknown, option: string, allowInfinity = false):
     throw new RangeError(`Expected \`${option}\` to be ${what}, got ${String(value)}`);
   }
   return value;
+}
+
+/**
+ * A duration a store is given (a pause, a lease TTL) or that bounds one: at most
+ * MAX_DURATION_MS (365 days), the longest the stores accept. Returns `ms`.
+ */
+function storeDuration(ms: number, option: string, raw: unknown): number {
+  if (ms > MAX_DURATION_MS) {
+    throw new RangeError(
+      `Expected \`${option}\` to be at most ${MAX_DURATION_MS} ms (365 days), got ${describe(raw)}`,
+    );
+  }
+  return ms;
 }
 
 /** A wait in ms: a positive number, a duration string, or Infinity. */
@@ -172,15 +185,15 @@ function validateFeedback(value: unknown): FeedbackSettings {
       `Expected \`feedback\` to be an object like { maxPause: '1h', backoffInitial: 1000, backoffMax: 60_000 }, got ${describe(value)}`,
     );
   }
-  for (const key of Object.keys(value)) {
-    if (key !== 'maxPause' && key !== 'backoffInitial' && key !== 'backoffMax') {
-      throw new TypeError(
-        `Unknown option \`feedback.${key}\`; feedback takes \`maxPause\`, \`backoffInitial\` and \`backoffMax\``,
-      );
-    }
-  }
+  checkKnownKeys(value, ['maxPause', 'backoffInitial', 'backoffMax'], 'feedback', 'feedback.');
   const maxPause =
-    value.maxPause === undefined ? 3_600_000 : parseDuration(value.maxPause, 'feedback.maxPause');
+    value.maxPause === undefined
+      ? 3_600_000
+      : storeDuration(
+          parseDuration(value.maxPause, 'feedback.maxPause'),
+          'feedback.maxPause',
+          value.maxPause,
+        );
   const backoffInitial =
     value.backoffInitial === undefined
       ? 1000
@@ -205,14 +218,9 @@ function validateConcurrency(value: unknown): { limit: number; global: boolean; 
       `Expected \`concurrency\` to be a positive integer, { limit, scope: 'local' } or { limit, scope: 'global', leaseTtl }, got ${describe(value)}`,
     );
   }
-  for (const key of Object.keys(value)) {
-    if (key !== 'limit' && key !== 'scope' && key !== 'leaseTtl') {
-      throw new TypeError(
-        `Unknown option \`concurrency.${key}\`; concurrency takes \`limit\`, \`scope\` and \`leaseTtl\``,
-      );
-    }
-  }
-  const scope = value.scope ?? 'local';
+  checkKnownKeys(value, ['limit', 'scope', 'leaseTtl'], 'concurrency', 'concurrency.');
+  // Only an absent scope means 'local': null is refused like any other value.
+  const scope = value.scope === undefined ? 'local' : value.scope;
   if (scope !== 'local' && scope !== 'global') {
     throw new TypeError(`Expected \`concurrency.scope\` to be 'local' or 'global', got ${describe(scope)}`);
   }
@@ -231,7 +239,11 @@ function validateConcurrency(value: unknown): { limit: number; global: boolean; 
   const limit = positiveInteger(value.limit, 'concurrency.limit');
   let leaseTtl = 30_000;
   if (value.leaseTtl !== undefined) {
-    leaseTtl = parseDuration(value.leaseTtl, 'concurrency.leaseTtl');
+    leaseTtl = storeDuration(
+      parseDuration(value.leaseTtl, 'concurrency.leaseTtl'),
+      'concurrency.leaseTtl',
+      value.leaseTtl,
+    );
     if (leaseTtl < 1000) {
       throw new RangeError(
         `Expected \`concurrency.leaseTtl\` to be at least 1000 ms, got ${describe(value.leaseTtl)}`,
@@ -248,13 +260,7 @@ export function normalizeOptions(options: unknown): NormalizedOptions {
       `Expected createValve() options to be an object like { id: 'github:app-42', rules: { limit: 10, interval: '1s' } }, got ${describe(options)}`,
     );
   }
-  for (const key of Object.keys(options)) {
-    if (!OPTION_NAMES.has(key)) {
-      throw new TypeError(
-        `Unknown option \`${key}\`; createValve() takes ${[...OPTION_NAMES].map((k) => `\`${k}\``).join(', ')}`,
-      );
-    }
-  }
+  checkKnownKeys(options, OPTION_NAMES, 'createValve()');
   const id = validateId(options.id);
 
   const rawRules = options.rules;
@@ -298,7 +304,8 @@ export function normalizeOptions(options: unknown): NormalizedOptions {
     throw new RangeError(`Expected \`batch\` to be at most ${MAX_BATCH}, got ${batch}`);
   }
 
-  const onStoreError = options.onStoreError ?? 'wait';
+  // Only an absent onStoreError means 'wait': null is refused like any other value.
+  const onStoreError = options.onStoreError === undefined ? 'wait' : options.onStoreError;
   if (onStoreError !== 'wait' && onStoreError !== 'throw' && onStoreError !== 'open') {
     throw new TypeError(
       `Expected \`onStoreError\` to be 'wait', 'throw' or 'open', got ${describe(onStoreError)}`,

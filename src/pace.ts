@@ -15,10 +15,11 @@ type Blocked = 'pause' | 'rate' | 'concurrency' | 'error' | null;
 const STORE_BACKOFF_MIN = 100;
 const STORE_BACKOFF_MAX = 5000;
 /**
- * A sub-millisecond rate wait is spent asking the store again at once only when its round trip
- * took at least this long (ms): a store that answers faster would be asked in a tight loop.
+ * While nothing is granted, store calls are at least this far apart (ms, send to send): a store
+ * answering "0 granted, retry now" (or corrupt state read as a negative wait) costs at most
+ * about one call per millisecond per valve, never a loop.
  */
-const MIN_POLL_ROUND_TRIP = 0.05;
+const MIN_EMPTY_CALL_GAP = 1;
 
 export class Pace {
   /**
@@ -34,6 +35,8 @@ export class Pace {
   private storeFailing = false;
   /** The error of the last failed acquisition while storeFailing, else undefined. */
   private lastStoreError: unknown = undefined;
+  /** The rate wait set by the last answer may use the clock's precise timer (see granted()). */
+  private preciseRate = false;
   /** The current store backoff (ms): 0 after a success, else 100 doubling up to 5000. */
   private backoff = 0;
   /** onStoreError 'open': until then (local clock) jobs start without asking the store. */
@@ -75,9 +78,9 @@ export class Pace {
     return this.storeFailing;
   }
 
-  /** Whether the timer set for `next` needs the clock's precise timer (a rate wait after a synchronous answer). */
-  preciseWake(next: number, answerWasSync: boolean): boolean {
-    return this.precise && answerWasSync && this.blocked === 'rate' && next === this.nextAt;
+  /** Whether the timer set for `next` needs the clock's precise timer (the rate wait set by the last answer, see granted()). */
+  preciseWake(next: number): boolean {
+    return this.preciseRate && this.blocked === 'rate' && next === this.nextAt;
   }
 
   /** A wait for `reason` ends at once (a release freed slots; the pause was deleted). */
@@ -108,13 +111,15 @@ export class Pace {
     sync: boolean,
     resumedSince: boolean,
   ): void {
+    this.preciseRate = false;
     if (granted === n) {
       this.blocked = null;
       this.nextAt = 0;
       if (this.askFor < this.batch) this.askFor = Math.min(this.batch, this.askFor * 2);
       return;
     }
-    const hint = typeof r.retryAfter === 'number' && r.retryAfter > 0 ? r.retryAfter : 0;
+    // A checked answer (answers.ts): a finite hint ≥ 0.
+    const hint = r.retryAfter;
     if (r.blocked === 'concurrency') {
       this.blocked = 'concurrency';
       this.nextAt = now + this.wakeups.pollDelay(hint);
@@ -139,14 +144,19 @@ export class Pace {
       // so that a refused call does not take a whole batch out of the queue and put it back,
       // while a partial answer still carries the wait for the next job.
       this.askFor = Math.min(this.batch, Math.max(2, granted + 1));
-      // Less than a timer tick (1 ms) to wait for a rule that cannot absorb a late start, with
-      // a store a network round trip away: ask again at once instead of sleeping a whole tick.
-      // The round trip is the timer; the call arrives after the slot, by less than one round
-      // trip, or is refused again with a shorter wait. Rules with burst tolerance never get here
-      // for sub-millisecond waits often, and synchronous stores use the precise timer instead.
-      if (this.precise && !sync && this.nextAt - now < 1 && now - sentAt >= MIN_POLL_ROUND_TRIP) {
-        this.nextAt = now;
-      }
+      // A rule that cannot absorb a late start waits for its slot on the clock's precise timer:
+      // after a synchronous answer always; after an asynchronous one when less than a timer
+      // tick (1 ms) is left, so that a store a round trip away is not asked a whole tick late
+      // (the call, sent at sentAt + hint, reaches the store about when the slot opens). Longer
+      // waits on a network store use plain timers: its jitter dominates, and a spinning process
+      // would take CPU from a local Redis.
+      this.preciseRate = this.precise && (sync || this.nextAt - now < 1);
+    }
+    // Nothing granted: the next call waits at least MIN_EMPTY_CALL_GAP after this one was sent,
+    // on a plain timer (a partial grant is never held back).
+    if (granted === 0 && this.nextAt < sentAt + MIN_EMPTY_CALL_GAP) {
+      this.nextAt = sentAt + MIN_EMPTY_CALL_GAP;
+      this.preciseRate = false;
     }
   }
 

@@ -10,6 +10,7 @@ import type {
   StoreOperation,
 } from './events.js';
 import { isThenable } from './maybe-promise.js';
+import { MAX_DURATION_MS } from './stores/checks.js';
 import type { AcquireResult, Store } from './stores/store.js';
 
 /*
@@ -198,7 +199,13 @@ export class Pauses {
 
   private pauseMs(duration: unknown): number {
     if (typeof duration === 'number' || typeof duration === 'string') {
-      return parseDuration(duration, 'pause');
+      const ms = parseDuration(duration, 'pause');
+      if (ms > MAX_DURATION_MS) {
+        throw new RangeError(
+          `Expected \`pause\` to be at most ${MAX_DURATION_MS} ms (365 days), got ${describe(duration)}`,
+        );
+      }
+      return ms;
     }
     if (typeof duration === 'object' && duration !== null && 'until' in duration) {
       const until = (duration as { until: unknown }).until;
@@ -211,7 +218,13 @@ export class Pauses {
           `Expected \`until\` to be a valid Date or finite epoch milliseconds, got ${String(until)}`,
         );
       }
-      return at - this.clock.now();
+      const ms = at - this.clock.now();
+      if (ms > MAX_DURATION_MS) {
+        throw new RangeError(
+          `Expected \`until\` to be at most 365 days ahead, got ${until instanceof Date ? until.toISOString() : String(at)} (${Math.round(ms / 86_400_000)} days ahead)`,
+        );
+      }
+      return ms;
     }
     throw new TypeError(
       `Expected pause() to get milliseconds, a duration string such as '30s', or { until: Date | number }, got ${describe(duration)}`,

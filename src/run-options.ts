@@ -1,10 +1,13 @@
 import { describe } from './duration.js';
 import { waitOption } from './options.js';
+import { unknownOption } from './stores/checks.js';
 import type { RunOptions } from './types.js';
+
+const RUN_OPTIONS = ['cost', 'priority', 'signal', 'maxWait'] as const;
 
 /** run()'s options once checked. One record per valve, refilled by each call: no allocation per job. */
 export class RunArgs {
-  /** Positive and finite. */
+  /** Cost units: a positive safe integer. */
   cost = 1;
   /** Finite, never -0. */
   priority = 0;
@@ -27,9 +30,7 @@ export function readRunOptions(options: RunOptions, maxWaitDefault: number, out:
   }
   for (const key in options) {
     if (key !== 'cost' && key !== 'priority' && key !== 'signal' && key !== 'maxWait') {
-      return new TypeError(
-        `Unknown option \`${key}\`; run() takes \`cost\`, \`priority\`, \`signal\` and \`maxWait\``,
-      );
+      return new TypeError(unknownOption(key, 'run()', RUN_OPTIONS));
     }
   }
   let cost = 1;
@@ -39,10 +40,12 @@ export function readRunOptions(options: RunOptions, maxWaitDefault: number, out:
   if (options.cost !== undefined) {
     cost = options.cost;
     if (typeof cost !== 'number') {
-      return new TypeError(`Expected \`cost\` to be a positive finite number, got ${describe(cost)}`);
+      return new TypeError(`Expected \`cost\` to be a positive integer, got ${describe(cost)}`);
     }
-    if (!(cost > 0) || cost === Number.POSITIVE_INFINITY) {
-      return new RangeError(`Expected \`cost\` to be a positive finite number, got ${String(cost)}`);
+    // Cost units are whole: a fractional cost would let a GCRA window hold up to
+    // limit + burst − ε units instead of limit + burst − 1.
+    if (!Number.isSafeInteger(cost) || cost < 1) {
+      return new RangeError(`Expected \`cost\` to be a positive integer, got ${String(cost)}`);
     }
   }
   if (options.priority !== undefined) {

@@ -23,7 +23,7 @@ export interface JobLease {
 
 /** Per-call options of run() and wrap(). */
 export interface RunOptions {
-  /** Cost units this job spends on every rule. Positive finite number, default 1. */
+  /** Cost units this job spends on every rule. A positive integer, default 1. */
   cost?: number;
   /** Higher starts first; equal priorities keep call order. Finite number, default 0. */
   priority?: number;

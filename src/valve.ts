@@ -18,6 +18,7 @@ import { Leases } from './leases.js';
 import { type NormalizedOptions, normalizeOptions, type ValveOptions } from './options.js';
 import { Pauses } from './pauses.js';
 import { RunArgs, readRunOptions } from './run-options.js';
+import { checkKnownKeys } from './stores/checks.js';
 import { memoryStore } from './stores/memory.js';
 import type { JobContext, RunOptions, Valve, ValveStats } from './types.js';
 import { Waiting } from './waiting.js';
@@ -230,10 +231,10 @@ class ValveImpl implements Valve {
           ),
         );
       }
-      for (const key of Object.keys(options)) {
-        if (key !== 'drain') {
-          return Promise.reject(new TypeError(`Unknown option \`${key}\`; close() takes \`drain\``));
-        }
+      try {
+        checkKnownKeys(options, ['drain'], 'close()');
+      } catch (err) {
+        return Promise.reject(err);
       }
       if (options.drain !== undefined && typeof options.drain !== 'boolean') {
         return Promise.reject(

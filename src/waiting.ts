@@ -1,18 +1,10 @@
-import {
-  type AbortHandler,
-  AbortListener,
-  INFLIGHT,
-  isQueued,
-  type Job,
-  type Jobs,
-  QUEUED,
-  RUNNING,
-} from './job.js';
+import { type Context, INFLIGHT, isQueued, type Job, type Jobs, QUEUED, RUNNING } from './job.js';
 import { JobQueue } from './queue.js';
+import { type AbortHandler, Signals } from './signals.js';
 
 /*
  * The queue room: the jobs waiting for their start, in queue order (queue.ts), how many of them
- * are live, each one's listener on its caller's signal, and the end of a job that is cancelled
+ * are live, the one listener on each caller's signal (signals.ts), and the end of a job that is cancelled
  * or expires before it starts. The valve puts jobs in; the admission room takes them out for a
  * store call and puts back those the store did not grant.
  */
@@ -30,6 +22,8 @@ export class Waiting implements AbortHandler {
   private readonly queue = new JobQueue<Job>(isQueued);
   /** Live (QUEUED) jobs in the queue: not cancelled, not taken for a store call. */
   private live = 0;
+  /** The callers' signals: one listener per signal, whatever the number of its jobs. */
+  private readonly signals = new Signals(this);
 
   constructor(
     /** Ends the jobs that leave without starting; knows their deadlines. */
@@ -46,11 +40,7 @@ export class Waiting implements AbortHandler {
   /** Queues a new job (at its place by sequence when `retry`), listening to its caller's signal. */
   enqueue(job: Job, signal: AbortSignal | null, retry: boolean): void {
     this.live++;
-    if (signal !== null) {
-      const listener = new AbortListener(this, job, signal);
-      job.abortListener = listener;
-      signal.addEventListener('abort', listener);
-    }
+    if (signal !== null) this.signals.watch(job, signal);
     if (retry) this.queue.insert(job);
     else this.queue.push(job);
   }
@@ -87,8 +77,8 @@ export class Waiting implements AbortHandler {
     this.queue.insert(job);
   }
 
-  /** The caller's signal aborted. */
-  abortJob(job: Job, reason: unknown): void {
+  /** The caller's signal aborted (`ctx`: the job's context once started). */
+  abortJob(job: Job, reason: unknown, ctx: Context | null): void {
     if (job.state === QUEUED) {
       this.live--;
       this.jobs.end(job, reason);
@@ -99,7 +89,7 @@ export class Waiting implements AbortHandler {
       this.jobs.end(job, reason);
       this.host.jobLeft();
     } else if (job.state === RUNNING) {
-      this.jobs.abortRunning(job, reason);
+      this.jobs.abortRunning(ctx, reason);
     }
   }
 

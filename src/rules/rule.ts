@@ -95,7 +95,7 @@ export function normalizeRule(rule: unknown, path: string): StoreRule {
     throw new RangeError(`Expected \`${path}.limit\` to be at most ${MAX_LIMIT} (1e15), got ${limit}`);
   }
   const intervalMs = parseDuration(r.interval, `${path}.interval`);
-  const algorithm = r.algorithm ?? 'gcra';
+  const algorithm = r.algorithm === undefined ? 'gcra' : r.algorithm; // null is refused
   if (algorithm !== 'gcra' && algorithm !== 'fixed-window' && algorithm !== 'sliding-window') {
     throw new TypeError(
       `Expected \`${path}.algorithm\` to be 'gcra', 'fixed-window' or 'sliding-window', got ${describe(algorithm)}`,

@@ -7,7 +7,8 @@ import { normalizeRule } from '../../src/rules/rule.js';
  * rule, and lists every violated bound.
  *
  * Input: one entry per granted job, `t` = the store's clock at admission in epoch ms
- * (a fraction is fine), `cost` = the job's cost. Times are rounded to the nearest µs
+ * (a fraction is fine), `cost` = the job's cost in units: a positive integer (anything else
+ * throws: valve refuses other costs, and the bounds are stated for whole units). Times are rounded to the nearest µs
  * (every store clock has µs resolution), so ms values such as `now` from an
  * AcquireResult compare exactly. Entries may come in any order; grants with the same
  * `t` keep their given order.
@@ -15,10 +16,7 @@ import { normalizeRule } from '../../src/rules/rule.js';
  * Bounds checked, with I = interval, L = limit, B = burst:
  *
  * - GCRA (any burst), "window": every half-open window [s, s + I) holds at most
- *   L + B − 1 units when the costs in it are integers, and less than L + B units
- *   otherwise (with fractional costs the sum can approach L + B; no token-bucket style
- *   limiter can do better; checked as "≤ L + B" within the float tolerance, the spacing
- *   check below is the strict one). With B = 1 and integer costs this is "at most L per I".
+ *   L + B − 1 units. With B = 1 this is "at most L per I".
  * - GCRA (any burst), "spacing": for any grants i ≤ j in time order,
  *   t_j − t_i ≥ (cost_i + … + cost_j − B) × I / L. This is the GCRA envelope; with B = 1
  *   and unit costs it says consecutive starts are at least I / L apart, i.e.
@@ -30,8 +28,6 @@ import { normalizeRule } from '../../src/rules/rule.js';
  *   units (the documented worst case near a window boundary).
  * - Sliding window, "window": any half-open window [s, s + I) holds at most L units.
  * - Several rules: call {@link checkRules}; each rule is checked on its own.
- *
- * Sums of fractional costs are compared with a tolerance of 1e-9 relative.
  */
 export interface Grant {
   /** Store clock at admission, epoch ms (fraction allowed). */
@@ -76,6 +72,11 @@ const tol = (x: number) => 1e-9 * Math.max(1, Math.abs(x));
 /** Lists every bound of `rule` that `grants` violate (empty when all hold). */
 export function checkBounds(grants: readonly Grant[], rule: Rule | StoreRule): Violation[] {
   const { label, algorithm, L, I, B } = toRule(rule);
+  for (const g of grants) {
+    if (!Number.isSafeInteger(g.cost) || g.cost < 1) {
+      throw new RangeError(`checkBounds: costs are whole units (positive integers), got ${g.cost} at ${g.t}`);
+    }
+  }
   const points: Point[] = grants
     .map((g, index) => ({ us: Math.round(g.t * 1000), cost: g.cost, t: g.t, index }))
     .sort((a, b) => a.us - b.us || a.index - b.index);
@@ -93,26 +94,18 @@ export function checkBounds(grants: readonly Grant[], rule: Rule | StoreRule): V
   };
 
   // Sliding half-open windows [t_i, t_i + I): the worst windows start at a grant.
-  // `allowedFrac` applies when the window holds a fractional cost (the sum may approach but not reach it).
-  const sliding = (allowedInt: number, allowedFrac: number, bound: BoundKind, what: string) => {
+  const sliding = (allowed: number, bound: BoundKind, what: string) => {
     let end = 0;
     let sum = 0;
-    let fractional = 0;
     for (let i = 0; i < points.length; i++) {
-      while (end < points.length && points[end]!.us < points[i]!.us + I) {
-        sum += points[end]!.cost;
-        if (!Number.isInteger(points[end]!.cost)) fractional++;
-        end++;
-      }
-      const allowed = fractional === 0 ? allowedInt : allowedFrac;
-      if (sum > allowed + tol(sum)) push(bound, i, end - 1, sum, allowed, what);
+      while (end < points.length && points[end]!.us < points[i]!.us + I) sum += points[end++]!.cost;
+      if (sum > allowed) push(bound, i, end - 1, sum, allowed, what);
       sum -= points[i]!.cost;
-      if (!Number.isInteger(points[i]!.cost)) fractional--;
     }
   };
 
   if (algorithm === 'gcra') {
-    sliding(L + B - 1, L + B, 'window', `more than limit + burst - 1 units in a window of ${I}µs`);
+    sliding(L + B - 1, 'window', `more than limit + burst - 1 units in a window of ${I}µs`);
     // Spacing envelope in O(n): t_j − P_j·I/L + B·I/L ≥ max_{i≤j} (t_i − P_{i−1}·I/L).
     if (points.length > 0) {
       const t0 = points[0]!.us;
@@ -151,13 +144,12 @@ export function checkBounds(grants: readonly Grant[], rule: Rule | StoreRule): V
       let j = i;
       let sum = 0;
       while (j < points.length && Math.floor(points[j]!.us / I) === k) sum += points[j++]!.cost;
-      if (sum > L + tol(sum))
-        push('aligned-window', i, j - 1, sum, L, `more than limit units in window ${k}`);
+      if (sum > L) push('aligned-window', i, j - 1, sum, L, `more than limit units in window ${k}`);
       i = j;
     }
-    sliding(2 * L, 2 * L, 'sliding-2x', `more than 2 × limit units in a window of ${I}µs`);
+    sliding(2 * L, 'sliding-2x', `more than 2 × limit units in a window of ${I}µs`);
   } else {
-    sliding(L, L, 'window', `more than limit units in a window of ${I}µs`);
+    sliding(L, 'window', `more than limit units in a window of ${I}µs`);
   }
   return out;
 }

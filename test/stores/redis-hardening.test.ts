@@ -9,9 +9,9 @@ import { normalizeRule } from '../../src/rules/rule.js';
 import { MAX_BATCH } from '../../src/stores/checks.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
+import { CLIENT_FAMILIES, type Connected, connectClient } from '../helpers/redis-clients.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
-import { CLIENT_FAMILIES, type Connected, connectClient } from '../helpers/redis-clients.js';
 
 type IORedis = import('ioredis').Redis;
 

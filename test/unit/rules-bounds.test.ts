@@ -43,11 +43,11 @@ describe('checkBounds: GCRA, burst 1', () => {
     expect(bounds([...at([0], 2), ...at([99.999])], r)).toEqual(['spacing']);
   });
 
-  it('fractional costs: the envelope is exact, the window sum may approach limit + burst', () => {
+  it('costs are whole units: a fractional cost is refused, not checked against a looser bound', () => {
     const r = { limit: 1, interval: '1s' };
-    const ok = [...at([0, 0], 0.5), ...at([500], 0.5)];
-    expect(checkBounds(ok, r)).toEqual([]); // 1.5 units in [0, 1000): allowed with fractions
-    expect(bounds([...at([0, 0], 0.5), ...at([499.999], 0.5)], r)).toEqual(['spacing']);
+    // 1.5 units in [0, 1000) would break "at most limit + burst − 1" (here 1).
+    expect(() => checkBounds([...at([0, 0], 0.5), ...at([500], 0.5)], r)).toThrow(RangeError);
+    expect(() => checkBounds(at([0], 0), r)).toThrow(/\(positive integers\), got 0 /);
   });
 });
 

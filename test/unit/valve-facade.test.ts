@@ -43,15 +43,21 @@ describe('run()', () => {
     expect(starts).toEqual([0, 1000, 1000]);
   });
 
-  it('accepts fractional costs', async () => {
-    const { valve, clock } = setup({ rules: { limit: 1, interval: 1000 } });
-    const starts: number[] = [];
-    const t0 = clock.now();
-    const all = [0, 1, 2].map(() => valve.run(() => starts.push(clock.now() - t0), { cost: 0.5 }));
-    await clock.tickAsync(1000);
-    await Promise.all(all);
-    // Burst 1 holds one whole unit back to back: two half units.
-    expect(starts).toEqual([0, 0, 500]);
+  it('refuses fractional costs: cost units are whole (a RangeError quoting the value, nothing spent)', async () => {
+    const { valve, store } = setup({ rules: { limit: 1, interval: 1000 } });
+    const wrapped = valve.wrap(() => 1, { cost: 1.5 });
+    for (const [call, value] of [
+      [() => valve.run(() => 1, { cost: 0.5 }), '0.5'],
+      [() => valve.run(() => 1, { cost: 1 + 2 ** -52 }), String(1 + 2 ** -52)],
+      [() => valve.run(() => 1, { cost: 2 ** 53 }), String(2 ** 53)],
+      [() => wrapped(), '1.5'],
+    ] as const) {
+      const error = await call().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(RangeError);
+      expect((error as Error).message).toBe(`Expected \`cost\` to be a positive integer, got ${value}`);
+    }
+    expect(count(store, 'acquire')).toBe(0);
+    expect(valve.stats()).toMatchObject({ started: 0, rejected: 4 });
   });
 
   describe('bad per-call arguments reject (never throw) with TypeError/RangeError', () => {
