@@ -82,6 +82,15 @@ const scenarios: Record<string, ScenarioSpec> = {
     ratios: [],
     timeoutMs: 90_000,
   },
+  quota: {
+    script: 'quota.ts',
+    cases: ['express 20/1s', 'fastify 20/1s', 'sliding 200/10s'],
+    peers: () => ['valve', 'valve-sliding', 'p-queue', 'bottleneck', 'rlf-memory'],
+    valve: 'valve',
+    repeat: 2,
+    ratios: [],
+    timeoutMs: 120_000,
+  },
   memory: {
     script: 'memory.ts',
     cases: ['1M queued', 'through'],
@@ -402,6 +411,22 @@ function targets(rows: readonly Aggregate[]): Target[] {
     add(`shared ${c}: utilisation ≥ ${pct}%`, r?.median.utilisationPct, (v) => v >= pct, '%', [
       ['ref-redis-poll', get('shared-limit', c, 'ref-redis-poll')?.median.utilisationPct],
     ]);
+  }
+
+  for (const c of ['express 20/1s', 'fastify 20/1s', 'sliding 200/10s']) {
+    for (const peer of ['valve', 'valve-sliding']) {
+      const r = get('quota', c, peer);
+      add(`quota ${c}, ${peer}: ≥ 95% of the provider's quota`, r?.median.quotaPct, (v) => v >= 95, '%', [
+        ['p-queue', get('quota', c, 'p-queue')?.median.quotaPct],
+        ['bottleneck', get('quota', c, 'bottleneck')?.median.quotaPct],
+        ['rlf-memory', get('quota', c, 'rlf-memory')?.median.quotaPct],
+      ]);
+      const perHundred =
+        r && typeof r.max.rejected429 === 'number' && typeof r.median.requests === 'number'
+          ? (r.max.rejected429 / r.median.requests) * 100
+          : null;
+      add(`quota ${c}, ${peer}: ≤ 1 × 429 per 100 requests (worst run)`, perHundred, (v) => v <= 1);
+    }
   }
 
   const scale = rows.filter((r) => r.scenario === 'scale');

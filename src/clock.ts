@@ -30,9 +30,17 @@ const now = (): number => origin + performance.now();
 const SPIN_WINDOW_MS = 1.5;
 
 /**
+ * The longest delay Node's timers take (2^31 − 1 ms, 24.8 days). A longer one is clamped to
+ * 1 ms with a TimeoutOverflowWarning, so a long wait (a 30-day pause, a monthly window spent
+ * early) would become a 1 ms busy loop: such a wait sleeps in chunks of this length instead.
+ */
+export const MAX_TIMER_DELAY_MS = 2 ** 31 - 1;
+
+/**
  * A timer that never fires before its target on the performance clock. Node's timers
  * count from the event loop's cached time and can fire early by up to a millisecond by
- * that measure; when they do, this re-arms for the rest. With a spin window, the last
+ * that measure; when they do, this re-arms for the rest (so does a wait longer than Node's
+ * longest timer, in chunks of MAX_TIMER_DELAY_MS). With a spin window, the last
  * part of the wait is spent checking once per event-loop turn.
  */
 class Timer {
@@ -52,7 +60,7 @@ class Timer {
     // reschedules, and that path lands late by 2–4 ms several times as often (measured:
     // 3–4 % of setTimeout(3.5) calls against 0.3–1.2 % for whole delays).
     const coarse = this.spinWindow > 0 ? Math.floor(remaining - this.spinWindow) : Math.ceil(remaining);
-    if (coarse >= 1) this.coarse = setTimeout(this.check, coarse);
+    if (coarse >= 1) this.coarse = setTimeout(this.check, Math.min(coarse, MAX_TIMER_DELAY_MS));
     else this.fine = setImmediate(this.check);
   }
 

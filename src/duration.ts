@@ -38,5 +38,5 @@ export function describe(value: unknown): string {
   if (typeof value === 'bigint') return `${value}n`;
   if (typeof value === 'function') return 'a function';
   if (Array.isArray(value)) return 'an array';
-  return `an ${typeof value}`;
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
 }

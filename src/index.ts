@@ -38,6 +38,7 @@ export type {
   MaybePromise,
   Store,
   WakeEvent,
+  WakeStatus,
 } from './stores/store.js';
 export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './types.js';
 export { createValve } from './valve.js';

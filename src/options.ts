@@ -2,6 +2,7 @@ import { type Clock, systemClock } from './clock.js';
 import { describe, parseDuration } from './duration.js';
 import type { FeedbackSettings } from './feedback-port.js';
 import { normalizeRule, type Rule, type StoreRule } from './rules/rule.js';
+import { checkId, MAX_BATCH } from './stores/checks.js';
 import type { Store } from './stores/store.js';
 
 /** Global or local concurrency, as the user writes it. */
@@ -120,23 +121,9 @@ export function waitOption(value: unknown, option: string): number {
   return parseDuration(value, option);
 }
 
-/** Validates the id shared by createValve and the stores. */
+/** Validates the id shared by createValve and the stores (see stores/checks.ts). */
 export function validateId(value: unknown, option = 'id'): string {
-  if (typeof value !== 'string') {
-    throw new TypeError(
-      `Expected \`${option}\` to be a string of 1 to 200 characters without '{' or '}', got ${describe(value)}`,
-    );
-  }
-  // Every id problem is a TypeError (the API contract says so), including the length.
-  if (value.length < 1 || value.length > 200) {
-    throw new TypeError(
-      `Expected \`${option}\` to be 1 to 200 characters long, got ${value.length} characters`,
-    );
-  }
-  if (value.includes('{') || value.includes('}')) {
-    throw new TypeError(`Expected \`${option}\` to contain no '{' or '}', got ${JSON.stringify(value)}`);
-  }
-  return value;
+  return checkId(value, option);
 }
 
 function validateStore(value: unknown): Store | undefined {
@@ -275,8 +262,9 @@ export function normalizeOptions(options: unknown): NormalizedOptions {
   let paths: string[] = [];
   if (rawRules === undefined) rules = [];
   else if (Array.isArray(rawRules)) {
-    paths = rawRules.map((_, i) => `rules[${i}]`);
-    rules = rawRules.map((rule, i) => normalizeRule(rule, paths[i]!));
+    // Array.from visits holes too: a sparse array names its missing rule.
+    paths = Array.from(rawRules, (_, i) => `rules[${i}]`);
+    rules = Array.from(rawRules as readonly unknown[], (rule, i) => normalizeRule(rule, paths[i]!));
   } else if (isPlainObject(rawRules)) {
     paths = ['rules'];
     rules = [normalizeRule(rawRules, 'rules')];
@@ -306,6 +294,9 @@ export function normalizeOptions(options: unknown): NormalizedOptions {
   const maxWait =
     options.maxWait === undefined ? Number.POSITIVE_INFINITY : waitOption(options.maxWait, 'maxWait');
   const batch = options.batch === undefined ? 32 : positiveInteger(options.batch, 'batch');
+  if (batch > MAX_BATCH) {
+    throw new RangeError(`Expected \`batch\` to be at most ${MAX_BATCH}, got ${batch}`);
+  }
 
   const onStoreError = options.onStoreError ?? 'wait';
   if (onStoreError !== 'wait' && onStoreError !== 'throw' && onStoreError !== 'open') {

@@ -1,4 +1,7 @@
 import { describe, parseDuration } from '../duration.js';
+import { checkKnownKeys } from '../stores/checks.js';
+
+const RULE_KEYS = ['limit', 'interval', 'algorithm', 'burst'];
 
 /** One provider quota as the user writes it: `limit` cost units per `interval`. */
 export interface Rule {
@@ -51,6 +54,17 @@ function positiveInteger(value: unknown, option: string): number {
   return value;
 }
 
+/**
+ * Bounds that keep every value the stores compute an integer below 2^53 µs, exact in a float64
+ * (JS and Lua alike): an interval and a GCRA burst tolerance (burst × emission interval) of at
+ * most 365 days, a limit of at most 1e15 units (a fixed-window count stays below 2 × 1e15).
+ * With costs being positive integers no larger than the rule's maxCost, a GCRA state is at
+ * most now + 2 × 365 days, a fixed-window end at most now + 365 days: exact until about the
+ * year 2250 (2^53 µs after the epoch).
+ */
+export const MAX_SPAN_US = 365 * 86_400_000_000;
+export const MAX_LIMIT = 1e15;
+
 /** Validates one user rule and returns its normalised form. `path` names it in messages, e.g. "rules[1]". */
 export function normalizeRule(rule: unknown, path: string): StoreRule {
   if (typeof rule !== 'object' || rule === null || Array.isArray(rule)) {
@@ -59,14 +73,11 @@ export function normalizeRule(rule: unknown, path: string): StoreRule {
     );
   }
   const r = rule as Record<string, unknown>;
-  for (const key of Object.keys(r)) {
-    if (key !== 'limit' && key !== 'interval' && key !== 'algorithm' && key !== 'burst') {
-      throw new TypeError(
-        `Unknown option \`${path}.${key}\`; a rule takes \`limit\`, \`interval\`, \`algorithm\` and \`burst\``,
-      );
-    }
-  }
+  checkKnownKeys(r, RULE_KEYS, 'a rule', `${path}.`);
   const limit = positiveInteger(r.limit, `${path}.limit`);
+  if (limit > MAX_LIMIT) {
+    throw new RangeError(`Expected \`${path}.limit\` to be at most ${MAX_LIMIT} (1e15), got ${limit}`);
+  }
   const intervalMs = parseDuration(r.interval, `${path}.interval`);
   const algorithm = r.algorithm ?? 'gcra';
   if (algorithm !== 'gcra' && algorithm !== 'fixed-window') {
@@ -82,10 +93,16 @@ export function normalizeRule(rule: unknown, path: string): StoreRule {
     burst = positiveInteger(r.burst, `${path}.burst`);
   }
   const intervalUs = Math.max(1, Math.round(intervalMs * 1000));
-  if (!Number.isSafeInteger(intervalUs) || intervalUs > 365 * 86_400_000_000) {
+  if (!Number.isSafeInteger(intervalUs) || intervalUs > MAX_SPAN_US) {
     throw new RangeError(`Expected \`${path}.interval\` to be at most 365 days, got ${String(r.interval)}`);
   }
   const emissionUs = Math.ceil(intervalUs / limit);
+  if (burst * emissionUs > MAX_SPAN_US) {
+    // The GCRA state runs up to burst × emission interval ahead of the clock.
+    throw new RangeError(
+      `Expected \`${path}.burst\` × interval / limit (the burst tolerance) to be at most 365 days, got burst ${burst} × ${emissionUs} µs = ${((burst * emissionUs) / 86_400_000_000).toPrecision(4)} days`,
+    );
+  }
   const digest = algorithm === 'gcra' ? `g${limit}.${intervalUs}.${burst}` : `w${limit}.${intervalUs}`;
   const label =
     algorithm === 'gcra'

@@ -3,6 +3,7 @@ import { describe } from '../duration.js';
 import { windowCount, windowEnd, windowIndex, windowWait } from '../rules/fixed-window.js';
 import { gcraIncrement, gcraNext, gcraWait } from '../rules/gcra.js';
 import type { StoreRule } from '../rules/rule.js';
+import { checkId, checkKnownKeys, checkLease, checkMs, checkRequest, checkTokens } from './checks.js';
 import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from './store.js';
 
 /** Options of {@link memoryStore}. */
@@ -49,11 +50,6 @@ export interface MemoryStoreContents {
   subscribers: number;
 }
 
-/** ms (finite, ≥ 0) → µs, rounded up (a float's error below 1 ns is ignored) so a duration is never shortened. */
-function msToUs(ms: number): number {
-  return Math.max(0, Math.ceil(ms * 1000 - 1e-6));
-}
-
 class MemoryStore implements Store {
   readonly notifies = true;
   private readonly clock: Clock;
@@ -85,72 +81,17 @@ class MemoryStore implements Store {
   }
 
   acquire(request: AcquireRequest): AcquireResult {
-    if (typeof request !== 'object' || request === null) {
-      throw new TypeError(`Expected \`request\` to be an object, got ${describe(request)}`);
-    }
-    const { id, rules, costs, count, lease } = request;
-    checkId(id, 'request.id');
-    if (!Array.isArray(rules)) {
-      throw new TypeError(`Expected \`request.rules\` to be an array of rules, got ${describe(rules)}`);
-    }
-    if (!Array.isArray(costs)) {
-      throw new TypeError(`Expected \`request.costs\` to be an array of numbers, got ${describe(costs)}`);
-    }
-    if (!Number.isInteger(count) || count < 1 || count > costs.length) {
-      throw new RangeError(
-        `Expected \`request.count\` to be an integer from 1 to costs.length (${costs.length}), got ${describe(count)}`,
-      );
-    }
-    let leaseLimit = Number.POSITIVE_INFINITY;
-    let ttlUs = 0;
-    if (lease !== undefined) {
-      if (typeof lease !== 'object' || lease === null) {
-        throw new TypeError(`Expected \`request.lease\` to be { limit, ttl }, got ${describe(lease)}`);
-      }
-      if (!Number.isSafeInteger(lease.limit) || lease.limit < 1) {
-        throw new RangeError(
-          `Expected \`request.lease.limit\` to be a positive integer, got ${describe(lease.limit)}`,
-        );
-      }
-      checkMs(lease.ttl, 'request.lease.ttl', false);
-      leaseLimit = lease.limit;
-      ttlUs = Math.max(1, msToUs(lease.ttl));
-    }
-
-    // Distinct rules (a repeated digest is one quota, spent once).
     const rs = this.rs;
-    let n = 0;
-    for (let i = 0; i < rules.length; i++) {
-      const rule = rules[i] as StoreRule;
-      if (typeof rule !== 'object' || rule === null || typeof rule.digest !== 'string') {
-        this.clearScratch(n);
-        throw new TypeError(
-          `Expected \`request.rules[${i}]\` to be a normalised StoreRule, got ${describe(rule)}`,
-        );
-      }
-      let dup = false;
-      for (let j = 0; j < n; j++) if (rs[j]!.digest === rule.digest) dup = true;
-      if (!dup) rs[n++] = rule;
+    const n = checkRequest(request, rs);
+    const { id, costs, count, lease } = request;
+    let ttlUs: number;
+    try {
+      ttlUs = checkLease(lease);
+    } catch (err) {
+      this.clearScratch(n);
+      throw err;
     }
-    // Validate every cost before spending anything: the batch is atomic.
-    for (let j = 0; j < count; j++) {
-      const c = costs[j];
-      if (typeof c !== 'number' || !(c > 0) || c === Number.POSITIVE_INFINITY) {
-        this.clearScratch(n);
-        throw new RangeError(
-          `Expected \`request.costs[${j}]\` to be a positive finite number, got ${describe(c)}`,
-        );
-      }
-      for (let i = 0; i < n; i++) {
-        const rule = rs[i]!;
-        if (c > rule.maxCost) {
-          this.clearScratch(n);
-          throw new RangeError(
-            `\`request.costs[${j}]\` (${c}) exceeds the largest cost rule ${rule.label} can ever admit (${rule.maxCost})`,
-          );
-        }
-      }
-    }
+    const leaseLimit = lease === undefined ? Number.POSITIVE_INFINITY : lease.limit;
 
     const now = this.nowUs();
     this.sweep(now);
@@ -299,8 +240,8 @@ class MemoryStore implements Store {
   }
 
   pause(id: string, ms: number): number {
-    checkId(id, 'id');
-    checkMs(ms, 'ms', true);
+    checkId(id);
+    const pauseUs = checkMs(ms, 'ms', true);
     const now = this.nowUs();
     this.sweep(now);
     let state = this.ids.get(id);
@@ -308,7 +249,7 @@ class MemoryStore implements Store {
       state = new IdState(id);
       this.ids.set(id, state);
     }
-    const until = now + msToUs(ms);
+    const until = now + pauseUs;
     if (until > state.pauseUs) state.pauseUs = until;
     const end = state.pauseUs / 1000;
     if (state.pauseUs <= now) {
@@ -322,7 +263,7 @@ class MemoryStore implements Store {
   }
 
   resume(id: string): void {
-    checkId(id, 'id');
+    checkId(id);
     const now = this.nowUs();
     this.sweep(now);
     const state = this.ids.get(id);
@@ -334,16 +275,16 @@ class MemoryStore implements Store {
   }
 
   renew(id: string, tokens: readonly string[], ttl: number): boolean[] {
-    checkId(id, 'id');
+    checkId(id);
     checkTokens(tokens);
-    checkMs(ttl, 'ttl', false);
+    const ttlUs = checkMs(ttl, 'ttl', false);
     const now = this.nowUs();
     this.sweep(now);
     const out = new Array<boolean>(tokens.length).fill(false);
     const state = this.ids.get(id);
     if (state === undefined || state.leases === null) return out;
     purgeLeases(state, now);
-    const expiresUs = now + Math.max(1, msToUs(ttl));
+    const expiresUs = now + ttlUs;
     const leases = state.leases;
     if (leases !== null) {
       for (let i = 0; i < tokens.length; i++) {
@@ -359,7 +300,7 @@ class MemoryStore implements Store {
   }
 
   release(id: string, tokens: readonly string[]): void {
-    checkId(id, 'id');
+    checkId(id);
     checkTokens(tokens);
     const now = this.nowUs();
     this.sweep(now);
@@ -373,8 +314,13 @@ class MemoryStore implements Store {
     if (removed) this.notify(id, { type: 'release' });
   }
 
+  /** Wake-ups of an id are delivered (in this process) as soon as it has a subscriber. */
+  listening(id: string): boolean {
+    return this.subscribers.has(id);
+  }
+
   subscribe(id: string, onWake: (event: WakeEvent) => void): () => void {
-    checkId(id, 'id');
+    checkId(id);
     if (typeof onWake !== 'function') {
       throw new TypeError(`Expected \`onWake\` to be a function, got ${describe(onWake)}`);
     }
@@ -482,44 +428,6 @@ function isIdle(state: IdState): boolean {
   return state.pauseUs === 0 && state.rules.size === 0 && state.leases === null && state.fence === 0;
 }
 
-/** The valve id rule, as every store applies it: 1 to 200 characters, without '{' or '}'. */
-function checkId(id: unknown, name: string): void {
-  if (typeof id !== 'string') {
-    throw new TypeError(
-      `Expected \`${name}\` to be a string of 1 to 200 characters without '{' or '}', got ${describe(id)}`,
-    );
-  }
-  // Every id problem is a TypeError, as the API contract says (the length included).
-  if (id.length < 1 || id.length > 200) {
-    throw new TypeError(`Expected \`${name}\` to be 1 to 200 characters long, got ${id.length} characters`);
-  }
-  if (id.includes('{') || id.includes('}')) {
-    throw new TypeError(`Expected \`${name}\` to contain no '{' or '}', got ${JSON.stringify(id)}`);
-  }
-}
-
-function checkMs(ms: unknown, name: string, zeroOk: boolean): void {
-  if (typeof ms !== 'number') {
-    throw new TypeError(`Expected \`${name}\` to be a number of milliseconds, got ${describe(ms)}`);
-  }
-  if (!Number.isFinite(ms) || ms < 0 || (!zeroOk && ms === 0)) {
-    throw new RangeError(
-      `Expected \`${name}\` to be a ${zeroOk ? 'non-negative' : 'positive'} finite number of milliseconds, got ${String(ms)}`,
-    );
-  }
-}
-
-function checkTokens(tokens: unknown): void {
-  if (!Array.isArray(tokens)) {
-    throw new TypeError(`Expected \`tokens\` to be an array of lease tokens, got ${describe(tokens)}`);
-  }
-  for (let i = 0; i < tokens.length; i++) {
-    if (typeof tokens[i] !== 'string') {
-      throw new TypeError(`Expected \`tokens[${i}]\` to be a string, got ${describe(tokens[i])}`);
-    }
-  }
-}
-
 /**
  * A store in this process's memory. Valves share a budget when they use the same
  * instance, the same id and the same rules. Answers synchronously, on its own clock
@@ -533,9 +441,7 @@ export function memoryStore(options?: MemoryStoreOptions): Store {
   if (options !== undefined && (typeof options !== 'object' || options === null)) {
     throw new TypeError(`Expected \`options\` to be an object, got ${describe(options)}`);
   }
-  for (const key of Object.keys(options ?? {})) {
-    if (key !== 'clock') throw new TypeError(`Unknown option \`${key}\`; memoryStore() takes \`clock\``);
-  }
+  if (options !== undefined) checkKnownKeys(options, ['clock'], 'memoryStore()');
   const clock = options?.clock ?? systemClock;
   if (typeof clock !== 'object' || clock === null || typeof clock.now !== 'function') {
     throw new TypeError(`Expected \`options.clock\` to be a Clock with now(), got ${describe(clock)}`);

@@ -23,7 +23,7 @@ export interface Lease {
 
 /** One batch admission: ask for the longest prefix of `costs` that fits every rule (and a lease each). */
 export interface AcquireRequest {
-  /** The validated valve id (1..200 chars, no '{' or '}'). */
+  /** The validated valve id (well-formed Unicode, 1..200 code points, no '{' or '}'). */
   readonly id: string;
   /** The rules, all checked and spent atomically. May be empty. */
   readonly rules: readonly StoreRule[];
@@ -68,6 +68,17 @@ export type WakeEvent =
   | { readonly type: 'release' };
 
 /**
+ * The state of one id's wake-ups, told to subscribe()'s `onStatus`. `listening: true`: the
+ * store now delivers the id's wake-ups (it may have missed some before: recheck the store
+ * once). `listening: false`: wake-ups may be missed until it is true again (poll meanwhile);
+ * with `error`, the subscription was refused (e.g. by an ACL): report it.
+ */
+export interface WakeStatus {
+  readonly listening: boolean;
+  readonly error?: unknown;
+}
+
+/**
  * The contract between the scheduler and a store. The memory store and the Redis
  * store implement it; users may write their own (run the conformance suite in
  * test/contract/store-contract.ts against it). Every method is atomic on the
@@ -87,8 +98,21 @@ export interface Store {
   renew(id: string, tokens: readonly string[], ttl: number): MaybePromise<boolean[]>;
   /** Releases the given leases (only those tokens) and wakes waiters. */
   release(id: string, tokens: readonly string[]): MaybePromise<void>;
-  /** Optional: wake-ups when another valve pauses, resumes or releases a slot for `id`. Returns an unsubscribe function. */
-  subscribe?(id: string, onWake: (event: WakeEvent) => void): () => void;
-  /** Optional: true when subscribe() delivers wake-ups right now (e.g. a connected Redis subscriber). */
+  /**
+   * Optional: wake-ups when another valve pauses, resumes or releases a slot for `id`, and
+   * (optional `onStatus`) changes of whether they are being delivered. Returns an unsubscribe function.
+   */
+  subscribe?(
+    id: string,
+    onWake: (event: WakeEvent) => void,
+    onStatus?: (status: WakeStatus) => void,
+  ): () => void;
+  /** Optional: true when subscribe() delivers wake-ups right now for every subscribed id (e.g. a connected Redis subscriber). */
   readonly notifies?: boolean;
+  /**
+   * Optional: true while wake-ups for `id` are delivered, confirmed by the store (for Redis: a
+   * probe published on the id's channel came back on the subscriber connection). While false,
+   * a valve must not count on wake-ups for `id` (poll instead).
+   */
+  listening?(id: string): boolean;
 }

@@ -155,15 +155,17 @@ export function storeContract(
         expect(next.granted).toBe(1);
       });
 
-      it('accepts fractional costs', async () => {
+      it('rejects costs that are not positive integers (cost units), spending nothing', async () => {
         const s = await setup();
         const id = newId();
-        const slow = rule({ limit: 1, interval: '1h' });
-        const r = await s.acquire({ id, rules: [slow], costs: [0.5, 0.5, 0.5] });
-        expect(r.granted).toBe(2);
-        const w = rule({ limit: 1, interval: '1h', algorithm: 'fixed-window' });
-        const r2 = await s.acquire({ id, rules: [w], costs: [0.25, 0.5, 0.25, 0.25] });
-        expect(r2.granted).toBe(3);
+        const slow = rule({ limit: 1, interval: '1h', burst: 3 });
+        for (const bad of [0.5, 1.5, 0, -1, Number.NaN, Number.POSITIVE_INFINITY]) {
+          await expect((async () => s.acquire({ id, rules: [slow], costs: [1, bad] }))()).rejects.toThrow(
+            RangeError,
+          );
+        }
+        // Nothing of the refused batches was spent.
+        expect((await s.acquire({ id, rules: [slow], costs: [1, 1, 1] })).granted).toBe(3);
       });
 
       it('fixed window: grants up to limit units in the window', async () => {
@@ -283,16 +285,10 @@ export function storeContract(
         await exactness([r], [3, 1, 2], { granted: 2, wait: 200 });
       });
 
-      itClock('GCRA with a fractional cost', async () => {
-        const r = rule({ limit: 3, interval: '1s' }); // 333334µs per unit
-        // 0.5 → 166667µs; two of them are 333334µs ≤ capacity; a third waits 166667µs.
-        await exactness([r], [0.5, 0.5, 0.5], { granted: 2, wait: 166.667 });
-      });
-
-      itClock('GCRA rounds each fractional increment up to whole µs', async () => {
-        const r = rule({ limit: 3, interval: '1s' }); // 333334µs per unit
-        // 0.25 → ceil(83333.5) = 83334µs; four of them need 333336µs: the fourth waits 2µs.
-        await exactness([r], [0.25, 0.25, 0.25, 0.25], { granted: 3, wait: 0.002 });
+      itClock('GCRA rounds the emission interval up, once per unit of cost', async () => {
+        const r = rule({ limit: 3, interval: '1s', burst: 2 }); // 333334µs per unit, 666668µs capacity
+        // A cost of 2 fills the capacity; one more unit waits one emission interval.
+        await exactness([r], [2, 1], { granted: 1, wait: 333.334 });
       });
 
       itClock('fixed window: the next job fits exactly when the window ends', async () => {
@@ -699,6 +695,22 @@ export function storeContract(
           expect(foreign).toEqual([]);
         },
       );
+
+      itWake('listening(id), where present, turns true once wake-ups for the id are delivered', async () => {
+        const s = await setup();
+        if (typeof s.store.subscribe !== 'function') return missing('wake-ups');
+        if (typeof s.store.listening !== 'function') return;
+        const id = newId();
+        expect(s.store.listening(id)).toBe(false);
+        const events: WakeEvent[] = [];
+        const unsubscribe = s.store.subscribe(id, (e) => events.push(e));
+        await waitFor(() => s.store.listening!(id), 5000);
+        // Once it says so, the next wake-up arrives: no probing with resume() needed.
+        await s.store.pause(id, 1000);
+        await waitFor(() => events.some((e) => e.type === 'pause'), 2000);
+        unsubscribe();
+        expect(s.store.listening(id)).toBe(false);
+      });
     });
   });
 }

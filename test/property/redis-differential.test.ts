@@ -38,7 +38,7 @@ type Command =
   | { t: 'renew'; which: number[]; ttl: number }
   | { t: 'release'; which: number[] };
 
-const costArb = fc.constantFrom(1, 1, 1, 1, 2, 3, 0.5, 1.5, 0.25, 0.1);
+const costArb = fc.constantFrom(1, 1, 1, 1, 2, 3, 5);
 const commandArb: fc.Arbitrary<Command> = fc.oneof(
   {
     weight: 6,
@@ -93,8 +93,9 @@ async function compare(
   redis: (clock: FakeClock) => Store,
   rules: Rule[],
   commands: Command[],
+  startMs = 1_700_000_000_000 + 0.123,
 ): Promise<void> {
-  const clock = new FakeClock(1_700_000_000_000 + 0.123);
+  const clock = new FakeClock(startMs);
   const mem = memoryStore({ clock });
   const lua = redis(clock);
   const id = `diff:${Math.random().toString(36).slice(2)}`;
@@ -111,7 +112,8 @@ async function compare(
     } else if (c.t === 'acquire') {
       const subset = storeRules.filter((_, i) => (c.mask >> i) & 1);
       const maxCost = Math.min(...subset.map((r) => r.maxCost));
-      const costs = c.costs.map((x) => Math.min(x, maxCost));
+      // A cost above 5 stands for the rule's largest cost (the extremes).
+      const costs = c.costs.map((x) => (x > 5 ? Math.min(maxCost, 1e15) : Math.min(x, maxCost)));
       const request = { id, rules: subset, costs, count: costs.length, lease: c.lease };
       const a = await mem.acquire(request);
       const b = await lua.acquire(request);
@@ -196,6 +198,69 @@ for (const target of ['redis standalone', 'redis cluster', 'valkey standalone'] 
           },
         ),
         { numRuns: target === 'redis standalone' ? runs : Math.ceil(runs / 3) },
+      );
+    }, 120_000);
+
+    it('at the validation bounds (yearly rules, the largest burst and limit, far-future clocks)', async () => {
+      const YEAR_US = 31_536_000_000_000;
+      const extremeRule: fc.Arbitrary<Rule> = fc.constantFrom<Rule>(
+        { limit: 1, interval: '365d' },
+        { limit: 10, interval: '365d', burst: 10 },
+        { limit: 1e15, interval: '1ms', burst: YEAR_US },
+        { limit: 1e15, interval: '365d', burst: YEAR_US / 1e6 },
+        { limit: 1e15, interval: '365d', algorithm: 'fixed-window' },
+        { limit: 1, interval: '365d', algorithm: 'fixed-window' },
+        { limit: 7, interval: '1ms' },
+      );
+      const extremeCommand: fc.Arbitrary<Command> = fc.oneof(
+        {
+          weight: 4,
+          arbitrary: fc.record({
+            t: fc.constant('acquire' as const),
+            // 1e18 stands for "the rule's largest cost".
+            costs: fc.array(fc.constantFrom(1, 2, 1e18), { minLength: 1, maxLength: 4 }),
+            mask: fc.integer({ min: 1, max: 7 }),
+            lease: fc.option(
+              fc.record({
+                limit: fc.integer({ min: 1, max: 3 }),
+                ttl: fc.constantFrom(1000, 365 * 86_400_000),
+              }),
+              { nil: undefined, freq: 3 },
+            ),
+          }),
+        },
+        {
+          weight: 3,
+          arbitrary: fc.record({
+            t: fc.constant('advance' as const),
+            us: fc.constantFrom(1, 1000, 86_400_000_000, YEAR_US - 1, YEAR_US),
+          }),
+        },
+        {
+          weight: 2,
+          arbitrary: fc.record({ t: fc.constant('wait' as const), delta: fc.constantFrom(-1, 0, 1) }),
+        },
+        {
+          weight: 1,
+          arbitrary: fc.record({
+            t: fc.constant('pause' as const),
+            ms: fc.constantFrom(1, 365 * 86_400_000),
+          }),
+        },
+        { weight: 1, arbitrary: fc.record({ t: fc.constant('resume' as const) }) },
+      );
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(extremeRule, { minLength: 1, maxLength: 3 }),
+          fc.array(extremeCommand, { minLength: 1, maxLength: 30 }),
+          // Today, and 2100-01-01. Lease expiries are sorted-set scores (float64 epoch ms): exact
+          // to the µs until 2^42 ms (the year 2109); every other value until 2^53 µs (2255).
+          fc.constantFrom(1_700_000_000_000.123, 4_102_444_800_000.5),
+          async (rules, commands, start) => {
+            await compare(make, rules, commands, start);
+          },
+        ),
+        { numRuns: target === 'redis standalone' ? Math.ceil(runs / 2) : Math.ceil(runs / 6) },
       );
     }, 120_000);
 

@@ -10,8 +10,8 @@ import { FakeClock } from '../helpers/fake-clock.js';
 /**
  * Properties of the memory store, driven directly with a FakeClock: random rules (1–3,
  * GCRA with bursts and fixed windows; each acquisition uses all of them or a subset, like
- * several valves sharing an id and some rules), random batches of random costs (integers,
- * quarters and arbitrary fractions), random clock steps (µs granularity), random
+ * several valves sharing an id and some rules), random batches of random costs (positive
+ * integers: 1, quarters of the largest cost rounded up, and any share of it), random clock steps (µs granularity), random
  * pauses and resumes. Three properties, each on its own (so that a broken arithmetic is
  * caught by each one separately):
  *
@@ -55,11 +55,11 @@ type Command =
   | { kind: 'pause'; us: number }
   | { kind: 'resume' };
 
-/** A cost in (0, 1] scaled later to the rules' smallest maxCost. */
+/** A cost as a share of the rules' smallest maxCost, resolved to a positive integer later. */
 const unitCostArb = fc.oneof(
   { arbitrary: fc.constant(-1), weight: 4 }, // "1 unit"
   { arbitrary: fc.integer({ min: 1, max: 4 }).map((q) => -q / 4 - 10), weight: 2 }, // quarters of maxCost
-  { arbitrary: fc.double({ min: 0.01, max: 1, noNaN: true }), weight: 1 }, // arbitrary fraction of maxCost
+  { arbitrary: fc.double({ min: 0.01, max: 1, noNaN: true }), weight: 1 }, // any share of maxCost
 );
 
 const commandArb = (spanUs: number): fc.Arbitrary<Command> =>
@@ -100,11 +100,12 @@ const scenarioArb = fc.array(ruleArb, { minLength: 1, maxLength: 3 }).chain((rul
 function resolveCost(raw: number, rules: readonly StoreRule[]): number {
   const max = Math.min(...rules.map((r) => r.maxCost));
   if (raw === -1) return 1;
+  // Costs are cost units: positive integers, at most the rules' maxCost.
   if (raw < -10) {
     const q = -(raw + 10); // 0.25..1
-    return Math.max(q * max, 0.25);
+    return Math.max(1, Math.ceil(q * max));
   }
-  return raw * max;
+  return Math.min(max, Math.max(1, Math.round(raw * max)));
 }
 
 /** How often each interesting case came up, so the generators cannot silently become vacuous. */
@@ -114,7 +115,7 @@ const seen = {
   rate: 0,
   pause: 0,
   retries: 0,
-  fractional: 0,
+  multiUnit: 0,
   windowRefusals: 0,
   subsets: 0,
 };
@@ -240,7 +241,7 @@ function acquireChecked(run: Run, allRules: StoreRule[], costs: number[], mode: 
   }
   for (let j = 0; j < r.granted; j++) {
     seen.grants++;
-    if (!Number.isInteger(costs[j]!)) seen.fractional++;
+    if (costs[j]! > 1) seen.multiUnit++;
     for (const rule of rules) logOf(run.grants, rule).push({ t: r.now, cost: costs[j]! });
   }
   return r;
@@ -319,7 +320,7 @@ describe('memory store properties', () => {
     expect(seen.partial).toBeGreaterThan(1000);
     expect(seen.rate).toBeGreaterThan(3000);
     expect(seen.pause).toBeGreaterThan(1000);
-    expect(seen.fractional).toBeGreaterThan(1000);
+    expect(seen.multiUnit).toBeGreaterThan(1000);
     expect(seen.windowRefusals).toBeGreaterThan(500);
     expect(seen.subsets).toBeGreaterThan(2000);
   });

@@ -48,6 +48,18 @@ describe('redisStore options', () => {
     expect(() => redisStore({ client: c.client, prefix: '' })).toThrow(/`prefix`/);
     expect(() => redisStore({ client: c.client, timeout: 0 })).toThrow(/`timeout`/);
     expect(() => redisStore({ client: c.client, timeout: Number.NaN })).toThrow(/`timeout`/);
+    // Node runs a timer above 2^31 - 1 ms after 1 ms: every call would time out at once.
+    expect(() => redisStore({ client: c.client, timeout: 2 ** 31 })).toThrow(RangeError);
+    expect(() => redisStore({ client: c.client, timeout: 2 ** 31 })).toThrow(/`timeout`.*2147483647/);
+    expect(() => redisStore({ client: c.client, timeout: 2 ** 31 - 1 })).not.toThrow();
+    // null is not "the default".
+    expect(() => redisStore({ client: c.client, prefix: null as unknown as string })).toThrow(
+      /`prefix` to be a string, got null/,
+    );
+    // ACL glob characters would widen the documented `~<prefix>:*` pattern.
+    for (const glob of ['a*', 'a?b', 'a[b]', 'a\\b', 'x]']) {
+      expect(() => redisStore({ client: c.client, prefix: glob })).toThrow(/`prefix`.*glob/);
+    }
     expect(() => redisStore({ client: c.client, pubsub: 'x' as 'classic' })).toThrow(/`pubsub`/);
     expect(() => redisStore({ client: c.client, ttl: 1 } as unknown as { client: object })).toThrow(
       /Unknown option `ttl`/,
@@ -58,7 +70,17 @@ describe('redisStore options', () => {
 
   it('rejects ids with braces and bad arguments (as rejections, never throws synchronously)', async () => {
     const store = redisStore({ client: c.client, prefix: uniquePrefix('opt') });
-    await expect(store.acquire({ id: 'a{b}', rules: [], costs: [1], count: 1 })).rejects.toThrow(/`id`/);
+    await expect(store.acquire({ id: 'a{b}', rules: [], costs: [1], count: 1 })).rejects.toThrow(
+      /`request.id`/,
+    );
+    // Lone surrogates: UTF-8 would map all three to one key, 'x\ufffd'.
+    await expect(store.acquire({ id: 'x\ud800', rules: [], costs: [1], count: 1 })).rejects.toThrow(
+      /well-formed/,
+    );
+    await expect(store.pause('x\udfff', 10)).rejects.toThrow(TypeError);
+    await expect(store.acquire({ id: 'a', rules: [perSecond], costs: [0.5], count: 1 })).rejects.toThrow(
+      /positive integer/,
+    );
     await expect(store.acquire({ id: 'a', rules: [perSecond], costs: [3], count: 1 })).rejects.toThrow(
       RangeError,
     );

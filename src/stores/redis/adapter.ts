@@ -2,8 +2,9 @@
  * Client adapters, detected by shape. valve imports no Redis client at runtime (they are
  * optional peer dependencies): it recognises the objects users pass in.
  *
- * - ioredis 5/6 and iovalkey (Redis and Cluster): `evalsha(sha, numkeys, ...keys, ...args)`,
- *   `isCluster` tells a Cluster apart.
+ * - ioredis 5/6 and iovalkey (Redis and Cluster): `evalsha(sha, numkeys, [...keys, ...args])`
+ *   (they flatten one array argument: no call ever spreads a batch's arguments, so a large
+ *   renew or a batch of mixed costs cannot overflow the stack); `isCluster` tells a Cluster apart.
  * - node-redis 5/6 (client and cluster): `evalSha(sha, { keys, arguments })`; a cluster has
  *   `getSlotMaster()`.
  *
@@ -49,7 +50,7 @@ export function detectCommandClient(client: unknown): CommandAdapter {
       family: 'node-redis',
       cluster,
       async run(script, keys, args) {
-        const options = { keys: [...keys], arguments: [...args] };
+        const options = { keys: keys.slice(), arguments: args.slice() };
         try {
           return await evalSha.call(client, script.sha, options);
         } catch (err) {
@@ -66,11 +67,12 @@ export function detectCommandClient(client: unknown): CommandAdapter {
       family: 'ioredis',
       cluster,
       async run(script, keys, args) {
+        const all = keys.concat(args);
         try {
-          return await evalsha.call(client, script.sha, keys.length, ...keys, ...args);
+          return await evalsha.call(client, script.sha, keys.length, all);
         } catch (err) {
           if (!isNoScript(err)) throw err;
-          return await evalNode.call(client, script.source, keys.length, ...keys, ...args);
+          return await evalNode.call(client, script.source, keys.length, all);
         }
       },
     };

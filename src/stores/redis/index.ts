@@ -1,2 +1,3 @@
+export { RedisStoreTimeoutError } from '../../errors.js';
 export type { RedisStoreOptions } from './store.js';
-export { RedisStoreTimeoutError, redisStore } from './store.js';
+export { redisStore } from './store.js';

@@ -3,6 +3,7 @@
  * them (and the sharded wake channel) live in one Redis Cluster slot. Names are built only
  * from the validated prefix, the validated id and fixed suffixes.
  */
+import { describe } from '../../duration.js';
 
 /** The keys and channel of one valve id under one prefix. */
 export interface IdKeys {
@@ -29,28 +30,24 @@ export function idKeys(prefix: string, id: string): IdKeys {
   };
 }
 
-/** Validates a key prefix: a non-empty string without `{`, `}` (which would change the hash tag). */
+/**
+ * Validates a key prefix: 1 to 200 characters without `{` or `}` (which would change the hash
+ * tag), whitespace, or the glob characters `*`, `?`, `[`, `]` and `\` (which would widen the
+ * ACL patterns `~<prefix>:*` and `&<prefix>:*` that docs/redis.md recommends).
+ */
 export function validatePrefix(prefix: unknown): string {
   if (typeof prefix !== 'string') {
-    throw new TypeError(`Expected \`prefix\` to be a string, got ${typeof prefix}`);
+    throw new TypeError(`Expected \`prefix\` to be a string, got ${describe(prefix)}`);
   }
   if (prefix.length === 0 || prefix.length > 200 || /[{}\s]/.test(prefix)) {
     throw new TypeError(
       `Expected \`prefix\` to be 1 to 200 characters without '{', '}' or whitespace, got ${JSON.stringify(prefix)}`,
     );
   }
-  return prefix;
-}
-
-/**
- * Validates an id at the store boundary (the valve validates it first; a user calling the
- * store directly gets the same rule): 1..200 characters, no `{` or `}`.
- */
-export function validateId(id: unknown): string {
-  if (typeof id !== 'string' || id.length === 0 || id.length > 200 || /[{}]/.test(id)) {
+  if (/[*?[\]\\]/.test(prefix)) {
     throw new TypeError(
-      `Expected \`id\` to be a string of 1 to 200 characters without '{' or '}', got ${JSON.stringify(id)}`,
+      `Expected \`prefix\` to contain none of the ACL glob characters '*', '?', '[', ']' or '\\', got ${JSON.stringify(prefix)}`,
     );
   }
-  return id;
+  return prefix;
 }

@@ -1,10 +1,29 @@
 import { randomBytes } from 'node:crypto';
 import type { Clock } from '../../clock.js';
+import { describe } from '../../duration.js';
+import { RedisStoreTimeoutError } from '../../errors.js';
 import type { StoreRule } from '../../rules/rule.js';
-import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from '../store.js';
+import {
+  checkId,
+  checkKnownKeys,
+  checkLease,
+  checkMs,
+  checkRequest,
+  checkTokens,
+  MAX_BATCH,
+} from '../checks.js';
+import type {
+  AcquireRequest,
+  AcquireResult,
+  BlockReason,
+  Lease,
+  Store,
+  WakeEvent,
+  WakeStatus,
+} from '../store.js';
 import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
-import { type IdKeys, idKeys, validateId, validatePrefix } from './keys.js';
-import { ACQUIRE, type LuaScript, PAUSE, RELEASE, RENEW, RESUME } from './scripts.generated.js';
+import { type IdKeys, idKeys, validatePrefix } from './keys.js';
+import { ACQUIRE, type LuaScript, PAUSE, PROBE, RELEASE, RENEW, RESUME } from './scripts.generated.js';
 import { type PubSubMode, type WakeHub, wakeHub } from './subscriber.js';
 
 /** Options of {@link redisStore}. */
@@ -42,10 +61,22 @@ export interface RedisStoreOptions {
   unsafeTestClock?: Clock | undefined;
 }
 
-/** A store call that did not answer within valve's deadline. */
-export class RedisStoreTimeoutError extends Error {
-  override readonly name = 'RedisStoreTimeoutError';
-  readonly code = 'VALVE_REDIS_TIMEOUT';
+const OPTION_NAMES = ['client', 'subscriber', 'prefix', 'timeout', 'pubsub', 'unsafeTestClock'];
+
+/** The longest `timeout`: Node runs a longer timer after 1 ms. */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
+function checkTimeout(value: unknown): number {
+  if (value === undefined) return 2000;
+  if (typeof value !== 'number') {
+    throw new TypeError(`Expected \`timeout\` to be a number of milliseconds, got ${describe(value)}`);
+  }
+  if (!(value > 0 && value <= MAX_TIMEOUT_MS)) {
+    throw new RangeError(
+      `Expected \`timeout\` to be a positive number of milliseconds up to ${MAX_TIMEOUT_MS} (about 24.8 days), got ${String(value)}`,
+    );
+  }
+  return value;
 }
 
 const BLOCKED: readonly (BlockReason | null)[] = [null, 'pause', 'rate', 'concurrency'];
@@ -62,41 +93,6 @@ function argsOf(rule: StoreRule): readonly string[] {
     ruleArgs.set(rule, args);
   }
   return args;
-}
-
-/** ms (finite, ≥ 0) → µs, rounded up (a float's error below 1 ns is ignored) so a duration is never shortened. */
-function msToUs(ms: number): number {
-  return Math.max(0, Math.ceil(ms * 1000 - 1e-6));
-}
-
-function describeValue(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value);
-  if (typeof value === 'object' && value !== null) return Array.isArray(value) ? 'an array' : 'an object';
-  return String(value);
-}
-
-function checkTokens(tokens: unknown): readonly string[] {
-  if (!Array.isArray(tokens)) {
-    throw new TypeError(`Expected \`tokens\` to be an array of lease tokens, got ${describeValue(tokens)}`);
-  }
-  for (let i = 0; i < tokens.length; i++) {
-    if (typeof tokens[i] !== 'string') {
-      throw new TypeError(`Expected \`tokens[${i}]\` to be a string, got ${describeValue(tokens[i])}`);
-    }
-  }
-  return tokens as readonly string[];
-}
-
-function positiveMs(value: unknown, what: string, allowZero: boolean): number {
-  if (typeof value !== 'number') {
-    throw new TypeError(`Expected \`${what}\` to be a number of ms, got ${typeof value}`);
-  }
-  if (!Number.isFinite(value) || value < 0 || (!allowZero && value === 0)) {
-    throw new RangeError(
-      `Expected \`${what}\` to be a ${allowZero ? 'non-negative' : 'positive'} finite number of ms, got ${value}`,
-    );
-  }
-  return value;
 }
 
 class RedisStore implements Store {
@@ -117,16 +113,10 @@ class RedisStore implements Store {
     if (typeof options !== 'object' || options === null) {
       throw new TypeError('Expected redisStore() options to be an object like { client }');
     }
-    for (const key of Object.keys(options)) {
-      if (!['client', 'subscriber', 'prefix', 'timeout', 'pubsub', 'unsafeTestClock'].includes(key)) {
-        throw new TypeError(
-          `Unknown option \`${key}\`; redisStore takes \`client\`, \`subscriber\`, \`prefix\`, \`timeout\` and \`pubsub\``,
-        );
-      }
-    }
+    checkKnownKeys(options, OPTION_NAMES, 'redisStore()');
     this.cmd = detectCommandClient(options.client);
-    this.prefix = validatePrefix(options.prefix ?? 'valve');
-    this.timeout = positiveMs(options.timeout ?? 2000, 'timeout', false);
+    this.prefix = validatePrefix(options.prefix === undefined ? 'valve' : options.prefix);
+    this.timeout = checkTimeout(options.timeout);
     const mode = options.pubsub ?? (this.cmd.cluster ? 'sharded' : 'classic');
     if (mode !== 'classic' && mode !== 'sharded') {
       throw new TypeError(`Expected \`pubsub\` to be 'classic' or 'sharded', got ${String(mode)}`);
@@ -155,12 +145,19 @@ class RedisStore implements Store {
         );
       }
       if (hub.supported) {
-        this.subscribe = (id, onWake) => {
+        this.subscribe = (id, onWake, onStatus) => {
           if (typeof onWake !== 'function') {
-            throw new TypeError(`Expected \`onWake\` to be a function, got ${describeValue(onWake)}`);
+            throw new TypeError(`Expected \`onWake\` to be a function, got ${describe(onWake)}`);
           }
-          return hub.subscribe(this.keysOf(id).wake, onWake);
+          if (onStatus !== undefined && typeof onStatus !== 'function') {
+            throw new TypeError(`Expected \`onStatus\` to be a function, got ${describe(onStatus)}`);
+          }
+          const keys = this.keysOf(id);
+          const probe = (message: string) =>
+            this.run(PROBE, id, [keys.pause], [keys.wake, this.publish, message]);
+          return hub.subscribe(keys.wake, onWake, probe, onStatus);
         };
+        this.listening = (id) => hub.listening(this.keysOf(id).wake);
       }
     }
     const clock = options.unsafeTestClock;
@@ -174,7 +171,14 @@ class RedisStore implements Store {
    * Present only with a subscriber that can deliver wake-ups in this store's pub/sub flavour
    * (a store without one has no subscribe(), like a Store that cannot notify).
    */
-  declare subscribe?: (id: string, onWake: (event: WakeEvent) => void) => () => void;
+  declare subscribe?: (
+    id: string,
+    onWake: (event: WakeEvent) => void,
+    onStatus?: (status: WakeStatus) => void,
+  ) => () => void;
+
+  /** With a subscriber: whether the id's wake-ups are confirmed (see Store.listening). */
+  declare listening?: (id: string) => boolean;
 
   get notifies(): boolean {
     return this.hub?.live ?? false;
@@ -183,7 +187,7 @@ class RedisStore implements Store {
   private keysOf(id: string): IdKeys {
     let keys = this.keys.get(id);
     if (!keys) {
-      keys = idKeys(this.prefix, validateId(id));
+      keys = idKeys(this.prefix, checkId(id));
       if (this.keys.size >= 10_000) this.keys.clear();
       this.keys.set(id, keys);
     }
@@ -232,73 +236,22 @@ class RedisStore implements Store {
   }
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
-    if (typeof request !== 'object' || request === null) {
-      throw new TypeError(`Expected \`request\` to be an object, got ${describeValue(request)}`);
-    }
-    const { rules, costs, count, lease } = request;
-    const keys = this.keysOf(request.id);
-    if (!Array.isArray(rules)) {
-      throw new TypeError(`Expected \`request.rules\` to be an array of rules, got ${describeValue(rules)}`);
-    }
-    if (!Array.isArray(costs)) {
-      throw new TypeError(
-        `Expected \`request.costs\` to be an array of numbers, got ${describeValue(costs)}`,
-      );
-    }
-    if (!Number.isInteger(count) || count < 1 || count > costs.length) {
-      throw new RangeError(
-        `Expected \`request.count\` to be an integer from 1 to costs.length (${costs.length}), got ${describeValue(count)}`,
-      );
-    }
-    let leaseTtlUs = 0;
-    if (lease !== undefined) {
-      if (typeof lease !== 'object' || lease === null) {
-        throw new TypeError(`Expected \`request.lease\` to be { limit, ttl }, got ${describeValue(lease)}`);
-      }
-      if (!Number.isSafeInteger(lease.limit) || lease.limit < 1) {
-        throw new RangeError(
-          `Expected \`request.lease.limit\` to be a positive integer, got ${describeValue(lease.limit)}`,
-        );
-      }
-      leaseTtlUs = Math.max(1, msToUs(positiveMs(lease.ttl, 'request.lease.ttl', false)));
-    }
-    // Distinct rules: a repeated digest is one quota, spent once.
     const distinct: StoreRule[] = [];
-    for (let i = 0; i < rules.length; i++) {
-      const rule = rules[i] as StoreRule;
-      if (typeof rule !== 'object' || rule === null || typeof rule.digest !== 'string') {
-        throw new TypeError(
-          `Expected \`request.rules[${i}]\` to be a normalised StoreRule, got ${describeValue(rule)}`,
-        );
-      }
-      if (!distinct.some((r) => r.digest === rule.digest)) distinct.push(rule);
-    }
-    // Validate every cost before anything is sent: the batch is atomic.
-    for (let j = 0; j < count; j++) {
-      const c = costs[j];
-      if (typeof c !== 'number' || !(c > 0) || c === Number.POSITIVE_INFINITY) {
-        throw new RangeError(
-          `Expected \`request.costs[${j}]\` to be a positive finite number, got ${describeValue(c)}`,
-        );
-      }
-      for (const rule of distinct) {
-        if (c > rule.maxCost) {
-          throw new RangeError(
-            `\`request.costs[${j}]\` (${c}) exceeds the largest cost rule ${rule.label} can ever admit (${rule.maxCost})`,
-          );
-        }
-      }
-    }
+    const m = checkRequest(request, distinct);
+    const { costs, count, lease } = request;
+    const leaseTtlUs = checkLease(lease);
+    const keys = this.keysOf(request.id);
     const keyList = [keys.pause, keys.leases, keys.fence];
     const args = [
       this.clockArg(),
       String(count),
-      String(distinct.length),
+      String(m),
       lease ? String(lease.limit) : '0',
       String(leaseTtlUs),
       lease ? `${this.nonceBase}${(this.nonceSeq++).toString(36)}` : '',
     ];
-    for (const rule of distinct) {
+    for (let r = 0; r < m; r++) {
+      const rule = distinct[r]!;
       keyList.push(keys.rulePrefix + rule.digest);
       args.push(...argsOf(rule));
     }
@@ -346,7 +299,7 @@ class RedisStore implements Store {
 
   async pause(id: string, ms: number): Promise<number> {
     const keys = this.keysOf(id);
-    const us = msToUs(positiveMs(ms, 'ms', true));
+    const us = checkMs(ms, 'ms', true);
     const reply = replyArray(
       await this.run(PAUSE, id, [keys.pause], [this.clockArg(), String(us), keys.wake, this.publish]),
       'pause',
@@ -362,20 +315,35 @@ class RedisStore implements Store {
   async renew(id: string, tokens: readonly string[], ttl: number): Promise<boolean[]> {
     const keys = this.keysOf(id);
     checkTokens(tokens);
-    const us = Math.max(1, msToUs(positiveMs(ttl, 'ttl', false)));
+    const us = checkMs(ttl, 'ttl', false);
     if (tokens.length === 0) return [];
-    const reply = replyArray(
-      await this.run(RENEW, id, [keys.leases, keys.fence], [this.clockArg(), String(us), ...tokens]),
-      'renew',
-    );
-    return tokens.map((_, i) => replyNumber(reply[2 + i], 'renew') === 1);
+    // At most MAX_BATCH tokens per script call: node-redis spreads a call's arguments, which
+    // overflows the stack somewhere above 100 000. Each token's renewal stands alone.
+    const calls: Promise<unknown>[] = [];
+    for (let from = 0; from < tokens.length; from += MAX_BATCH) {
+      const args = [this.clockArg(), String(us)];
+      for (let i = from; i < tokens.length && i < from + MAX_BATCH; i++) args.push(tokens[i]!);
+      calls.push(this.run(RENEW, id, [keys.leases, keys.fence], args));
+    }
+    const replies = await Promise.all(calls);
+    const held = new Array<boolean>(tokens.length);
+    for (let i = 0; i < tokens.length; i++) {
+      const reply = replyArray(replies[Math.floor(i / MAX_BATCH)], 'renew');
+      held[i] = replyNumber(reply[2 + (i % MAX_BATCH)], 'renew') === 1;
+    }
+    return held;
   }
 
   async release(id: string, tokens: readonly string[]): Promise<void> {
     const keys = this.keysOf(id);
     checkTokens(tokens);
-    if (tokens.length === 0) return;
-    await this.run(RELEASE, id, [keys.leases], [keys.wake, this.publish, ...tokens]);
+    const calls: Promise<unknown>[] = [];
+    for (let from = 0; from < tokens.length; from += MAX_BATCH) {
+      const args = [keys.wake, this.publish];
+      for (let i = from; i < tokens.length && i < from + MAX_BATCH; i++) args.push(tokens[i]!);
+      calls.push(this.run(RELEASE, id, [keys.leases], args));
+    }
+    await Promise.all(calls);
   }
 }
 

@@ -9,12 +9,20 @@
  * iovalkey's Cluster cannot do it: then the store does without notifications (`notifies` is
  * false), which is slower to notice but still correct.
  */
-import type { WakeEvent } from '../store.js';
+import { randomBytes } from 'node:crypto';
+import type { WakeEvent, WakeStatus } from '../store.js';
 
 export type PubSubMode = 'classic' | 'sharded';
 
 type Fn = (...args: unknown[]) => unknown;
 type Listener = (event: WakeEvent) => void;
+type StatusListener = (status: WakeStatus) => void;
+/** Publishes `message` on the channel through the store's command connection (probe.lua). */
+export type Probe = (message: string) => Promise<unknown>;
+
+/** First wait for a probe to come back before the subscription is sent again; doubles to the max. */
+const PROBE_WAIT_MIN = 1000;
+const PROBE_WAIT_MAX = 30_000;
 
 function call(target: object, name: string, ...args: unknown[]): unknown {
   const fn = (target as Record<string, unknown>)[name];
@@ -41,8 +49,25 @@ export function parseWake(message: string): WakeEvent | undefined {
 
 interface Channel {
   readonly listeners: Set<Listener>;
+  /** Told when the channel becomes confirmed or stops being so, or its subscription is refused. */
+  readonly statusListeners: Set<StatusListener>;
   /** node-redis calls a listener per channel; kept to unsubscribe it. */
   readonly nodeListener: (message: unknown) => void;
+  /** Publishes a probe on the channel (from the store that subscribed it first). */
+  readonly probe: Probe | undefined;
+  /**
+   * True once a probe published after the last (re)subscription came back on this connection:
+   * the server delivers the channel. False again when the connection drops.
+   */
+  confirmed: boolean;
+  /** The message of the probe in flight ('' when none). */
+  nonce: string;
+  /** Resends the subscription when the probe did not come back in time. */
+  timer: ReturnType<typeof setTimeout> | undefined;
+  /** The current wait for a probe, doubling from PROBE_WAIT_MIN to PROBE_WAIT_MAX. */
+  wait: number;
+  /** A refusal was reported to the status listeners since the channel was last confirmed. */
+  reported: boolean;
 }
 
 /**
@@ -109,6 +134,16 @@ export class WakeHub {
   /** True while wake-ups are being delivered: supported, connected, and no failed subscription. */
   get live(): boolean {
     if (!this.supported || this.failed.size > 0 || this.pending > 0) return false;
+    for (const entry of this.channels.values()) if (!entry.confirmed) return false;
+    return this.connected();
+  }
+
+  /** True while the server delivers `name` to this connection (confirmed by a probe). */
+  listening(name: string): boolean {
+    return this.channels.get(name)?.confirmed === true && this.connected();
+  }
+
+  private connected(): boolean {
     const s = this.sub as Record<string, unknown>;
     if (this.family === 'ioredis') return s.status === 'ready';
     if (typeof s.isReady === 'boolean') return s.isReady;
@@ -135,16 +170,60 @@ export class WakeHub {
     const on = (this.sub as { on?: unknown }).on;
     if (typeof on !== 'function') return;
     call(this.sub, 'on', 'ready', () => {
-      for (const name of this.channels.keys()) {
+      for (const [name, entry] of this.channels) {
+        this.unconfirm(entry);
         if (this.resubscribeAll || this.failed.has(name)) this.send(name, true);
+        // The client resubscribes by itself, but may not have: check with a probe.
+        else this.startProbe(name, entry);
       }
     });
+    const down = () => {
+      for (const entry of this.channels.values()) this.unconfirm(entry);
+    };
+    // ioredis 'close'; node-redis 'end' and 'reconnecting'.
+    for (const event of ['close', 'end', 'reconnecting']) call(this.sub, 'on', event, down);
+  }
+
+  private unconfirm(entry: Channel): void {
+    if (!entry.confirmed) return;
+    entry.confirmed = false;
+    for (const fn of [...entry.statusListeners]) tell(fn, { listening: false });
+  }
+
+  /** Publishes a probe on the channel; resends the subscription when it does not come back. */
+  private startProbe(name: string, entry: Channel): void {
+    if (entry.probe === undefined) return;
+    if (entry.timer !== undefined) clearTimeout(entry.timer);
+    const nonce = `probe:${randomBytes(6).toString('hex')}`;
+    entry.nonce = nonce;
+    entry.probe(nonce).catch(() => {});
+    entry.timer = setTimeout(() => {
+      entry.timer = undefined;
+      if (entry.confirmed || this.channels.get(name) !== entry) return;
+      entry.wait = Math.min(PROBE_WAIT_MAX, entry.wait * 2);
+      this.send(name, true);
+    }, entry.wait);
+    entry.timer.unref?.();
   }
 
   private deliver(channel: string, message: unknown): void {
     const entry = this.channels.get(channel);
     if (!entry) return;
-    const event = parseWake(text(message));
+    const body = text(message);
+    if (body === entry.nonce) {
+      // Our probe came back: the server delivers this channel to this connection.
+      entry.nonce = '';
+      if (entry.timer !== undefined) clearTimeout(entry.timer);
+      entry.timer = undefined;
+      entry.wait = PROBE_WAIT_MIN;
+      if (!entry.confirmed) {
+        entry.confirmed = true;
+        entry.reported = false;
+        for (const fn of [...entry.statusListeners]) tell(fn, { listening: true });
+      }
+      return;
+    }
+    const event = parseWake(body);
     if (!event) return;
     for (const listener of [...entry.listeners]) {
       try {
@@ -181,8 +260,8 @@ export class WakeHub {
         // node-redis delivers per listener: pass the channel's own, to add or remove it.
         result = call(this.sub, command, name, entry?.nodeListener);
       }
-    } catch {
-      if (subscribe) this.failed.add(name);
+    } catch (err) {
+      if (subscribe) this.refused(name, err);
       return;
     }
     if (!subscribe) {
@@ -194,26 +273,65 @@ export class WakeHub {
       () => {
         this.pending--;
         this.failed.delete(name);
+        // The client says subscribed; count it only once a probe comes back.
+        const current = this.channels.get(name);
+        if (current !== undefined && current === entry) this.startProbe(name, current);
       },
-      () => {
+      (err: unknown) => {
         this.pending--;
-        if (this.channels.has(name)) this.failed.add(name);
+        this.refused(name, err);
       },
     );
   }
 
-  /** Adds a listener for a channel; returns the function that removes it. */
-  subscribe(name: string, listener: Listener): () => void {
+  /** A subscribe command failed: retried on the next ready, or after a wait; reported once. */
+  private refused(name: string, err: unknown): void {
+    const entry = this.channels.get(name);
+    if (entry === undefined) return;
+    this.failed.add(name);
+    if (!entry.reported && isRefusal(err)) {
+      entry.reported = true;
+      for (const fn of [...entry.statusListeners]) tell(fn, { listening: false, error: err });
+    }
+    if (entry.timer !== undefined) clearTimeout(entry.timer);
+    entry.timer = setTimeout(() => {
+      entry.timer = undefined;
+      if (this.channels.get(name) !== entry || !this.failed.has(name) || !this.connected()) return;
+      entry.wait = Math.min(PROBE_WAIT_MAX, entry.wait * 2);
+      this.send(name, true);
+    }, entry.wait);
+    entry.timer.unref?.();
+  }
+
+  /**
+   * Adds a listener for a channel; returns the function that removes it. `probe` publishes on
+   * the channel through a command connection; `onStatus` hears when the channel becomes
+   * confirmed, stops being so, or its subscription is refused.
+   */
+  subscribe(name: string, listener: Listener, probe?: Probe, onStatus?: StatusListener): () => void {
     if (!this.supported) return () => {};
     let entry = this.channels.get(name);
     if (!entry) {
-      entry = { listeners: new Set(), nodeListener: (message: unknown) => this.deliver(name, message) };
+      entry = {
+        listeners: new Set(),
+        statusListeners: new Set(),
+        nodeListener: (message: unknown) => this.deliver(name, message),
+        probe,
+        confirmed: false,
+        nonce: '',
+        timer: undefined,
+        wait: PROBE_WAIT_MIN,
+        reported: false,
+      };
       this.channels.set(name, entry);
       entry.listeners.add(listener);
+      if (onStatus) entry.statusListeners.add(onStatus);
       this.send(name, true);
     } else {
       entry.listeners.add(listener);
+      if (onStatus) entry.statusListeners.add(onStatus);
     }
+    const channel = entry;
     let active = true;
     return () => {
       if (!active) return;
@@ -221,11 +339,31 @@ export class WakeHub {
       const current = this.channels.get(name);
       if (!current) return;
       current.listeners.delete(listener);
+      if (onStatus) channel.statusListeners.delete(onStatus);
       if (current.listeners.size === 0) {
+        if (current.timer !== undefined) clearTimeout(current.timer);
         this.send(name, false);
         this.channels.delete(name);
         this.failed.delete(name);
       }
     };
   }
+}
+
+/** Calls a status listener; its failure must not disturb the hub. */
+function tell(fn: StatusListener, status: WakeStatus): void {
+  try {
+    fn(status);
+  } catch {
+    // The listener's own business.
+  }
+}
+
+/** A refusal by the server (e.g. NOPERM from an ACL), not a connection that is down. */
+function isRefusal(err: unknown): boolean {
+  const message = err instanceof Error ? err.message : String(err);
+  return (
+    /NOPERM|ERR|WRONGPASS|NOAUTH/.test(message) &&
+    !/(Stream isn't writeable|closed|offline|ECONN)/i.test(message)
+  );
 }

@@ -1,3 +1,4 @@
+#!lua
 --[[
 acquire.lua: one admission for a batch of queued jobs of one valve id (see docs/architecture.md,
 "The arithmetic"). Checks the shared pause, then grants the longest prefix of jobs that fits
@@ -20,6 +21,12 @@ ARGV[7+3m]   the cost of every job when all n are equal (one cost, n jobs: the f
              computed arithmetically), or "" when they differ
 ARGV[8+3m..7+3m+n]        when ARGV[7+3m] is "": the cost of each job, in queue order
 
+Flags (#!lua, no allow-oom): under maxmemory with noeviction the server refuses the whole
+call with OOM before it runs, so nothing is ever half-written.
+Errors: "VALVE_CORRUPT_STATE <key> ..." when a key holds what valve never writes (a pause,
+tat, window count or fence that is malformed, negative, non-finite or beyond what the rule
+allows, or a lease expiring further ahead than any ttl): valve refuses to guess.
+
 Reply: { granted, retryAfterUs, blocked, pausedUntilUs, nowUs, leaseExpiresUs,
          token_1, fence_1, ..., token_granted, fence_granted }
   blocked: 0 whole batch granted, 1 pause, 2 rate, 3 concurrency
@@ -28,10 +35,26 @@ Reply: { granted, retryAfterUs, blocked, pausedUntilUs, nowUs, leaseExpiresUs,
   leaseExpiresUs: expiry of the leases granted in this call, 0 without leases
 ]]
 
--- The hot path: no closures (lib/common.lua is not included, its helpers are inlined), one
--- scratch table, every ARGV converted once.
+-- The hot path: one closure (the error below, for corrupt state), no lib/common.lua (its
+-- helpers are inlined), one scratch table, every ARGV converted once.
 if redis.replicate_commands then
   redis.replicate_commands()
+end
+
+-- The farthest ahead of the clock valve ever writes a time (365 days), plus a day of slack
+-- for a clock step (e.g. a failover to a replica whose clock is behind).
+local AHEAD = 366 * 86400000000
+local function corrupt(key, raw, expected)
+  return redis.error_reply('VALVE_CORRUPT_STATE ' .. key .. ' holds ' .. string.format('%q', string.sub(raw, 1, 64)) ..
+    ', not ' .. expected .. ' (valve never writes that; something else did): delete the key')
+end
+-- A string key's value (false when missing); an error reply naming the key when it is no string.
+local function read(key)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then
+    return nil, corrupt(key, 'a value of another type', 'a string')
+  end
+  return raw
 end
 
 local floor, ceil = math.floor, math.ceil
@@ -46,9 +69,15 @@ else
 end
 
 -- The shared pause (epoch ms with 3 decimals -> µs).
-local paused = redis.call('GET', KEYS[1])
+local paused, bad = read(KEYS[1])
+if bad then
+  return bad
+end
 if paused then
-  local until_us = floor(tonumber(paused) * 1000 + 0.5)
+  local until_us = string.find(paused, '^%d+%.?%d*$') and floor(tonumber(paused) * 1000 + 0.5)
+  if not until_us or until_us > now + AHEAD then
+    return corrupt(KEYS[1], paused, 'a pause end in epoch ms at most 365 days ahead')
+  end
   if until_us > now then
     return { 0, until_us - now, 1, until_us, now, 0 }
   end
@@ -59,11 +88,34 @@ local m = tonumber(ARGV[3])
 local lease_limit = tonumber(ARGV[4])
 local shared = ARGV[7 + 3 * m]
 
--- Leases: purge expired ones; `free` slots (n, i.e. never binding, without leases).
+-- Leases: purge expired ones; `free` slots (n, i.e. never binding, without leases). The last
+-- fencing number is read (and checked) here, before anything is spent.
 local free = n
+local last_fence = 0
 if lease_limit > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d.%03d', floor(now / 1000), now % 1000))
+  local raw_fence, bad_fence = read(KEYS[3])
+  if bad_fence then
+    return bad_fence
+  end
+  if raw_fence then
+    last_fence = string.find(raw_fence, '^%d+$') and tonumber(raw_fence)
+    if not last_fence or last_fence > now + AHEAD then
+      return corrupt(KEYS[3], raw_fence, 'a fencing number (an integer near the clock in µs)')
+    end
+  end
+  local purged = redis.pcall('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d.%03d', floor(now / 1000), now % 1000))
+  if type(purged) == 'table' then
+    return corrupt(KEYS[2], 'a value of another type', 'a sorted set')
+  end
   free = lease_limit - redis.call('ZCARD', KEYS[2])
+  if free < lease_limit then
+    -- Every lease left expires after now; the latest no further ahead than any ttl.
+    local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    local exp = tonumber(latest[2])
+    if not exp or exp * 1000 > now + AHEAD then
+      return corrupt(KEYS[2], latest[1] .. ' ' .. latest[2], 'lease expiries in epoch ms at most 365 days ahead')
+    end
+  end
 end
 
 -- Rule state, read once. Per rule r, at q = 5(r-1): st[q+1] true for GCRA; st[q+2] emissionUs
@@ -82,17 +134,26 @@ if shared ~= '' then
     local base = 4 + 3 * r
     local x = tonumber(ARGV[base + 1])
     local y = tonumber(ARGV[base + 2])
-    local raw = redis.call('GET', KEYS[3 + r])
+    local raw, bad_rule = read(KEYS[3 + r])
+    if bad_rule then
+      return bad_rule
+    end
     local q = 5 * (r - 1)
     st[q + 2] = x
     local fit, w
     if ARGV[base] == 'g' then
       -- Missing or past state means tat = now. Job j fits iff tat + j·inc − now ≤ capacity.
-      local tat = raw and tonumber(raw) or now
+      local cap = y * x
+      local tat = now
+      if raw then
+        tat = string.find(raw, '^%d+$') and tonumber(raw)
+        if not tat or tat > now + cap + 86400000000 then
+          return corrupt(KEYS[3 + r], raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
+        end
+      end
       if tat < now then
         tat = now
       end
-      local cap = y * x
       local inc = ceil(c * x)
       fit = floor((cap - (tat - now)) / inc)
       if fit < 0 then
@@ -121,9 +182,12 @@ if shared ~= '' then
       end
       local count = 0
       if raw then
-        local sk, sc = string.match(raw, '^(%-?%d+):(.+)$')
+        local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
+        if not sk or tonumber(sc) > y then
+          return corrupt(KEYS[3 + r], raw, '"<window>:<count>" with a count from 0 to the limit')
+        end
         -- A state of another window counts as 0.
-        if sk and tonumber(sk) == k then
+        if tonumber(sk) == k then
           count = tonumber(sc)
         end
       end
@@ -202,11 +266,20 @@ else
     local base = 4 + 3 * r
     local x = tonumber(ARGV[base + 1])
     local y = tonumber(ARGV[base + 2])
-    local raw = redis.call('GET', KEYS[3 + r])
+    local raw, bad_rule = read(KEYS[3 + r])
+    if bad_rule then
+      return bad_rule
+    end
     local q = 5 * (r - 1)
     st[q + 2] = x
     if ARGV[base] == 'g' then
-      local tat = raw and tonumber(raw) or now
+      local tat = now
+      if raw then
+        tat = string.find(raw, '^%d+$') and tonumber(raw)
+        if not tat or tat > now + y * x + 86400000000 then
+          return corrupt(KEYS[3 + r], raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
+        end
+      end
       if tat < now then
         tat = now
       end
@@ -220,8 +293,11 @@ else
       end
       local count = 0
       if raw then
-        local sk, sc = string.match(raw, '^(%-?%d+):(.+)$')
-        if sk and tonumber(sk) == k then
+        local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
+        if not sk or tonumber(sc) > y then
+          return corrupt(KEYS[3 + r], raw, '"<window>:<count>" with a count from 0 to the limit')
+        end
+        if tonumber(sk) == k then
           count = tonumber(sc)
         end
       end
@@ -301,7 +377,7 @@ if granted > 0 then
     local nonce = ARGV[6]
     -- The fencing number only grows: one more than the last, and never below the clock in µs,
     -- so it keeps growing even after the fence key expired or was lost.
-    local fence = tonumber(redis.call('GET', KEYS[3]) or '0')
+    local fence = last_fence
     local at = 6
     for _ = 1, granted do
       fence = fence + 1

@@ -1,3 +1,4 @@
+#!lua
 --[[
 pause.lua: extends the shared pause of one valve id to at least now + ms (never shortens it)
 and, when it was extended, publishes "pause:<until ms>" on the id's wake channel.
@@ -7,6 +8,9 @@ ARGV[1]  "" (use Redis TIME), or the time in µs (test-only virtual clock)
 ARGV[2]  the pause's length in µs (integer, > 0)
 ARGV[3]  the wake channel, <prefix>:{<id>}:wake
 ARGV[4]  publish mode: "p" PUBLISH, "s" SPUBLISH, "" none
+
+Flags (#!lua, no allow-oom): refused whole under OOM (maxmemory, noeviction).
+Errors: "VALVE_CORRUPT_STATE <key> ..." when the pause key holds what valve never writes.
 
 Reply: { pausedUntilUs, nowUs }, the pause's end after this call (epoch µs) and the store's clock
 ]]
@@ -19,9 +23,15 @@ local now = now_us(clock)
 local wanted = now + tonumber(ARGV[2])
 
 local current = 0
-local raw = redis.call('GET', KEYS[1])
+local raw = redis.pcall('GET', KEYS[1])
+if type(raw) == 'table' then
+  return corrupt(KEYS[1], 'a value of another type', 'a string')
+end
 if raw then
-  current = ms_str_to_us(raw)
+  current = stored_ms_to_us(raw, now)
+  if not current then
+    return corrupt(KEYS[1], raw, 'a pause end in epoch ms at most 365 days ahead')
+  end
 end
 if current >= wanted then
   return { current, now }

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
 resume.lua: deletes the shared pause of one valve id and publishes "resume" on its wake channel
 (always, so that a process still caching a pause that was lost or expired wakes too).
@@ -5,6 +6,8 @@ resume.lua: deletes the shared pause of one valve id and publishes "resume" on i
 KEYS[1]  <prefix>:{<id>}:pause   string, pausedUntil (epoch ms, 3 decimals)
 ARGV[1]  the wake channel, <prefix>:{<id>}:wake
 ARGV[2]  publish mode: "p" PUBLISH, "s" SPUBLISH, "" none
+
+Flags: allow-oom, it only deletes (which frees memory), so it runs even when Redis is full.
 
 Reply: 1 when a pause was deleted, else 0
 ]]

@@ -49,6 +49,29 @@ local function ttl_ms(us, testing)
   return ms
 end
 
+-- The farthest ahead of the clock valve ever writes a time (365 days), plus a day of slack
+-- for a clock step (e.g. a failover to a replica whose clock is behind).
+local AHEAD = 366 * 86400000000
+
+-- The error reply for a key holding what valve never writes: it names the key.
+local function corrupt(key, raw, expected)
+  return redis.error_reply('VALVE_CORRUPT_STATE ' .. key .. ' holds ' .. string.format('%q', string.sub(raw, 1, 64)) ..
+    ', not ' .. expected .. ' (valve never writes that; something else did): delete the key')
+end
+
+-- A stored time (epoch ms, up to 3 decimals, as us_to_ms_str writes it) in µs, or nil when it
+-- is malformed or further ahead of `now` than valve ever writes.
+local function stored_ms_to_us(raw, now)
+  if not string.find(raw, '^%d+%.?%d*$') then
+    return nil
+  end
+  local us = math.floor(tonumber(raw) * 1000 + 0.5)
+  if us > now + AHEAD then
+    return nil
+  end
+  return us
+end
+
 -- Wake-up notification on the id's channel: 'p' PUBLISH, 's' SPUBLISH (cluster), '' none.
 local function notify(mode, channel, message)
   if mode == 's' then

@@ -1,0 +1,164 @@
+/**
+ * Providers played by real server-side rate limiters from npm, on loopback (port 0), for tests and
+ * benchmarks that measure what share of a provider's quota a client-side limiter gets:
+ *
+ * - `express`: express 5 + express-rate-limit (its default in-memory store: a fixed window per client
+ *   that opens at the client's first request), with the standard `RateLimit`/`RateLimit-Policy`
+ *   fields (draft 8 by default) and the legacy `X-RateLimit-*` headers, as its users set them.
+ * - `fastify`: fastify 5 + @fastify/rate-limit (its local store, a window per client from the first
+ *   request), with its default `x-ratelimit-*` headers and `retry-after` on 429.
+ * - `sliding-log`: a plain node:http server that allows `limit` requests in any `windowMs` (an
+ *   exact log of arrivals) and answers 429 with `Retry-After` (whole seconds, rounded up) beyond.
+ *
+ * Every server logs each request (arrival on `performance.timeOrigin + performance.now()`, status).
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export type RealLimiterKind = 'express' | 'fastify' | 'sliding-log';
+
+export interface RealLimiterOptions {
+  readonly limit: number;
+  readonly windowMs: number;
+  /** express only: the draft of the standard headers (default 'draft-8'). */
+  readonly standardHeaders?: 'draft-6' | 'draft-7' | 'draft-8';
+}
+
+export interface LoggedRequest {
+  /** Epoch ms of the request's arrival. */
+  readonly t: number;
+  readonly status: number;
+}
+
+export interface RealLimiter {
+  readonly kind: RealLimiterKind;
+  readonly url: string;
+  readonly log: LoggedRequest[];
+  stop(): Promise<void>;
+}
+
+const nowMs = (): number => performance.timeOrigin + performance.now();
+
+function listen(server: Server): Promise<string> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo;
+      resolve(`http://127.0.0.1:${port}`);
+    });
+  });
+}
+
+function close(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    server.closeAllConnections?.();
+    server.close(() => resolve());
+  });
+}
+
+async function startExpress(o: RealLimiterOptions, log: LoggedRequest[]): Promise<RealLimiter> {
+  const { default: express } = await import('express');
+  const { rateLimit } = await import('express-rate-limit');
+  const app = express();
+  app.use((_req, res, next) => {
+    const t = nowMs();
+    res.on('finish', () => log.push({ t, status: res.statusCode }));
+    next();
+  });
+  app.use(
+    rateLimit({
+      windowMs: o.windowMs,
+      limit: o.limit,
+      standardHeaders: o.standardHeaders ?? 'draft-8',
+      legacyHeaders: true,
+      // Every request comes from 127.0.0.1: one client, one budget, as one credential would be.
+      keyGenerator: () => 'credential',
+    }),
+  );
+  app.get('/{*path}', (_req, res) => {
+    res.json({ ok: true });
+  });
+  const server = createServer(app);
+  const url = await listen(server);
+  return { kind: 'express', url, log, stop: () => close(server) };
+}
+
+async function startFastify(o: RealLimiterOptions, log: LoggedRequest[]): Promise<RealLimiter> {
+  const { default: Fastify } = await import('fastify');
+  const { default: rateLimit } = await import('@fastify/rate-limit');
+  const app = Fastify({ logger: false });
+  app.addHook('onRequest', async (request) => {
+    (request as unknown as { arrival: number }).arrival = nowMs();
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    log.push({ t: (request as unknown as { arrival: number }).arrival, status: reply.statusCode });
+  });
+  await app.register(rateLimit, {
+    max: o.limit,
+    timeWindow: o.windowMs,
+    keyGenerator: () => 'credential',
+  });
+  app.get('/*', async () => ({ ok: true }));
+  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  return {
+    kind: 'fastify',
+    url,
+    log,
+    stop: async () => {
+      await app.close();
+    },
+  };
+}
+
+async function startSlidingLog(o: RealLimiterOptions, log: LoggedRequest[]): Promise<RealLimiter> {
+  // Arrivals admitted in the last windowMs, oldest first (a ring would do; the runs are small).
+  const admitted: number[] = [];
+  let head = 0;
+  const server = createServer((_req, res) => {
+    const t = nowMs();
+    while (head < admitted.length && admitted[head]! <= t - o.windowMs) head++;
+    const used = admitted.length - head;
+    if (used < o.limit) {
+      admitted.push(t);
+      log.push({ t, status: 200 });
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{"ok":true}');
+      return;
+    }
+    const retryMs = admitted[head]! + o.windowMs - t;
+    log.push({ t, status: 429 });
+    res.writeHead(429, {
+      'content-type': 'application/json',
+      'retry-after': String(Math.ceil(retryMs / 1000)),
+    });
+    res.end('{"error":"rate limited"}');
+  });
+  const url = await listen(server);
+  return { kind: 'sliding-log', url, log, stop: () => close(server) };
+}
+
+/** Starts one provider played by a real server-side limiter. */
+export async function startRealLimiter(
+  kind: RealLimiterKind,
+  options: RealLimiterOptions,
+): Promise<RealLimiter> {
+  const log: LoggedRequest[] = [];
+  if (kind === 'express') return startExpress(options, log);
+  if (kind === 'fastify') return startFastify(options, log);
+  return startSlidingLog(options, log);
+}
+
+/**
+ * The share of the provider's sustained quota that the successful requests used: successes over
+ * what `limit` per `windowMs` allows from the first request to one emission interval after the last
+ * success. An exact client spacing its requests evenly scores 100 %; a fixed-window provider can
+ * score a little above over a short run (its windows let the first and last ones be full at once).
+ */
+export function quotaShare(log: readonly LoggedRequest[], limit: number, windowMs: number): number {
+  const ok = log.filter((r) => r.status < 400);
+  if (ok.length === 0) return 0;
+  const first = Math.min(...log.map((r) => r.t));
+  const last = Math.max(...ok.map((r) => r.t));
+  const span = last - first + windowMs / limit;
+  return ok.length / ((limit * span) / windowMs);
+}

@@ -1,0 +1,420 @@
+/**
+ * redisStore against hostile state and a hostile server: keys holding what valve never writes
+ * (every key type), rules at the validation bounds, an out-of-memory server. Real servers.
+ */
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { isValveError } from '../../src/errors.js';
+import { createValve } from '../../src/index.js';
+import { normalizeRule } from '../../src/rules/rule.js';
+import { MAX_BATCH } from '../../src/stores/checks.js';
+import { redisStore } from '../../src/stores/redis/index.js';
+import type { Store } from '../../src/stores/store.js';
+import { type RedisServer, startRedis } from '../helpers/servers.js';
+import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { CLIENT_FAMILIES, type Connected, connectClient } from '../multiprocess/redis-clients.js';
+
+type IORedis = import('ioredis').Redis;
+
+const gcra = normalizeRule({ limit: 10, interval: '1s', burst: 2 }, 'rules[0]');
+const window = normalizeRule({ limit: 10, interval: '1h', algorithm: 'fixed-window' }, 'rules[1]');
+
+describe('keys holding what valve never writes: an error naming the key, never a silent answer', () => {
+  let c: Connected;
+  beforeAll(async () => {
+    c = await connectClient('ioredis', sharedRedis());
+  });
+  afterAll(async () => {
+    await c?.close();
+  });
+  const redis = () => c.client as IORedis;
+
+  async function setup() {
+    const prefix = uniquePrefix('corrupt');
+    const store = redisStore({ client: c.client, prefix });
+    const id = 'bad';
+    const key = (suffix: string) => `${prefix}:{${id}}:${suffix}`;
+    return { store, id, key };
+  }
+  const corrupt = (key: string) =>
+    new RegExp(`VALVE_CORRUPT_STATE ${key.replace(/[{}[\]().*+?^$|\\]/g, '\\$&')} holds`);
+
+  for (const value of ['inf', '1e999', 'nan', '-5', 'abc', '', '12.5', '99999999999999999999']) {
+    it(`a GCRA rule key holding ${JSON.stringify(value)}`, async () => {
+      const { store, id, key } = await setup();
+      const k = key(`r:${gcra.digest}`);
+      await redis().set(k, value, 'PX', 60_000);
+      // Both script paths: equal costs, and mixed costs.
+      await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+      await expect(store.acquire({ id, rules: [gcra], costs: [1, 2], count: 2 })).rejects.toThrow(corrupt(k));
+      expect(await redis().get(k)).toBe(value);
+    });
+  }
+
+  it('a GCRA state far beyond its burst tolerance (more than a day of clock slack)', async () => {
+    const { store, id, key } = await setup();
+    const k = key(`r:${gcra.digest}`);
+    const nowUs = Date.now() * 1000;
+    await redis().set(k, String(nowUs + 200_000 + 2 * 86_400_000_000), 'PX', 60_000);
+    await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+    // Within the tolerance (an honest state) it answers with a wait.
+    await redis().set(k, String(nowUs + 150_000), 'PX', 60_000);
+    const r = await store.acquire({ id, rules: [gcra], costs: [1], count: 1 });
+    expect(r.blocked).toBe('rate');
+  });
+
+  for (const count of ['-5', 'inf', '11', 'x', '1e3']) {
+    it(`a fixed-window key holding a count of ${JSON.stringify(count)} (limit 10)`, async () => {
+      const { store, id, key } = await setup();
+      const k = key(`r:${window.digest}`);
+      const index = Math.floor((Date.now() * 1000) / window.intervalUs);
+      await redis().set(k, `${index}:${count}`, 'PX', 60_000);
+      await expect(store.acquire({ id, rules: [window], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+      await expect(store.acquire({ id, rules: [window], costs: [1, 2], count: 2 })).rejects.toThrow(
+        corrupt(k),
+      );
+    });
+  }
+
+  it('a rule key of another type', async () => {
+    const { store, id, key } = await setup();
+    const k = key(`r:${gcra.digest}`);
+    await redis().zadd(k, 1, 'x');
+    await redis().pexpire(k, 60_000);
+    await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+  });
+
+  for (const value of ['1e999', 'inf', 'abc', '-1', String(Date.now() + 400 * 86_400_000)]) {
+    it(`a pause key holding ${JSON.stringify(value)}`, async () => {
+      const { store, id, key } = await setup();
+      const k = key('pause');
+      await redis().set(k, value, 'PX', 60_000);
+      await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+      await expect(store.pause(id, 1000)).rejects.toThrow(corrupt(k));
+      // resume deletes whatever is there: the way out.
+      await store.resume(id);
+      expect((await store.acquire({ id, rules: [gcra], costs: [1], count: 1 })).granted).toBe(1);
+    });
+  }
+
+  for (const value of ['abc', '1e999', '-1', '12.5']) {
+    it(`a fence key holding ${JSON.stringify(value)}: refused before anything is spent`, async () => {
+      const { store, id, key } = await setup();
+      const k = key('fence');
+      await redis().set(k, value, 'PX', 60_000);
+      const lease = { limit: 2, ttl: 5000 };
+      await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1, lease })).rejects.toThrow(
+        corrupt(k),
+      );
+      // Nothing was spent: neither the rule nor a lease.
+      expect(await redis().exists(key(`r:${gcra.digest}`), key('leases'))).toBe(0);
+    });
+  }
+
+  it('a lease expiring at +inf or years ahead, and a leases key of another type', async () => {
+    const { store, id, key } = await setup();
+    const k = key('leases');
+    const lease = { limit: 5, ttl: 5000 };
+    await redis().zadd(k, 'inf', 'forever');
+    await redis().pexpire(k, 60_000);
+    await expect(store.acquire({ id, rules: [], costs: [1], count: 1, lease })).rejects.toThrow(corrupt(k));
+    await redis().zadd(k, String(Date.now() + 3 * 365 * 86_400_000), 'forever');
+    await expect(store.acquire({ id, rules: [], costs: [1], count: 1, lease })).rejects.toThrow(corrupt(k));
+    await expect(store.renew(id, ['forever'], 1000)).rejects.toThrow(corrupt(k));
+    await redis().del(k);
+    await redis().set(k, 'x', 'PX', 60_000);
+    await expect(store.acquire({ id, rules: [], costs: [1], count: 1, lease })).rejects.toThrow(corrupt(k));
+    await expect(store.renew(id, ['t'], 1000)).rejects.toThrow(corrupt(k));
+    await expect(store.release(id, ['t'])).rejects.toThrow(corrupt(k));
+  });
+});
+
+describe('rules at the validation bounds', () => {
+  it('refuses what the scripts could not compute exactly, naming the option', () => {
+    // The case that over-admitted: 1e6 units of burst on a yearly rule pushed the state past 2^63 µs.
+    expect(() => normalizeRule({ limit: 1, interval: '365d', burst: 1e6 }, 'rules[0]')).toThrow(RangeError);
+    expect(() => normalizeRule({ limit: 1, interval: '365d', burst: 2 }, 'rules[0]')).toThrow(
+      /`rules\[0\].burst` × interval \/ limit.*at most 365 days/,
+    );
+    expect(() => normalizeRule({ limit: 1e15 + 1, interval: '1s' }, 'rules[0]')).toThrow(
+      /`rules\[0\].limit` to be at most 1000000000000000/,
+    );
+    expect(() => normalizeRule({ limit: 1, interval: '366d' }, 'rules[0]')).toThrow(/`rules\[0\].interval`/);
+    // The extremes themselves are accepted.
+    expect(normalizeRule({ limit: 1, interval: '365d', burst: 1 }, 'r').emissionUs).toBe(31_536_000_000_000);
+    expect(normalizeRule({ limit: 1e15, interval: '1ms', burst: 31_536_000_000_000 }, 'r').maxCost).toBe(
+      31_536_000_000_000,
+    );
+    expect(normalizeRule({ limit: 1e15, interval: '365d', algorithm: 'fixed-window' }, 'r').maxCost).toBe(
+      1e15,
+    );
+  });
+
+  it('a yearly rule spent by one job of its largest cost refuses the next on Redis (no overflow)', async () => {
+    const c = await connectClient('ioredis', sharedRedis());
+    try {
+      const store = redisStore({ client: c.client, prefix: uniquePrefix('extreme') });
+      const year = normalizeRule({ limit: 10, interval: '365d', burst: 10 }, 'r');
+      expect((await store.acquire({ id: 'y', rules: [year], costs: [10], count: 1 })).granted).toBe(1);
+      const next = await store.acquire({ id: 'y', rules: [year], costs: [1], count: 1 });
+      expect(next.granted).toBe(0);
+      expect(next.retryAfter).toBeGreaterThan(36 * 86_400_000 - 1000);
+      const huge = normalizeRule({ limit: 1e15, interval: '1ms', burst: 31_536_000_000_000 }, 'r');
+      const a = await store.acquire({ id: 'z', rules: [huge], costs: [31_536_000_000_000, 1], count: 2 });
+      expect(a.granted).toBe(1);
+      expect(a.retryAfter).toBeGreaterThan(0);
+      expect(Number.isSafeInteger(Math.round(a.retryAfter * 1000))).toBe(true);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe('an out-of-memory server (maxmemory, noeviction): scripts fail before their first write', () => {
+  for (const kind of ['redis', 'valkey'] as const) {
+    describe(kind, () => {
+      let server: RedisServer;
+      let c: Connected;
+      let prefix: string;
+      let store: Store;
+      const lease = { limit: 5, ttl: 30_000 };
+      const leaseKey = () => `${prefix}:{oom}:leases`;
+      beforeAll(async () => {
+        server = await startRedis({ kind, args: ['--maxmemory', '4mb', '--maxmemory-policy', 'noeviction'] });
+        c = await connectClient('ioredis', server);
+        prefix = uniquePrefix('oom');
+        store = redisStore({ client: c.client, prefix });
+        // Load the scripts and take a lease while there is memory: later calls go by EVALSHA.
+        const first = await store.acquire({ id: 'oom', rules: [gcra], costs: [1], count: 1, lease });
+        expect(first.granted).toBe(1);
+        await store.pause('other', 1);
+        await store.renew('oom', [first.leases![0]!.token], 30_000);
+        await store.resume('other');
+        // Fill the server until it refuses writes, then set maxmemory well below what it uses,
+        // so that freed buffers cannot bring it back under the limit during the tests.
+        const junk = 'x'.repeat(64 * 1024);
+        let refused = false;
+        for (let i = 0; i < 1000 && !refused; i++) {
+          try {
+            await (c.client as IORedis).set(`${prefix}:junk:${i}`, junk);
+          } catch (err) {
+            expect(String(err)).toMatch(/OOM/);
+            refused = true;
+          }
+        }
+        if (!refused) throw new Error('the server never ran out of memory');
+        const info = String(await server.command(['INFO', 'memory']));
+        const used = Number(/^used_memory:(\d+)/m.exec(info)?.[1]);
+        await server.command(['CONFIG', 'SET', 'maxmemory', String(used - 512 * 1024)]);
+      }, 30_000);
+      afterAll(async () => {
+        await c?.close();
+        await server?.stop();
+      });
+
+      it('acquire (with and without leases), pause and renew are refused whole with OOM (EVALSHA)', async () => {
+        const before = await (c.client as IORedis).zcard(leaseKey());
+        await expect(
+          store.acquire({ id: 'oom', rules: [gcra], costs: [1], count: 1, lease }),
+        ).rejects.toThrow(/OOM/);
+        await expect(store.acquire({ id: 'oom2', rules: [], costs: [1], count: 1, lease })).rejects.toThrow(
+          /OOM/,
+        );
+        await expect(store.acquire({ id: 'oom3', rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(
+          /OOM/,
+        );
+        await expect(store.pause('oom', 1000)).rejects.toThrow(/OOM/);
+        await expect(store.renew('oom', ['t'], 1000)).rejects.toThrow(/OOM/);
+        // Nothing was written: no lease, no key for the new ids.
+        expect(await (c.client as IORedis).zcard(leaseKey())).toBe(before);
+        expect(await (c.client as IORedis).exists(`${prefix}:{oom2}:leases`, `${prefix}:{oom2}:fence`)).toBe(
+          0,
+        );
+        // release and resume only delete: they still run, and free what they can.
+        await store.release('oom', ['unknown']);
+        await store.resume('oom');
+      });
+
+      it('the same after the script cache was flushed (EVAL)', async () => {
+        await server.command(['SCRIPT', 'FLUSH']);
+        await expect(
+          store.acquire({ id: 'oom', rules: [gcra], costs: [1], count: 1, lease }),
+        ).rejects.toThrow(/OOM/);
+        await expect(store.acquire({ id: 'oom3', rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(
+          /OOM/,
+        );
+      });
+
+      it('a global-concurrency valve fails with STORE_UNAVAILABLE like a plain valve, and starts nothing', async () => {
+        let started = 0;
+        for (const concurrency of [undefined, { limit: 3, scope: 'global' as const }]) {
+          const valve = createValve({
+            id: concurrency ? 'oom-global' : 'oom-plain',
+            rules: { limit: 100, interval: '1s' },
+            store,
+            onStoreError: 'throw',
+            ...(concurrency ? { concurrency } : {}),
+          });
+          valve.on('store-error', () => {});
+          const error = await valve.run(() => started++).catch((err: unknown) => err);
+          expect(isValveError(error, 'STORE_UNAVAILABLE'), String(error)).toBe(true);
+          expect(String((error as Error).cause)).toMatch(/OOM/);
+          await valve.close();
+        }
+        expect(started).toBe(0);
+        expect(await (c.client as IORedis).exists(`${prefix}:{oom-global}:leases`)).toBe(0);
+      });
+    });
+  }
+});
+
+describe(`a batch at the cap (${MAX_BATCH} jobs of mixed costs) on every client family`, () => {
+  for (const family of CLIENT_FAMILIES) {
+    it(family, async () => {
+      const c = await connectClient(family, sharedRedis());
+      try {
+        const store = redisStore({ client: c.client, prefix: uniquePrefix('cap') });
+        const rule = normalizeRule({ limit: 1_000_000, interval: '1h', burst: 10_000 }, 'r');
+        const costs = Array.from({ length: MAX_BATCH }, (_, i) => 1 + (i % 3));
+        const r = await store.acquire({
+          id: 'cap',
+          rules: [rule],
+          costs,
+          count: MAX_BATCH,
+          lease: { limit: MAX_BATCH, ttl: 30_000 },
+        });
+        expect(r.granted).toBe(MAX_BATCH);
+        expect(r.leases).toHaveLength(MAX_BATCH);
+        const tokens = r.leases!.map((l) => l.token);
+        // Renewal and release carry one argument per running job: far more than a call could
+        // spread (200 000 arguments overflow V8's stack in a spread call).
+        const many = tokens.concat(Array.from({ length: 200_000 }, (_, i) => `gone.${i}`));
+        const held = await store.renew('cap', many, 30_000);
+        expect(held.filter(Boolean)).toHaveLength(MAX_BATCH);
+        await store.release('cap', many);
+        const after = await store.acquire({
+          id: 'cap',
+          rules: [],
+          costs: [1],
+          count: 1,
+          lease: { limit: 1, ttl: 1000 },
+        });
+        expect(after.granted).toBe(1);
+      } finally {
+        await c.close();
+      }
+    }, 30_000);
+  }
+});
+
+describe('wake-ups count only once the server confirmed them', () => {
+  it('ioredis: a SUBSCRIBE sent between TCP connect and ready is retried until a probe comes back', async () => {
+    const { Redis } = await import('ioredis');
+    const { host, port } = sharedRedis();
+    const publisher = await connectClient('ioredis', { host, port });
+    const client = new Redis({ host, port });
+    const subscriber = new Redis({ host, port });
+    client.on('error', () => {});
+    subscriber.on('error', () => {});
+    try {
+      const prefix = uniquePrefix('gap');
+      const events: string[] = [];
+      const statuses: boolean[] = [];
+      let store: Store | undefined;
+      // The first subscription lands in the gap ioredis 5.11 drops.
+      subscriber.once('connect', () => {
+        store = redisStore({ client, subscriber, prefix });
+        store.subscribe!(
+          'gap',
+          (e) => events.push(e.type),
+          (s) => statuses.push(s.listening),
+        );
+      });
+      await waitFor(() => store !== undefined && store.listening!('gap') === true, 10_000);
+      expect(store!.notifies).toBe(true);
+      expect(statuses).toContain(true);
+      const other = redisStore({ client: publisher.client, prefix });
+      await other.pause('gap', 1000);
+      await waitFor(() => events.includes('pause'), 5000);
+    } finally {
+      client.disconnect();
+      subscriber.disconnect();
+      await publisher.close();
+    }
+  }, 20_000);
+
+  it('an ACL that refuses SUBSCRIBE is reported once, and the id is not listening', async () => {
+    const user = {
+      name: 'nosub',
+      password: 'pw',
+      rules: ['~*', '&*', '+@all', '-subscribe', '-ssubscribe'],
+    };
+    const server = await startRedis({ aclUser: user });
+    const c = await connectClient('ioredis', {
+      host: server.host,
+      port: server.port,
+      username: 'nosub',
+      password: 'pw',
+    });
+    try {
+      const store = redisStore({ client: c.client, subscriber: c.subscriber, prefix: uniquePrefix('acl') });
+      const statuses: { listening: boolean; error?: unknown }[] = [];
+      store.subscribe!(
+        'acl',
+        () => {},
+        (s) => statuses.push(s),
+      );
+      await waitFor(() => statuses.length > 0, 5000);
+      await new Promise((r) => setTimeout(r, 2500)); // a retry or two happen meanwhile
+      expect(statuses).toHaveLength(1);
+      expect(statuses[0]!.listening).toBe(false);
+      expect(String(statuses[0]!.error)).toMatch(/NOPERM/);
+      expect(store.listening!('acl')).toBe(false);
+      expect(store.notifies).toBe(false);
+    } finally {
+      await c.close();
+      await server.stop();
+    }
+  }, 20_000);
+});
+
+async function waitFor(check: () => boolean, timeoutMs: number): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > end) throw new Error('timed out waiting for a condition');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe("the store's clock is the server's TIME", () => {
+  it('two clients whose clocks are skewed by +10 and -10 minutes share one budget on the server clock', async () => {
+    const a = await connectClient('ioredis', sharedRedis());
+    const b = await connectClient('redis', sharedRedis());
+    // Only Date is faked: sockets and timers stay real.
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      const real = () => performance.timeOrigin + performance.now();
+      const prefix = uniquePrefix('skew');
+      const stores = [redisStore({ client: a.client, prefix }), redisStore({ client: b.client, prefix })];
+      const rule = normalizeRule({ limit: 10, interval: '1s' }, 'r'); // 100 ms apart
+      const grants: number[] = [];
+      for (let i = 0; i < 40 && grants.length < 8; i++) {
+        vi.setSystemTime(real() + (i % 2 === 0 ? 600_000 : -600_000));
+        expect(Math.abs(Date.now() - real())).toBeGreaterThan(590_000);
+        const r = await stores[i % 2]!.acquire({ id: 'skew', rules: [rule], costs: [1], count: 1 });
+        // Answers are on the server's clock (this machine's real time), not the client's.
+        expect(Math.abs(r.now - real())).toBeLessThan(5000);
+        // A client 10 minutes behind is not told to wait 20 minutes, nor one ahead let through.
+        expect(r.retryAfter).toBeLessThanOrEqual(100);
+        if (r.granted === 1) grants.push(r.now);
+        else await new Promise((resolve) => setTimeout(resolve, r.retryAfter));
+      }
+      expect(grants.length).toBe(8);
+      // Burst 1: consecutive grants at least one emission interval apart on the server clock.
+      for (let i = 1; i < grants.length; i++) expect(grants[i]! - grants[i - 1]!).toBeGreaterThanOrEqual(100);
+    } finally {
+      vi.useRealTimers();
+      await a.close();
+      await b.close();
+    }
+  });
+});

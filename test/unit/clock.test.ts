@@ -1,0 +1,88 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { MAX_TIMER_DELAY_MS, systemClock } from '../../src/clock.js';
+import { createValve } from '../../src/valve.js';
+
+const DAY = 86_400_000;
+
+/** Records the delays the clock asks Node's setTimeout for, and the callbacks, without arming them. */
+function captureTimers() {
+  const delays: number[] = [];
+  const callbacks: (() => void)[] = [];
+  const spy = vi.spyOn(globalThis, 'setTimeout').mockImplementation(((fn: () => void, ms?: number) => {
+    delays.push(ms ?? 0);
+    callbacks.push(fn);
+    return { ref() {}, unref() {}, hasRef: () => false } as unknown as NodeJS.Timeout;
+  }) as typeof setTimeout);
+  const clearSpy = vi.spyOn(globalThis, 'clearTimeout').mockImplementation(() => {});
+  const restore = () => {
+    spy.mockRestore();
+    clearSpy.mockRestore();
+  };
+  return { delays, callbacks, restore };
+}
+
+function collectWarnings(): { warnings: string[]; stop: () => void } {
+  const warnings: string[] = [];
+  const onWarning = (w: Error) => warnings.push(w.name);
+  process.on('warning', onWarning);
+  return { warnings, stop: () => process.off('warning', onWarning) };
+}
+
+describe('systemClock: waits longer than Node’s longest timer (2^31 − 1 ms)', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  for (const kind of ['setTimeout', 'setPreciseTimeout'] as const) {
+    it(`${kind} of 30 days sleeps in chunks of at most 2^31 − 1 ms, never a 1 ms loop`, () => {
+      const timers = captureTimers();
+      const fn = vi.fn();
+      try {
+        const handle = systemClock[kind]!(fn, 30 * DAY);
+        expect(timers.delays).toHaveLength(1);
+        expect(timers.delays[0]).toBe(MAX_TIMER_DELAY_MS);
+        // The chunk "fires" long before the target (here: at once): the timer re-arms a whole
+        // chunk again instead of a clamped 1 ms, and the callback does not run early.
+        timers.callbacks[0]!();
+        expect(fn).not.toHaveBeenCalled();
+        expect(timers.delays).toHaveLength(2);
+        expect(timers.delays[1]).toBe(MAX_TIMER_DELAY_MS);
+        systemClock.clearTimeout(handle);
+      } finally {
+        timers.restore();
+      }
+    });
+  }
+
+  it('a wait a little over the limit takes one whole chunk, then the rest', () => {
+    const timers = captureTimers();
+    try {
+      const handle = systemClock.setTimeout(() => {}, MAX_TIMER_DELAY_MS + 10 * DAY);
+      expect(timers.delays).toEqual([MAX_TIMER_DELAY_MS]);
+      systemClock.clearTimeout(handle);
+    } finally {
+      timers.restore();
+    }
+  });
+
+  it('a valve paused for 30 days on the real clock does not wake up in a loop or warn', async () => {
+    const { warnings, stop } = collectWarnings();
+    const spy = vi.spyOn(globalThis, 'setTimeout');
+    const valve = createValve({ id: 'long-pause', rules: { limit: 10, interval: '1s' } });
+    try {
+      await valve.pause('30d');
+      const job = valve.run(() => 'ran', { maxWait: '40d' });
+      job.catch(() => {});
+      const before = spy.mock.calls.length;
+      await new Promise((resolve) => setImmediate(resolve));
+      await new Promise((resolve) => globalThis.setTimeout(resolve, 30));
+      // One timer for the pause (plus the test's own 30 ms timer); the old clamp re-armed every
+      // millisecond (~30 calls here) with a TimeoutOverflowWarning each time.
+      expect(spy.mock.calls.length - before).toBeLessThanOrEqual(3);
+      expect(spy.mock.calls.every((call) => (call[1] ?? 0) <= MAX_TIMER_DELAY_MS)).toBe(true);
+      expect(valve.stats().started).toBe(0);
+      expect(warnings).not.toContain('TimeoutOverflowWarning');
+    } finally {
+      await valve.close();
+      stop();
+    }
+  });
+});
