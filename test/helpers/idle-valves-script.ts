@@ -8,6 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createValve, memoryStore, redisStore, type Store } from '../../src/index.js';
+import { CHANNEL_LINGER } from '../../src/stores/redis/subscriber.js';
 
 const gc = (globalThis as { gc?: () => void }).gc;
 if (gc === undefined) throw new Error('run with node --expose-gc');
@@ -58,7 +59,8 @@ async function main(): Promise<void> {
       }
       await Promise.all(runs);
     }
-    await sleep(50); // releases and unsubscriptions of the last ones
+    // Releases of the last ones; a Redis channel lingers a moment after its last listener left.
+    await sleep(CHANNEL_LINGER + 300);
   };
   await batch(0, 2000, 100); // warm-up: code, caches, the store's own tables
   const before = await collect();

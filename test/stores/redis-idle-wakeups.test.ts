@@ -9,6 +9,7 @@ import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { createValve } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
+import { CHANNEL_LINGER } from '../../src/stores/redis/subscriber.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -52,10 +53,15 @@ describe('an idle valve over Redis holds no subscription', () => {
       expect(await channels(admin, prefix)).toEqual([`${prefix}:{idle}:wake`]);
       finish();
       await running;
-      await sleep(100);
+      // Idle: the valve let go of the channel; it lingers a moment in case work comes back.
+      expect(store.listening!('idle')).toBe(true);
+      expect(await valve.run(() => 'soon again')).toBe('soon again');
+      expect(await channels(admin, prefix)).toEqual([`${prefix}:{idle}:wake`]);
+      await sleep(CHANNEL_LINGER + 200);
       expect(await channels(admin, prefix)).toEqual([]);
+      expect(store.listening!('idle')).toBe(false);
       expect(await valve.run(() => 'again')).toBe('again');
-      await sleep(100);
+      await sleep(CHANNEL_LINGER + 200);
       expect(await channels(admin, prefix)).toEqual([]);
     } finally {
       client.disconnect();
