@@ -109,7 +109,10 @@ class ValveImpl implements Valve {
         this.admission.schedulePump();
         this.checkClosed();
       },
-      releaseFailed: () => this.checkClosed(),
+      releaseFailed: () => {
+        this.admission.schedulePump(); // an idle valve lets go of its store
+        this.checkClosed();
+      },
       renewalAnswered: () => this.admission.runPump(),
     });
     this.jobs = new Jobs(this.leases, {

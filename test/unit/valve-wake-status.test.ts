@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { inspectMemoryStore, memoryStore } from '../../src/stores/memory.js';
 import type { AcquireResult, Store, WakeEvent, WakeStatus } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
-import { type SpyStore, spyStore } from '../helpers/spy-store.js';
+import { count, type SpyStore, spyStore } from '../helpers/spy-store.js';
 import { FakeClock, flushMicrotasks, track } from './harness.js';
 
 /**
@@ -201,6 +201,30 @@ describe('an idle valve holds nothing in its store', () => {
     await flushMicrotasks();
     expect(again.value).toBe('again');
     expect(subscribers()).toBe(0);
+    expect(clock.pending).toBe(0);
+  });
+
+  it('a failed release leaves the valve idle too', async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const store = spyStore(inner, clock);
+    const valve = createValve({
+      id: 'idle3',
+      clock,
+      store,
+      concurrency: { limit: 1, scope: 'global', leaseTtl: 3000 },
+    });
+    valve.on('store-error', () => {});
+    store.timing.release = { delay: 5 };
+    store.fail.release = new Error('release failed');
+    await valve.run(() => 1);
+    await flushMicrotasks();
+    expect(count(store, 'release')).toBe(1);
+    await clock.tickAsync(5);
+    expect(valve.stats().storeErrors).toBe(1);
+    expect(
+      (inner as unknown as Record<symbol, () => { subscribers: number }>)[inspectMemoryStore]!().subscribers,
+    ).toBe(0);
     expect(clock.pending).toBe(0);
   });
 
