@@ -148,7 +148,7 @@ export class WakeHub {
   /** True while the server delivers `name` to this connection (confirmed by a probe) and someone listens. */
   listening(name: string): boolean {
     const entry = this.channels.get(name);
-    return entry !== undefined && entry.confirmed && entry.listeners.size > 0 && this.connected();
+    return entry?.confirmed === true && entry.listeners.size > 0 && this.connected();
   }
 
   private connected(): boolean {
