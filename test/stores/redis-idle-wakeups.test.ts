@@ -121,6 +121,40 @@ describe('wake-ups over Redis count only once confirmed', () => {
     }
   });
 
+  it('a subscriber connection that drops: the valve stops trusting wake-ups and notices a resume within the poll bound', async () => {
+    const { url } = sharedRedis();
+    const client = new Redis(url);
+    const subscriber = new Redis(url);
+    const otherClient = new Redis(url);
+    try {
+      const prefix = uniquePrefix('killsub');
+      const store = redisStore({ client, subscriber, prefix });
+      const other = createValve({ id: 'p', store: redisStore({ client: otherClient, prefix }) });
+      const valve = createValve({ id: 'p', store });
+      await other.pause(60_000);
+      let startedAt = 0;
+      const job = valve.run(() => {
+        startedAt = Date.now();
+      });
+      for (let i = 0; i < 50 && !store.listening!('p'); i++) await sleep(20);
+      expect(store.listening!('p')).toBe(true);
+      await sleep(1200); // trusting the wake-ups, the valve now sleeps out its cached pause
+      subscriber.disconnect(); // the connection is gone: no wake-up will come
+      await sleep(50);
+      expect(store.listening!('p')).toBe(false);
+      const resumedAt = Date.now();
+      await other.resume();
+      await job;
+      expect(startedAt - resumedAt).toBeLessThan(1500);
+      await valve.close();
+      await other.close();
+    } finally {
+      client.disconnect();
+      subscriber.disconnect();
+      otherClient.disconnect();
+    }
+  });
+
   it('a confirmed subscriber: the resume wakes the valve at once', async () => {
     const { url } = sharedRedis();
     const client = new Redis(url);
