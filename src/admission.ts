@@ -13,7 +13,7 @@ import { Pump } from './pump.js';
 import type { AcquireRequest, AcquireResult, Lease, Store } from './stores/store.js';
 import { Timer } from './timer.js';
 import type { Waiting } from './waiting.js';
-import { Wakeups } from './wakeups.js';
+import { PAUSE_RECHECK, Wakeups } from './wakeups.js';
 
 /*
  * The admission room: the store calls that ask for the start of waiting jobs (taken from the
@@ -63,6 +63,15 @@ export class Admission {
   private workSinceIdle = false;
   /** Jobs may be taken from the queue: false once the valve closed without drain. */
   private admitting = true;
+  /**
+   * Bumped by every release of a slot (this valve's release call, a 'release' wake-up): a
+   * refusal on concurrency answered to a call sent before was decided before the release.
+   */
+  private releases = 0;
+  /** The next store call is sent even under the cached pause (wake-ups may have been missed); cleared when sent. */
+  private recheck = false;
+  /** When the last acquisition was sent (local clock): an unconfirmed subscription rechecks the pause after PAUSE_RECHECK. */
+  private lastSentAt = Number.NEGATIVE_INFINITY;
 
   constructor(
     o: NormalizedOptions,
@@ -97,6 +106,14 @@ export class Admission {
       listening: () => this.admitting,
       released: () => this.unblock('concurrency'),
       woken: () => this.schedulePump(),
+      confirmed: () => {
+        this.recheckStore();
+        this.schedulePump();
+      },
+      unconfirmed: () => {
+        this.pace.unconfirmed(this.clock.now());
+        this.schedulePump();
+      },
       storeError: host.storeError,
     });
     const precise = o.rules.some((rule) => (rule.burst - 1) * rule.emissionUs < 2000);
@@ -116,7 +133,15 @@ export class Admission {
 
   /** A wait for `reason` ends at once (a release freed slots; the pause was deleted). */
   unblock(reason: 'pause' | 'concurrency'): void {
+    if (reason === 'concurrency') this.releases++;
     this.pace.unblock(reason);
+  }
+
+  /** Wake-ups may have been missed: the next store call goes out whatever the cached pause or a wait for a wake-up says. */
+  private recheckStore(): void {
+    this.recheck = true;
+    this.pace.unblock('pause');
+    this.pace.unblock('concurrency');
   }
 
   /** close() without drain: no more jobs are taken; queued and in-flight jobs end with `error`. */
@@ -145,17 +170,20 @@ export class Admission {
     this.pump.run();
   }
 
-  /** The admission rounds are done: the timer is armed and 'idle' emitted if due. */
+  /**
+   * The admission rounds are done: the timer is armed and 'idle' emitted if due. A valve with
+   * nothing queued, in flight, running or being released holds nothing in its store (its
+   * subscription ends; the next acquisition takes a new one), so an unreferenced idle valve
+   * can be garbage-collected.
+   */
   private pumped(): void {
     this.arm();
-    if (
-      this.workSinceIdle &&
-      this.jobs.pending === 0 &&
-      this.jobs.runningCount === 0 &&
-      this.line.inFlight === 0
-    ) {
-      this.workSinceIdle = false;
-      this.events.emit('idle');
+    if (this.jobs.pending === 0 && this.jobs.runningCount === 0 && this.line.inFlight === 0) {
+      if (this.leases.idle) this.wakeups.stop();
+      if (this.workSinceIdle) {
+        this.workSinceIdle = false;
+        this.events.emit('idle');
+      }
     }
   }
 
@@ -171,8 +199,10 @@ export class Admission {
     // The jobs in line may all start: leave room for them.
     const free = this.limit - this.jobs.runningCount - line.length;
     if (free <= 0) return false;
+    // Wake-ups are followed from the first store call while there is work.
+    if (this.wakeups.ensure()) this.recheckStore();
     const now = this.clock.now();
-    if (now < pace.wakeAt || now < this.pauses.until) return false;
+    if (now < pace.wakeAt || now < this.pauseEnd()) return false;
     if (piped && pace.openUntil > now) return false;
     const call = line.idleCall();
     // A second call carries only jobs of the first call's cost (see Line.mayPipeline).
@@ -199,8 +229,10 @@ export class Admission {
       this.startInLine(Number.POSITIVE_INFINITY, undefined, now);
       return true;
     }
-    this.wakeups.subscribeOnce();
     line.send(call, now, this.pauses.raiseEpoch, this.pauses.resumeEpoch);
+    call.releaseEpoch = this.releases;
+    this.lastSentAt = now;
+    this.recheck = false;
     let result: AcquireResult | PromiseLike<AcquireResult>;
     try {
       result = this.store.acquire(call.request as AcquireRequest);
@@ -266,6 +298,11 @@ export class Admission {
     this.startInLine(granted, r.leases, now);
     this.line.recordAnswer(granted === n);
     this.pace.granted(r, granted, n, now, sentAt, this.answerWasSync, resumedSince);
+    // Refused on concurrency, but a slot was released since the call was sent: the refusal
+    // may predate it (its wake-up came first), so ask again at once.
+    if (r.blocked === 'concurrency' && granted < n && call.releaseEpoch !== this.releases) {
+      this.pace.unblock('concurrency');
+    }
     this.host.checkClosed();
   }
 
@@ -306,7 +343,7 @@ export class Admission {
       this.jobs.runningCount < this.limit &&
       this.admitting
     ) {
-      next = Math.max(this.pace.wakeAt, this.pauses.until);
+      next = Math.max(this.pace.wakeAt, this.pauseEnd());
     }
     const deadline = this.jobs.nextDeadline();
     if (deadline < next) next = deadline;
@@ -314,6 +351,19 @@ export class Admission {
     if (lease < next) next = lease;
     const precise = this.pace.preciseWake(next) && this.clock.setPreciseTimeout !== undefined;
     this.timer.wakeAt(next, precise);
+  }
+
+  /**
+   * Until when the cached pause holds admission back: its end, or (wake-ups not confirmed, so
+   * a resume may go unnoticed) a second after the last store call; 0 when the store is to be
+   * asked anyway.
+   */
+  private pauseEnd(): number {
+    const until = this.pauses.until;
+    if (this.recheck) return 0;
+    if (until > this.lastSentAt + PAUSE_RECHECK && this.wakeups.polling)
+      return this.lastSentAt + PAUSE_RECHECK;
+    return until;
   }
 
   private readonly onTimer = (): void => {

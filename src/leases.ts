@@ -12,9 +12,11 @@ import type { Lease, Store } from './stores/store.js';
  * A renewal that fails (throws/rejects), answers "not held", or does not answer before the
  * lease's conservative expiry (send time of the last successful renewal + leaseTtl, on this
  * process's clock) loses the lease at once: the job's signal aborts with a LEASE_LOST
- * ValveError and 'lease-lost' is emitted. A lost lease is not released by the valve (it
- * expires on the store by its TTL), which keeps the slot occupied as long as the job may
- * still be running.
+ * ValveError and 'lease-lost' is emitted. A renewal that answers "held" after the lease's
+ * local expiry does not restore it. A lost lease is still released once its job settles:
+ * release removes only that token, so it frees the slot if the store still holds it and
+ * changes nothing otherwise (it can never free a slot another job holds). Until then the
+ * slot stays taken (or expires on the store by its TTL) while the job may still be running.
  */
 
 /** A running job as this room sees it (the job room's Context). */
@@ -93,9 +95,11 @@ export class Leases {
     this.leased.add(holder);
   }
 
-  /** The job holding a lease settled: its lease is released, unless it was lost. */
+  /**
+   * The job holding a lease settled: its lease is released, even when it was lost (a failed
+   * renewal may have left it held on the store; release removes only this token).
+   */
   settled(holder: LeaseHolder): void {
-    if (holder.leaseLost !== null) return;
     this.leased.delete(holder);
     this.releaseLater(holder.heldLease!.token);
   }
@@ -153,12 +157,16 @@ export class Leases {
     this.renewing = false;
     this.renewAt = sentAt + this.ttl / 3;
     const expiry = sentAt + this.ttl;
+    const now = this.clock.now();
     for (let i = 0; i < holders.length; i++) {
       const holder = holders[i]!;
       // A late answer never restores a lease already given up (or released: the job settled).
       if (holder.leaseLost !== null || !this.leased.has(holder)) continue;
-      if (held[i] === true) holder.leaseExpiry = expiry;
-      else this.lose(holder, 'not-held', undefined);
+      if (held[i] !== true) this.lose(holder, 'not-held', undefined);
+      // The answer came after the lease's conservative expiry (before the timer saw it, e.g.
+      // an event loop busy past it): the lease was already lost, a "held" cannot restore it.
+      else if (holder.leaseExpiry <= now) this.lose(holder, 'expired', undefined);
+      else holder.leaseExpiry = expiry;
     }
     this.recomputeExpiry();
   }

@@ -42,6 +42,8 @@ export class Call {
   pauseEpoch = 0;
   /** The pause's resume epoch when sent (see Pauses). */
   resumeEpoch = 0;
+  /** Admission's release epoch when sent: a refusal on concurrency older than a release is stale. */
+  releaseEpoch = 0;
   /** Answered synchronously (the store's hint counts from about now). */
   sync = false;
   /** The cost every job of this call has, or NaN when they differ. */

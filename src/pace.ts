@@ -1,7 +1,7 @@
 import { ValveError } from './errors.js';
 import type { StoreErrorMode } from './options.js';
 import type { AcquireResult } from './stores/store.js';
-import type { Wakeups } from './wakeups.js';
+import { PAUSE_RECHECK, type Wakeups } from './wakeups.js';
 
 /*
  * The pace of admission: when the valve may ask the store next, and for how many jobs, from the
@@ -91,6 +91,15 @@ export class Pace {
     }
   }
 
+  /** Wake-ups stopped being delivered: a wait that counted on one becomes a poll. */
+  unconfirmed(now: number): void {
+    if (this.blocked === 'concurrency') {
+      this.nextAt = Math.min(this.nextAt, now + this.wakeups.pollDelay(0));
+    } else if (this.blocked === 'pause') {
+      this.nextAt = Math.min(this.nextAt, now + PAUSE_RECHECK);
+    }
+  }
+
   /** The store answered: it is not failing. */
   storeAnswered(): void {
     this.storeFailing = false;
@@ -133,6 +142,10 @@ export class Pace {
       // the hint minus the acquisition's elapsed time, so the next call arrives on time. A
       // synchronous store's hint counts from its own now, a few µs after sentAt.
       this.nextAt = (sync ? now : sentAt) + hint;
+      // Unconfirmed wake-ups may miss the resume: recheck the pause at least once a second.
+      if (this.blocked === 'pause' && this.wakeups.polling) {
+        this.nextAt = Math.min(this.nextAt, now + PAUSE_RECHECK);
+      }
     }
     // Never ask again at the same instant for nothing (a zero hint, or one lost in float
     // rounding), but don't oversleep a short hint either: at 1000/s a slot is 1 ms.

@@ -44,7 +44,8 @@ export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './type
  * - Jobs never start synchronously inside run() (see admission.ts).
  * - A listener that throws is caught (the valve keeps its state) and reported through
  *   process.emitWarning; see events.ts.
- * - A lost global lease is not released by the valve (see leases.ts).
+ * - A lost global lease is still released when its job settles (see leases.ts).
+ * - An idle valve holds nothing in its store: close() is needed only to end work in progress.
  * - Retries from wrapFetch (runAt with an earlier sequence) are not subject to maxQueue.
  * - A pause is applied locally at once and then written to the store (see pauses.ts).
  */
@@ -109,7 +110,10 @@ class ValveImpl implements Valve {
         this.admission.schedulePump();
         this.checkClosed();
       },
-      releaseFailed: () => this.checkClosed(),
+      releaseFailed: () => {
+        this.admission.schedulePump(); // an idle valve lets go of its store
+        this.checkClosed();
+      },
       renewalAnswered: () => this.admission.runPump(),
     });
     this.jobs = new Jobs(this.leases, {

@@ -1,16 +1,24 @@
 import type { StoreErrorContext, StoreOperation } from './events.js';
 import type { Pauses } from './pauses.js';
-import type { Store, WakeEvent } from './stores/store.js';
+import type { Store, WakeEvent, WakeStatus } from './stores/store.js';
 
 /*
- * Wake-ups from the store: the subscription a valve takes before its first store call, and what
- * a 'pause', 'resume' or 'release' notification changes. Without a subscription (or a store
- * that does not notify), a wait on concurrency is polled. Owned by the admission room.
+ * Wake-ups from the store: the subscription a valve holds while it has work (taken before a
+ * store call, ended when the valve goes idle or closes), whether the store confirmed it, and
+ * what a 'pause', 'resume' or 'release' notification changes. Owned by the admission room.
+ *
+ * Wake-ups are trusted only while the store confirms it delivers them for the id (`live`):
+ * through onStatus, else store.listening(id), else store.notifies. Otherwise a wait on
+ * concurrency is polled (50 ms plus jitter) and, when the store could notify, a cached pause is
+ * rechecked at least once a second (`polling`). Without any subscription, a cached pause is
+ * slept out (a resume elsewhere is noticed at the next store call).
  */
 
 const POLL_MIN = 50;
 const POLL_JITTER = 25;
 const NOTIFIED_RECHECK = 1000;
+/** While wake-ups are not confirmed, a cached pause is checked with the store at least this often (ms). */
+export const PAUSE_RECHECK = 1000;
 
 /** What the wake-ups may call above them (the admission room). */
 export interface WakeupsHost {
@@ -20,15 +28,25 @@ export interface WakeupsHost {
   released(): void;
   /** After any wake-up: admission looks again. */
   woken(): void;
+  /** The store confirmed the wake-ups: some may have been missed before, so the store is asked once. */
+  confirmed(): void;
+  /** Wake-ups stopped being delivered: waits that counted on them are shortened to polls. */
+  unconfirmed(): void;
   /** Counts and emits a 'store-error'. */
   storeError(err: unknown, operation: StoreOperation, action: StoreErrorContext['action']): void;
 }
 
 export class Wakeups {
-  /** subscribe() was called (once per valve, at its first store call). */
-  private subscribed = false;
-  /** Ends the store subscription; null when none is active (never taken, or ended by stop()). */
+  /** Ends the store subscription; null while none is held (never taken, idle, closed, or refused). */
   private unsubscribe: (() => void) | null = null;
+  /** subscribe() threw once: it is not tried again (reported once), and the valve does without. */
+  private broken = false;
+  /** A subscription was held before (a new one may have missed wake-ups in between). */
+  private heldBefore = false;
+  /** The store's last word on this subscription through onStatus; null when it said nothing since subscribing. */
+  private heard: boolean | null = null;
+  /** A refused subscription was reported and the store has not confirmed one since. */
+  private refusalReported = false;
 
   constructor(
     /** The valve's id: the subscription is for it. */
@@ -41,35 +59,69 @@ export class Wakeups {
     private readonly host: WakeupsHost,
   ) {}
 
-  /** Subscribes to the store's wake-ups, the first time only. */
-  subscribeOnce(): void {
-    if (this.subscribed) return;
-    this.subscribed = true;
-    if (typeof this.store.subscribe !== 'function') return;
+  /**
+   * Holds a subscription to the store's wake-ups (the valve has work). Returns true when it
+   * took a new one after having held one before: wake-ups of the gap are unknown, so the
+   * caller asks the store once instead of trusting what it cached.
+   */
+  ensure(): boolean {
+    if (this.unsubscribe !== null || this.broken) return false;
+    if (typeof this.store.subscribe !== 'function') return false;
+    this.heard = null;
     try {
-      const unsubscribe = this.store.subscribe(this.id, this.onWake);
-      if (typeof unsubscribe === 'function') this.unsubscribe = unsubscribe;
+      const unsubscribe = this.store.subscribe(this.id, this.onWake, this.onStatus);
+      if (typeof unsubscribe !== 'function') {
+        this.broken = true;
+        return false;
+      }
+      this.unsubscribe = unsubscribe;
     } catch (err) {
+      this.broken = true;
       this.host.storeError(err, 'subscribe', 'none');
+      return false;
     }
+    const again = this.heldBefore;
+    this.heldBefore = true;
+    return again;
+  }
+
+  /** Wake-ups for the id are delivered now, as far as the store says. */
+  get live(): boolean {
+    if (this.unsubscribe === null) return false;
+    if (this.heard !== null) return this.heard;
+    const store = this.store;
+    if (typeof store.listening === 'function') {
+      try {
+        return store.listening(this.id) === true;
+      } catch {
+        return false;
+      }
+    }
+    return store.notifies === true;
+  }
+
+  /** A subscription is held but not confirmed: cached pauses are rechecked, concurrency polled. */
+  get polling(): boolean {
+    return this.unsubscribe !== null && !this.live;
   }
 
   /**
-   * How long to wait after a refusal on concurrency (ms): with a store that notifies releases,
-   * the store's hint (at least 50 ms, at most 1 s: the wake-up comes first); else a short poll.
+   * How long to wait after a refusal on concurrency (ms): with confirmed wake-ups, the store's
+   * hint (at least 50 ms, at most 1 s: the wake-up comes first); else a short poll.
    */
   pollDelay(hint: number): number {
-    if (this.store.notifies === true && this.unsubscribe !== null) {
+    if (this.live) {
       return Math.min(NOTIFIED_RECHECK, Math.max(POLL_MIN, hint > 0 ? hint : NOTIFIED_RECHECK));
     }
     return POLL_MIN + Math.random() * POLL_JITTER;
   }
 
-  /** Ends the subscription (the valve closed). */
+  /** Ends the subscription (the valve went idle, or closed). The next ensure() takes a new one. */
   stop(): void {
     if (this.unsubscribe === null) return;
     const unsubscribe = this.unsubscribe;
     this.unsubscribe = null;
+    this.heard = null;
     try {
       unsubscribe();
     } catch (err) {
@@ -78,7 +130,7 @@ export class Wakeups {
   }
 
   private readonly onWake = (event: WakeEvent): void => {
-    if (!this.host.listening()) return;
+    if (this.unsubscribe === null || !this.host.listening()) return;
     if (typeof event !== 'object' || event === null) return;
     if (event.type === 'pause') {
       if (typeof event.until === 'number') this.pauses.learn(event.until, false);
@@ -88,5 +140,25 @@ export class Wakeups {
       this.host.released();
     }
     this.host.woken();
+  };
+
+  private readonly onStatus = (status: WakeStatus): void => {
+    if (this.unsubscribe === null || typeof status !== 'object' || status === null) return;
+    // The store updates listening(id) before it tells: compare with what it told last.
+    if (status.listening === true) {
+      const was = this.heard === true;
+      this.heard = true;
+      this.refusalReported = false;
+      if (!was && this.host.listening()) this.host.confirmed();
+      return;
+    }
+    const was = this.heard !== false;
+    this.heard = false;
+    if (status.error !== undefined && !this.refusalReported) {
+      // The server refused the subscription (e.g. an ACL without +subscribe): said once.
+      this.refusalReported = true;
+      this.host.storeError(status.error, 'subscribe', 'none');
+    }
+    if (was && this.host.listening()) this.host.unconfirmed();
   };
 }

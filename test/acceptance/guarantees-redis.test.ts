@@ -44,29 +44,30 @@ describe('"With a Redis subscriber, pause, resume, and slot release wake waiting
       resume: (id) => bStore.resume(id),
       renew: (id, tokens, ttl) => bStore.renew(id, tokens, ttl),
       release: (id, tokens) => bStore.release(id, tokens),
-      subscribe: (id, onWake) => bStore.subscribe!(id, onWake),
+      subscribe: (id, onWake, onStatus) => bStore.subscribe!(id, onWake, onStatus),
+      listening: (id) => bStore.listening!(id),
       get notifies() {
         return bStore.notifies;
       },
     };
     const b = createValve({ id: 'w', concurrency, store: counted });
-    // Let both subscriptions settle (they are made on the first acquisition).
-    await Promise.all([a.run(() => {}), b.run(() => {})]);
-    await sleep(100);
     let releasedAt = 0;
     const holder = a.run(async () => {
-      await sleep(300);
+      await sleep(400);
       releasedAt = performance.now();
     });
     await sleep(50);
-    const before = bAcquires;
+    // b subscribes at its acquisition (a valve follows wake-ups while it has work) and polls
+    // until the server confirmed the subscription; then it trusts the wake-ups.
     const waiter = b.run(() => performance.now());
+    await vi.waitFor(() => expect(bStore.listening!('w')).toBe(true), { timeout: 1000, interval: 5 });
     await sleep(100); // b is now blocked on concurrency and sleeping on its (1 s) recheck
+    const before = bAcquires;
     await holder;
     const startedAt = await waiter;
     // Without the wake-up it would sleep until its 1 s recheck.
     expect(startedAt - releasedAt).toBeLessThan(500);
-    // Woken, not polling: one refused acquisition, then the one after the wake-up.
+    // Woken, not polling: the acquisition after the wake-up (and at most one recheck).
     expect(bAcquires - before).toBeLessThanOrEqual(2);
     await Promise.all([a.close(), b.close()]);
   });
@@ -74,9 +75,12 @@ describe('"With a Redis subscriber, pause, resume, and slot release wake waiting
   it("pause and resume: another process hears the pause at once ('remote'), and its held job starts on resume", async () => {
     const prefix = uniquePrefix('wake-pause');
     const a = createValve({ id: 'p', store: processStore(prefix) });
-    const b = createValve({ id: 'p', store: processStore(prefix) });
-    await Promise.all([a.run(() => {}), b.run(() => {})]);
-    await sleep(100);
+    const bStore = processStore(prefix);
+    const b = createValve({ id: 'p', store: bStore });
+    // b follows the wake-ups while it has work: a job of its runs meanwhile.
+    let finish = () => {};
+    const busy = b.run(() => new Promise<void>((resolve) => (finish = resolve)));
+    await vi.waitFor(() => expect(bStore.listening!('p')).toBe(true), { timeout: 1000, interval: 5 });
     const heard: { until: number; source: string }[] = [];
     b.on('pause', (e) => heard.push(e));
     await a.pause(60_000);
@@ -95,6 +99,8 @@ describe('"With a Redis subscriber, pause, resume, and slot release wake waiting
     await held;
     // Without the wake-up it would wait for the cached 60 s pause to end.
     expect(started - resumedAt).toBeLessThan(500);
+    finish();
+    await busy;
     await Promise.all([a.close(), b.close()]);
   });
 });

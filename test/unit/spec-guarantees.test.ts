@@ -268,7 +268,10 @@ describe('Guarantees: a resume from another valve, heard through the subscriber,
     const answer = () => slow.pending.shift()!.resolve();
     const a = createValve({ id: 'x', clock, store: slow });
     const b = createValve({ id: 'x', clock, store: inner });
-    await a.run(() => {}); // a subscribes on its first acquisition
+    // a subscribes on its first acquisition and listens while it has work (a running job).
+    let finish = () => {};
+    const busy = track(a.run(() => new Promise<void>((resolve) => (finish = resolve))));
+    await flushMicrotasks();
     const paused = a.pause(60_000);
     await b.resume(); // the store's pause is gone; a hears 'resume'
     await flushMicrotasks();
@@ -278,5 +281,8 @@ describe('Guarantees: a resume from another valve, heard through the subscriber,
     const job = track(a.run(() => 'ran'));
     await clock.tickAsync(5);
     expect(job).toMatchObject({ done: true, value: 'ran' });
+    finish();
+    await flushMicrotasks();
+    expect(busy.done).toBe(true);
   });
 });

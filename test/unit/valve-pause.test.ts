@@ -121,7 +121,10 @@ describe('pause() and resume()', () => {
     const bEvents: unknown[] = [];
     b.on('pause', (e) => bEvents.push(e));
     b.on('resume', (e) => bEvents.push(e));
-    await b.run(() => 0); // subscribes on first use
+    // b follows the store's wake-ups while it has work: a job of its runs.
+    let finish = () => {};
+    const busy = track(b.run(() => new Promise<void>((resolve) => (finish = resolve))));
+    await flushMicrotasks();
     await a.pause(10_000);
     await flushMicrotasks();
     expect(bEvents).toEqual([{ until: clock.now() + 10_000, source: 'remote' }]);
@@ -132,6 +135,9 @@ describe('pause() and resume()', () => {
     await flushMicrotasks();
     expect(bEvents.at(-1)).toEqual({ source: 'remote' });
     expect(job.value).toBe('b');
+    finish();
+    await flushMicrotasks();
+    expect(busy.done).toBe(true);
   });
 
   it("its own pause's wake-up arriving before the store's reply is not reported as a remote pause", async () => {
@@ -151,19 +157,35 @@ describe('pause() and resume()', () => {
     expect(events.map((e) => e.source)).toEqual(['manual']);
   });
 
-  it('unsubscribes on close', async () => {
+  it('subscribes while it has work, unsubscribes when idle and on close', async () => {
     const clock = new FakeClock();
     const inner = memoryStore({ clock });
     const unsubscribe = vi.fn();
     const store = { ...spyStore(inner, clock), subscribe: vi.fn(() => unsubscribe), notifies: true };
     const valve = createValve({ id: 'u', clock, store });
     expect(store.subscribe).not.toHaveBeenCalled();
-    await valve.run(() => 1);
+    let finish = () => {};
+    const busy = track(valve.run(() => new Promise<void>((resolve) => (finish = resolve))));
+    await flushMicrotasks();
     expect(store.subscribe).toHaveBeenCalledTimes(1);
-    await valve.run(() => 2);
+    const second = track(valve.run(() => 2));
+    await flushMicrotasks();
+    expect(second.value).toBe(2);
     expect(store.subscribe).toHaveBeenCalledTimes(1);
-    await valve.close();
-    expect(unsubscribe).toHaveBeenCalledTimes(1);
+    expect(unsubscribe).not.toHaveBeenCalled();
+    finish();
+    await flushMicrotasks();
+    expect(busy.done).toBe(true);
+    expect(unsubscribe).toHaveBeenCalledTimes(1); // idle: nothing held in the store
+    await valve.run(() => 3);
+    expect(store.subscribe).toHaveBeenCalledTimes(2);
+    const busyAgain = track(valve.run(() => new Promise<void>((resolve) => (finish = resolve))));
+    await flushMicrotasks();
+    const closed = valve.close();
+    finish();
+    await closed;
+    expect(busyAgain.done).toBe(true);
+    expect(unsubscribe).toHaveBeenCalledTimes(3);
   });
 
   it('a grant issued before a pause still starts', async () => {

@@ -62,6 +62,8 @@ export interface RedisStoreOptions {
 }
 
 const OPTION_NAMES = ['client', 'subscriber', 'prefix', 'timeout', 'pubsub', 'unsafeTestClock'];
+/** How many ids keep their key names cached (about 0.4 KB each); the cache empties when full. */
+const KEYS_CACHED = 1000;
 
 /** The longest `timeout`: Node runs a longer timer after 1 ms. */
 const MAX_TIMEOUT_MS = 2 ** 31 - 1;
@@ -103,7 +105,7 @@ class RedisStore implements Store {
   private readonly publish: string;
   private readonly hub: WakeHub | undefined;
   private readonly testClock: Clock | undefined;
-  /** Keys per id, built once (ids are few and long-lived). */
+  /** Keys of the ids used lately (at most KEYS_CACHED: a store used by many throwaway ids keeps no more). */
   private readonly keys = new Map<string, IdKeys>();
   /** Random per store instance; with a counter it makes each call's lease tokens unique. */
   private readonly nonceBase = randomBytes(6).toString('hex');
@@ -188,7 +190,7 @@ class RedisStore implements Store {
     let keys = this.keys.get(id);
     if (!keys) {
       keys = idKeys(this.prefix, checkId(id));
-      if (this.keys.size >= 10_000) this.keys.clear();
+      if (this.keys.size >= KEYS_CACHED) this.keys.clear();
       this.keys.set(id, keys);
     }
     return keys;

@@ -23,6 +23,11 @@ export type Probe = (message: string) => Promise<unknown>;
 /** First wait for a probe to come back before the subscription is sent again; doubles to the max. */
 const PROBE_WAIT_MIN = 1000;
 const PROBE_WAIT_MAX = 30_000;
+/**
+ * A channel whose last listener left stays subscribed this long (ms), holding no listener: a
+ * valve that goes idle between jobs then finds it confirmed again without a SUBSCRIBE and a probe.
+ */
+export const CHANNEL_LINGER = 1000;
 
 function call(target: object, name: string, ...args: unknown[]): unknown {
   const fn = (target as Record<string, unknown>)[name];
@@ -68,6 +73,8 @@ interface Channel {
   wait: number;
   /** A refusal was reported to the status listeners since the channel was last confirmed. */
   reported: boolean;
+  /** Unsubscribes the channel CHANNEL_LINGER after its last listener left (unless one comes back). */
+  linger: ReturnType<typeof setTimeout> | undefined;
 }
 
 /**
@@ -138,9 +145,10 @@ export class WakeHub {
     return this.connected();
   }
 
-  /** True while the server delivers `name` to this connection (confirmed by a probe). */
+  /** True while the server delivers `name` to this connection (confirmed by a probe) and someone listens. */
   listening(name: string): boolean {
-    return this.channels.get(name)?.confirmed === true && this.connected();
+    const entry = this.channels.get(name);
+    return entry?.confirmed === true && entry.listeners.size > 0 && this.connected();
   }
 
   private connected(): boolean {
@@ -322,12 +330,15 @@ export class WakeHub {
         timer: undefined,
         wait: PROBE_WAIT_MIN,
         reported: false,
+        linger: undefined,
       };
       this.channels.set(name, entry);
       entry.listeners.add(listener);
       if (onStatus) entry.statusListeners.add(onStatus);
       this.send(name, true);
     } else {
+      if (entry.linger !== undefined) clearTimeout(entry.linger);
+      entry.linger = undefined;
       entry.listeners.add(listener);
       if (onStatus) entry.statusListeners.add(onStatus);
     }
@@ -340,13 +351,22 @@ export class WakeHub {
       if (!current) return;
       current.listeners.delete(listener);
       if (onStatus) channel.statusListeners.delete(onStatus);
-      if (current.listeners.size === 0) {
-        if (current.timer !== undefined) clearTimeout(current.timer);
-        this.send(name, false);
-        this.channels.delete(name);
-        this.failed.delete(name);
+      if (current.listeners.size === 0 && current.linger === undefined) {
+        current.linger = setTimeout(() => this.drop(name, current), CHANNEL_LINGER);
+        current.linger.unref?.();
       }
     };
+  }
+
+  /** Unsubscribes a channel nobody listens to any more (it lingered CHANNEL_LINGER ms). */
+  private drop(name: string, entry: Channel): void {
+    entry.linger = undefined;
+    if (this.channels.get(name) !== entry || entry.listeners.size > 0) return;
+    if (entry.timer !== undefined) clearTimeout(entry.timer);
+    entry.timer = undefined;
+    this.send(name, false);
+    this.channels.delete(name);
+    this.failed.delete(name);
   }
 }
 
