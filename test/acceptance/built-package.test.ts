@@ -484,7 +484,13 @@ describe('the built package (dist/)', () => {
     expect(calls[1]! - calls[0]!).toBeGreaterThanOrEqual(55);
     expect(retries).toEqual([expect.objectContaining({ attempt: 1, status: 429 })]);
     expect(pauses).toEqual([
-      { until: expect.any(Number), source: expect.any(String), detail: expect.anything() },
+      {
+        until: expect.any(Number),
+        source: 'retry-after',
+        header: 'retry-after-ms',
+        model: 'wait',
+        detail: expect.anything(),
+      },
     ]);
 
     // observe(): returns what it read at once and writes the pause in the background.
