@@ -14,10 +14,11 @@ import type { StoreRule } from './rule.js';
 /** The most a converted GCRA state runs ahead of its burst tolerance: a day (the stores refuse more). */
 export const MAX_CONVERTED_DEBT_US = 86_400_000_000;
 
-/** Where a new rule's current window starts (µs): the units granted since then count against it. */
+/** Where a new rule's current window starts (µs): the units granted since then (inclusive) count against it. */
 export function convertFrom(rule: StoreRule, nowUs: number, windowK: number): number {
   if (rule.algorithm === 'fixed-window') return windowK * rule.intervalUs;
-  return nowUs - rule.intervalUs;
+  // Sliding window and GCRA: the windows (g − I, g] of grants g from now on.
+  return nowUs - rule.intervalUs + 1;
 }
 
 /**
