@@ -201,11 +201,11 @@ class MemoryStore implements Store {
         if (state.record !== record) {
           recorded = state.record === '' ? [] : state.record.split(',');
           state.record = record;
-          state.recordUs = now + recordTtlUs(rs, m);
+          state.recordUs = now + Math.ceil(recordTtlUs(rs, m) / 1000) * 1000;
         }
       } else {
         state.record = record;
-        state.recordUs = now + recordTtlUs(rs, m);
+        state.recordUs = now + Math.ceil(recordTtlUs(rs, m) / 1000) * 1000;
       }
     }
 

@@ -18,6 +18,7 @@
  * a window wholly before it obeys the old set, one wholly after it the new set.
  */
 import { normalizeRule, type Rule, type StoreRule } from '../../src/rules/rule.js';
+import { recordOf } from '../../src/rulesets.js';
 import type { AcquireResult, Store } from '../../src/stores/store.js';
 import { checkRules, type Grant } from './bounds.js';
 import type { FakeClock } from './fake-clock.js';
@@ -66,7 +67,11 @@ export async function runChange(
   for (const step of before) {
     clock.advance(step.dt / 1000);
     const costs = step.costs.map((c) => Math.min(c, oldMax));
-    take(await store.acquire({ id, rules: O, costs, count: costs.length }), costs, false);
+    take(
+      await store.acquire({ id, rules: O, costs, count: costs.length, record: recordOf(O) }),
+      costs,
+      false,
+    );
   }
   let changeAt = Number.NaN;
   let convert = true;
@@ -79,6 +84,7 @@ export async function runChange(
       rules: N,
       costs,
       count: costs.length,
+      record: recordOf(N),
       ...(inTransition ? { previous: O, convert } : {}),
     });
     if (convert) changeAt = r.now;

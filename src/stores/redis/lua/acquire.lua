@@ -14,7 +14,7 @@ KEYS[3+r]    <prefix>:{<id>}:r:<digest of rule r>, r = 1..m
                                      live grants (t µs, cost) oldest first, sum = their costs
                                      (during a rule change, the rules 1..m are the request's
                                      rules and then the previous rules that are not among them)
-KEYS[4+m]    <prefix>:{<id>}:rules   string, the id's recorded rule set (digests joined by ',')
+KEYS[4+m]    <prefix>:{<id>}:rules   string, the id's recorded rule set "<until µs>:<digests joined by ','>"
 ARGV[1]      "" (use Redis TIME), or the time in µs (test-only virtual clock)
 ARGV[2]      n, the number of jobs
 ARGV[3]      m, the number of rules
@@ -28,7 +28,7 @@ ARGV[7+3m]   the cost of every job when all n are equal (one cost, n jobs: the f
 ARGV[8+3m..7+3m+n]        when ARGV[7+3m] is "": the cost of each job, in queue order
 then, from t = 8+3m (shared cost) or 8+3m+n (costs each):
 ARGV[t]      "-", or "=" and the rule set to record (digests joined by ',')
-ARGV[t+1]    the record's TTL (ms)
+ARGV[t+1]    the record's TTL (whole ms)
 ARGV[t+2]    "" or, for a rule change's conversion, one role per rule: "n" new (converted),
              "b" new and previous (a source), "o" previous only (a source)
 ARGV[t+3+2(r-1)], ARGV[t+4+2(r-1)]  with roles: rule r's intervalUs and limit
@@ -264,16 +264,25 @@ local record = ARGV[tail]
 if record and string.sub(record, 1, 1) == '=' then
   local key = KEYS[4 + m]
   record = string.sub(record, 2)
-  local held, bad_record = read(key)
+  local raw, bad_record = read(key)
   if bad_record then
     return bad_record
   end
-  if held ~= record then
-    if held and not string.find(held, '^[gws0-9.,]*$') then
-      return corrupt(key, held, 'a rule set (rule digests joined by commas)')
+  -- "<until µs>:<digests>": held until then (the key's TTL says the same on the real clock).
+  local held = nil
+  if raw then
+    local until_us, digests = string.match(raw, '^(%d+):([gws0-9.,]*)$')
+    if not until_us or tonumber(until_us) > now + AHEAD then
+      return corrupt(key, raw, 'a rule set ("<until µs>:" and rule digests joined by commas)')
     end
-    recorded = held or nil
-    redis.call('SET', key, record, 'PX', tonumber(ARGV[tail + 1]) + (testing and 600000 or 0))
+    if tonumber(until_us) > now then
+      held = digests
+    end
+  end
+  if held ~= record then
+    recorded = held
+    local ttl = tonumber(ARGV[tail + 1])
+    redis.call('SET', key, string.format('%d', now + ttl * 1000) .. ':' .. record, 'PX', ttl + (testing and 600000 or 0))
   end
 end
 
