@@ -718,7 +718,7 @@ export function storeContract(
         expect((await s.acquire({ id, rules: [fiveHourly], costs: ones(5) })).granted).toBe(2);
       });
 
-      it('spends the previous rules too, and a cost above a previous rule\'s largest does not fit (no error)', async () => {
+      it("spends the previous rules too, and a cost above a previous rule's largest does not fit (no error)", async () => {
         const s = await setup();
         const id = newId();
         const big = rule({ limit: 10, interval: '1h', algorithm: 'fixed-window' });
