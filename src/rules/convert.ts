@@ -36,7 +36,7 @@ export function spentSince(
   const I = rule.intervalUs;
   if (rule.algorithm === 'gcra') {
     // Each grant in [start, now] pushed tat at least its increment past start.
-    const tat = value > nowUs ? value : nowUs;
+    const tat = Math.max(value, nowUs);
     return tat > startUs ? Math.floor((tat - startUs) / rule.emissionUs) : 0;
   }
   let covered: number;
@@ -52,13 +52,13 @@ export function converted(rule: StoreRule, value: number, units: number, nowUs: 
   if (rule.algorithm === 'gcra') {
     const cap = rule.burst * rule.emissionUs;
     const most = nowUs + cap + Math.min(rule.intervalUs, MAX_CONVERTED_DEBT_US);
-    const tat = (value > nowUs ? value : nowUs) + Math.min(units, rule.limit + rule.burst) * rule.emissionUs;
-    return tat < most ? tat : most;
+    const tat = Math.max(value, nowUs) + Math.min(units, rule.limit + rule.burst) * rule.emissionUs;
+    return Math.min(tat, most);
   }
   if (rule.algorithm === 'fixed-window') {
     const count = value + units;
-    return count < rule.limit ? count : rule.limit;
+    return Math.min(count, rule.limit);
   }
   // Sliding window: one entry of the units at now (leaving one interval from now).
-  return value + (units < rule.limit ? units : rule.limit);
+  return value + Math.min(units, rule.limit);
 }

@@ -21,25 +21,21 @@ describe('two processes, one id, different rules', () => {
       [{ limit: 50, interval: 1000 }],
       [{ limit: 80, interval: 1000, algorithm: 'fixed-window' }],
     ];
-    const workers = rules.map((r, i) =>
-      spawnWorker<WorkerReport>(
-        workerFile,
-        'VALVE_WORKER',
-        {
-          name: `w${i}`,
-          target: { host: server.host, port: server.port },
-          family: i === 0 ? 'ioredis' : 'redis',
-          prefix,
-          id,
-          rules: r,
-          subscriber: true,
-          startAt: 0,
-          durationMs: 1500,
-          queueDepth: 10,
-        } satisfies WorkerConfig,
-        60_000,
-      ),
-    );
+    const workers = rules.map((r, i) => {
+      const config: WorkerConfig = {
+        name: `w${i}`,
+        target: { host: server.host, port: server.port },
+        family: i === 0 ? 'ioredis' : 'redis',
+        prefix,
+        id,
+        rules: r,
+        subscriber: true,
+        startAt: 0,
+        durationMs: 1500,
+        queueDepth: 10,
+      };
+      return spawnWorker<WorkerReport>(workerFile, 'VALVE_WORKER', config, 60_000);
+    });
     await Promise.all(workers.map((w) => w.ready));
     const startAt = Date.now() + 300;
     for (const w of workers) w.go(startAt);
