@@ -2,7 +2,7 @@ import { checkAcquireAnswer } from './answers.js';
 import type { Clock } from './clock.js';
 import { ValveError } from './errors.js';
 import type { Emitter, StoreErrorContext, StoreOperation } from './events.js';
-import type { Jobs } from './job.js';
+import type { Job, Jobs } from './job.js';
 import type { Leases } from './leases.js';
 import { type Call, Line } from './line.js';
 import { isThenable } from './maybe-promise.js';
@@ -10,6 +10,8 @@ import type { NormalizedOptions, StoreErrorMode } from './options.js';
 import { Pace } from './pace.js';
 import type { Pauses } from './pauses.js';
 import { Pump } from './pump.js';
+import type { StoreRule } from './rules/rule.js';
+import { RuleSet } from './rulesets.js';
 import type { AcquireRequest, AcquireResult, Lease, Store } from './stores/store.js';
 import { Timer } from './timer.js';
 import type { Waiting } from './waiting.js';
@@ -72,6 +74,10 @@ export class Admission {
   private recheck = false;
   /** When the last acquisition was sent (local clock): an unconfirmed subscription rechecks the pause after PAUSE_RECHECK. */
   private lastSentAt = Number.NEGATIVE_INFINITY;
+  /** The rules sent, their changes and the id's rule-set record (rulesets.ts). */
+  private readonly ruleSet: RuleSet;
+  /** After setRules() with calls in flight: their jobs not granted are checked against this cost once back in the queue. */
+  private costCheck: ((job: Job) => Error | undefined) | undefined;
 
   constructor(
     o: NormalizedOptions,
@@ -96,6 +102,7 @@ export class Admission {
     this.mode = o.onStoreError;
     const lease = o.global ? { limit: o.limit, ttl: o.leaseTtl } : undefined;
     const settled = (call: Call, ok: boolean, value: unknown): void => this.callSettled(call, ok, value);
+    this.ruleSet = new RuleSet(o.rules);
     this.line = new Line(o.id, o.rules, lease, jobs, leases, settled);
     this.pump = new Pump(
       () => this.admit(),
@@ -142,6 +149,17 @@ export class Admission {
     this.recheck = true;
     this.pace.unblock('pause');
     this.pace.unblock('concurrency');
+  }
+
+  /**
+   * valve.setRules(): later calls carry `rules` (the first one converting the store's state);
+   * waiting jobs that `tooCostly` refuses end with its error, now or when their call returns.
+   */
+  setRules(rules: readonly StoreRule[], tooCostly: (job: Job) => Error | undefined): void {
+    this.ruleSet.set(rules);
+    this.waiting.endWhere(tooCostly);
+    this.costCheck = this.line.inFlight > 0 ? tooCostly : undefined;
+    this.schedulePump();
   }
 
   /** close() without drain: no more jobs are taken; queued and in-flight jobs end with `error`. */
@@ -229,6 +247,7 @@ export class Admission {
       this.startInLine(Number.POSITIVE_INFINITY, undefined, now);
       return true;
     }
+    this.ruleSet.fill(call.request);
     line.send(call, now, this.pauses.raiseEpoch, this.pauses.resumeEpoch);
     call.releaseEpoch = this.releases;
     this.lastSentAt = now;
@@ -260,7 +279,13 @@ export class Admission {
   /** Starts up to `count` jobs from the front of the line; with no call left in flight, the rest go back to the queue. */
   private startInLine(count: number, leases: readonly Lease[] | undefined, now: number): void {
     this.line.start(count, leases, this.answerSentAt, now);
-    if (this.line.inFlight === 0) this.line.requeue(this.waiting);
+    if (this.line.inFlight === 0) {
+      this.line.requeue(this.waiting);
+      if (this.costCheck !== undefined) {
+        this.waiting.endWhere(this.costCheck);
+        this.costCheck = undefined;
+      }
+    }
   }
 
   // ---------------------------------------------------------------- store answers
@@ -292,6 +317,8 @@ export class Admission {
     const now = this.clock.now();
     const granted = r.granted;
     this.pace.storeAnswered();
+    const mismatch = this.ruleSet.answered(call.request, r, call.request.id);
+    if (mismatch !== undefined) this.events.emit('rule-mismatch', mismatch);
     // The store's view of the shared pause.
     const sentAt = this.answerSentAt;
     const resumedSince = this.pauses.answered(r, sentAt, now, call.pauseEpoch, call.resumeEpoch);

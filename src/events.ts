@@ -73,6 +73,25 @@ export interface FetchRetryEvent {
   readonly source: 'retry-after' | 'ratelimit-header' | 'backoff' | undefined;
 }
 
+/** A rule as the 'rule-mismatch' event describes it (the same shape as a rule option). */
+export interface MismatchedRule {
+  readonly limit: number;
+  /** Milliseconds. */
+  readonly interval: number;
+  readonly algorithm?: 'gcra' | 'fixed-window' | 'sliding-window' | undefined;
+  readonly burst?: number | undefined;
+}
+
+/** Payload of the 'rule-mismatch' event. */
+export interface RuleMismatchEvent {
+  /** The valve's id. */
+  readonly id: string;
+  /** The valve's rules. */
+  readonly rules: readonly MismatchedRule[];
+  /** The rules the store had recorded for the id (another process's, or this one's before a change elsewhere). */
+  readonly recorded: readonly MismatchedRule[];
+}
+
 /** Every event of a valve and its listener arguments. There is deliberately no 'error' event. */
 export interface ValveEvents {
   'store-error': [error: unknown, context: StoreErrorContext];
@@ -85,6 +104,8 @@ export interface ValveEvents {
   'feedback-ignored': [event: FeedbackIgnored];
   /** The queue is empty and no job is running (emitted on each transition to idle). */
   idle: [];
+  /** The store holds other rules for this id: another process uses it with other rules (once per rule change). */
+  'rule-mismatch': [event: RuleMismatchEvent];
 }
 
 export type ValveEventName = keyof ValveEvents;
@@ -98,6 +119,7 @@ export const EVENT_NAMES: ReadonlySet<string> = new Set<ValveEventName>([
   'retry',
   'feedback-ignored',
   'idle',
+  'rule-mismatch',
 ]);
 export type ValveListener<E extends ValveEventName> = (...args: ValveEvents[E]) => void;
 

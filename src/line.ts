@@ -22,6 +22,10 @@ interface CallRequest {
   costs: number[];
   count: number;
   lease: { limit: number; ttl: number } | undefined;
+  /** A rule change in progress (filled by rulesets.ts before each send). */
+  previous: readonly StoreRule[] | undefined;
+  convert: boolean | undefined;
+  record: string | undefined;
 }
 
 /**
@@ -58,7 +62,16 @@ export class Call {
     lease: { limit: number; ttl: number } | undefined,
     settled: (call: Call, ok: boolean, value: unknown) => void,
   ) {
-    this.request = { id, rules, costs: this.costs, count: 0, lease };
+    this.request = {
+      id,
+      rules,
+      costs: this.costs,
+      count: 0,
+      lease,
+      previous: undefined,
+      convert: undefined,
+      record: undefined,
+    };
     this.onAnswer = (result) => settled(this, true, result);
     this.onFail = (err) => settled(this, false, err);
   }

@@ -253,17 +253,16 @@ function validateConcurrency(value: unknown): { limit: number; global: boolean; 
   return { limit, global: true, leaseTtl };
 }
 
-/** Validates createValve() options. Throws TypeError/RangeError naming the option, the value and what is allowed. */
-export function normalizeOptions(options: unknown): NormalizedOptions {
-  if (!isPlainObject(options)) {
-    throw new TypeError(
-      `Expected createValve() options to be an object like { id: 'github:app-42', rules: { limit: 10, interval: '1s' } }, got ${describe(options)}`,
-    );
-  }
-  checkKnownKeys(options, OPTION_NAMES, 'createValve()');
-  const id = validateId(options.id);
+/** A valve's rules, validated, with the smallest maxCost and the rule (and its option path) that sets it. */
+export interface NormalizedRules {
+  readonly rules: readonly StoreRule[];
+  readonly maxCost: number;
+  readonly maxCostRule: StoreRule | undefined;
+  readonly maxCostPath: string;
+}
 
-  const rawRules = options.rules;
+/** Validates the `rules` option (createValve() and setRules()). Throws TypeError/RangeError naming the rule. */
+export function normalizeRules(rawRules: unknown): NormalizedRules {
   let rules: StoreRule[];
   let paths: string[] = [];
   if (rawRules === undefined) rules = [];
@@ -290,6 +289,21 @@ export function normalizeOptions(options: unknown): NormalizedOptions {
       maxCostPath = paths[i]!;
     }
   }
+
+  return { rules, maxCost, maxCostRule, maxCostPath };
+}
+
+/** Validates createValve() options. Throws TypeError/RangeError naming the option, the value and what is allowed. */
+export function normalizeOptions(options: unknown): NormalizedOptions {
+  if (!isPlainObject(options)) {
+    throw new TypeError(
+      `Expected createValve() options to be an object like { id: 'github:app-42', rules: { limit: 10, interval: '1s' } }, got ${describe(options)}`,
+    );
+  }
+  checkKnownKeys(options, OPTION_NAMES, 'createValve()');
+  const id = validateId(options.id);
+
+  const { rules, maxCost, maxCostRule, maxCostPath } = normalizeRules(options.rules);
 
   const store = validateStore(options.store);
   const { limit, global, leaseTtl } = validateConcurrency(options.concurrency);

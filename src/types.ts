@@ -1,6 +1,7 @@
 import type { PauseCause, ValveEventName, ValveListener } from './events.js';
 import type { FetchLike, WrapFetchOptions } from './feedback/fetch.js';
 import type { FeedbackReading } from './feedback/types.js';
+import type { Rule } from './rules/rule.js';
 
 /*
  * The public types of a valve, apart from the code. Event payloads are in events.ts, options
@@ -80,6 +81,12 @@ export interface Valve {
   pause(duration: number | string | { until: Date | number }): Promise<void>;
   /** Deletes the shared pause. */
   resume(): Promise<void>;
+  /**
+   * Changes the valve's rules (validated like createValve()'s: a bad rule rejects with a
+   * TypeError or RangeError). Spent budget carries over; waiting jobs the new rules can never
+   * admit reject with a RangeError naming the rule. Resolves at once: the next store call uses them.
+   */
+  setRules(rules: Rule | readonly Rule[]): Promise<void>;
   stats(): ValveStats;
   on<E extends ValveEventName>(event: E, listener: ValveListener<E>): this;
   once<E extends ValveEventName>(event: E, listener: ValveListener<E>): this;

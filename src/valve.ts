@@ -15,8 +15,9 @@ import type { FeedbackReading } from './feedback/types.js';
 import type { ValveInternals } from './feedback-port.js';
 import { type AnyJob, capture, Job, Jobs } from './job.js';
 import { Leases } from './leases.js';
-import { type NormalizedOptions, normalizeOptions, type ValveOptions } from './options.js';
+import { type NormalizedOptions, normalizeOptions, normalizeRules, type ValveOptions } from './options.js';
 import { Pauses } from './pauses.js';
+import type { Rule } from './rules/rule.js';
 import { RunArgs, readRunOptions } from './run-options.js';
 import { checkKnownKeys } from './stores/checks.js';
 import { memoryStore } from './stores/memory.js';
@@ -52,11 +53,11 @@ export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './type
 
 class ValveImpl implements Valve {
   readonly id: string;
-  /** The largest cost any job may have (Infinity without rules), and the rule and path that set it. */
-  private readonly maxCost: number;
+  /** The largest cost any job may have under the current rules (Infinity without rules). */
+  private maxCost: number;
   /** The rule that sets maxCost and its option path (for the message), undefined without rules. */
-  private readonly maxCostRule: NormalizedOptions['maxCostRule'];
-  private readonly maxCostPath: string;
+  private maxCostRule: NormalizedOptions['maxCostRule'];
+  private maxCostPath: string;
   /** Pending jobs (queued or in flight) beyond which run() rejects QUEUE_FULL. */
   private readonly maxQueue: number;
   /** The default maxWait of a job (ms, or Infinity). */
@@ -180,6 +181,24 @@ class ValveImpl implements Valve {
     return observe(this.internals, input);
   }
 
+  setRules(rules: Rule | readonly Rule[]): Promise<void> {
+    let next: ReturnType<typeof normalizeRules>;
+    try {
+      next = normalizeRules(rules);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (this.closed) return Promise.reject(new ValveError('CLOSED', 'The valve is closed'));
+    this.maxCost = next.maxCost;
+    this.maxCostRule = next.maxCostRule;
+    this.maxCostPath = next.maxCostPath;
+    // Waiting jobs the new rules can never admit end now (or once their store call returns).
+    this.admission.setRules(next.rules, (job) =>
+      job.cost > this.maxCost ? this.costError(job.cost) : undefined,
+    );
+    return Promise.resolve();
+  }
+
   pause(duration: number | string | { until: Date | number }): Promise<void> {
     return this.pauses.pause(duration);
   }
@@ -292,14 +311,7 @@ class ValveImpl implements Valve {
       maxWait = args.maxWait;
       args.signal = null; // hold no caller's signal between calls
     }
-    if (cost > this.maxCost) {
-      const rule = this.maxCostRule!;
-      return jobs.refuse(
-        new RangeError(
-          `Expected \`cost\` to be at most ${rule.maxCost} (the largest cost rule \`${this.maxCostPath}\`, ${rule.label}, can ever admit), got ${cost}`,
-        ),
-      );
-    }
+    if (cost > this.maxCost) return jobs.refuse(this.costError(cost));
     if (this.closed) return jobs.refuse(new ValveError('CLOSED', 'The valve is closed'));
     if (signal?.aborted) return jobs.refuse(signal.reason);
     const retry =
@@ -321,6 +333,14 @@ class ValveImpl implements Valve {
     this.waiting.enqueue(job, signal, retry);
     this.admission.jobQueued();
     return promise;
+  }
+
+  /** The RangeError of a cost the rules can never admit, naming the rule. */
+  private costError(cost: number): RangeError {
+    const rule = this.maxCostRule!;
+    return new RangeError(
+      `Expected \`cost\` to be at most ${rule.maxCost} (the largest cost rule \`${this.maxCostPath}\`, ${rule.label}, can ever admit), got ${cost}`,
+    );
   }
 
   // ---------------------------------------------------------------- store errors, close

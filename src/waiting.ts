@@ -104,6 +104,21 @@ export class Waiting implements AbortHandler {
     }
   }
 
+  /** Every queued job for which `refuse` returns an error ends with it; the others keep their places. */
+  endWhere(refuse: (job: Job) => Error | undefined): void {
+    if (this.live === 0) return;
+    const queue = this.queue;
+    for (const job of queue.drain()) {
+      if (job.state !== QUEUED) continue;
+      const error = refuse(job);
+      if (error === undefined) queue.push(job);
+      else {
+        this.live--;
+        this.jobs.end(job, error);
+      }
+    }
+  }
+
   /** Every queued job ends with `error` (close() without drain; onStoreError 'throw'). */
   endAll(error: unknown): void {
     for (const job of this.queue.drain()) {

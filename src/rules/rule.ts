@@ -145,3 +145,15 @@ export function normalizeRule(rule: unknown, path: string): StoreRule {
     label,
   };
 }
+
+/** A rule back from its digest (as the store records it), or undefined for a digest valve never writes. */
+export function ruleFromDigest(digest: string): (Rule & { interval: number }) | undefined {
+  const m = /^([gws])(\d+)\.(\d+)(?:\.(\d+))?$/.exec(digest);
+  if (m === null || (m[1] === 'g') !== (m[4] !== undefined)) return undefined;
+  const rule: Rule & { interval: number } = { limit: Number(m[2]), interval: Number(m[3]) / 1000 };
+  if (m[1] === 'g') {
+    rule.algorithm = 'gcra';
+    rule.burst = Number(m[4]);
+  } else rule.algorithm = m[1] === 'w' ? 'fixed-window' : 'sliding-window';
+  return rule;
+}

@@ -186,3 +186,64 @@ export function checkRequest(request: unknown, distinct: (StoreRule | undefined)
   }
   return n;
 }
+
+/** The longest rule-set record (digests joined by ','). */
+const MAX_RECORD = 4096;
+
+/**
+ * Checks the rule-change fields of an acquire request (`previous`, `convert`, `record`) and
+ * appends the previous rules that are not among the first `n` of `distinct` (by digest) after
+ * them: they are checked and spent like the others, but never refuse a cost outright (a cost
+ * above their maxCost just does not fit). Returns the new count. On a throw, `distinct` holds
+ * no rule.
+ */
+export function checkChange(request: unknown, distinct: (StoreRule | undefined)[], n: number): number {
+  const { previous, convert, record } = request as Record<string, unknown>;
+  let total = n;
+  try {
+    if (
+      record !== undefined &&
+      (typeof record !== 'string' || record.length > MAX_RECORD || !/^[gws0-9.,]*$/.test(record))
+    ) {
+      throw new TypeError(
+        `Expected \`request.record\` to be rule digests joined by ',', got ${describe(record)}`,
+      );
+    }
+    if (convert !== undefined && typeof convert !== 'boolean') {
+      throw new TypeError(`Expected \`request.convert\` to be a boolean, got ${describe(convert)}`);
+    }
+    if (previous === undefined) return n;
+    if (!Array.isArray(previous)) {
+      throw new TypeError(`Expected \`request.previous\` to be an array of rules, got ${describe(previous)}`);
+    }
+    for (let i = 0; i < previous.length; i++) {
+      const rule = previous[i] as StoreRule | undefined;
+      if (typeof rule !== 'object' || rule === null || typeof rule.digest !== 'string') {
+        throw new TypeError(
+          `Expected \`request.previous[${i}]\` to be a normalised StoreRule, got ${describe(rule)}`,
+        );
+      }
+      let seen = false;
+      for (let j = 0; j < total; j++) if (distinct[j]!.digest === rule.digest) seen = true;
+      if (!seen) distinct[total++] = rule;
+    }
+  } catch (err) {
+    for (let i = 0; i < total; i++) distinct[i] = undefined;
+    throw err;
+  }
+  return total;
+}
+
+/** Whether `rule` is among `previous` (by digest). */
+export function inPrevious(rule: StoreRule, previous: readonly StoreRule[] | undefined): boolean {
+  if (previous === undefined) return false;
+  for (let i = 0; i < previous.length; i++) if (previous[i]!.digest === rule.digest) return true;
+  return false;
+}
+
+/** How long a rule-set record lives (µs): the longest interval of the rules, or a minute without rules. */
+export function recordTtlUs(rules: readonly (StoreRule | undefined)[], n: number): number {
+  let ttl = 0;
+  for (let i = 0; i < n; i++) if (rules[i]!.intervalUs > ttl) ttl = rules[i]!.intervalUs;
+  return ttl > 0 ? ttl : 60_000_000;
+}

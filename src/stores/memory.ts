@@ -1,5 +1,6 @@
 import { type Clock, systemClock } from '../clock.js';
 import { describe } from '../duration.js';
+import { converted, convertFrom, spentSince } from '../rules/convert.js';
 import { windowCount, windowEnd, windowIndex, windowWait } from '../rules/fixed-window.js';
 import { gcraIncrement, gcraNext, gcraWait } from '../rules/gcra.js';
 import type { StoreRule } from '../rules/rule.js';
@@ -10,7 +11,17 @@ import {
   slidingExpire,
   slidingWait,
 } from '../rules/sliding-window.js';
-import { checkId, checkKnownKeys, checkLease, checkMs, checkRequest, checkTokens } from './checks.js';
+import {
+  checkChange,
+  checkId,
+  checkKnownKeys,
+  checkLease,
+  checkMs,
+  checkRequest,
+  checkTokens,
+  inPrevious,
+  recordTtlUs,
+} from './checks.js';
 import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from './store.js';
 
 /** Options of {@link memoryStore}. */
@@ -50,6 +61,10 @@ class IdState {
   leases: Map<string, number> | null = null;
   /** The last fencing number issued, or 0 once it is safe to forget (see `nextFence`). */
   fence = 0;
+  /** The rule set recorded for the id (digests joined by ','), or null. */
+  record: string | null = null;
+  /** µs at which `record` is forgotten. */
+  recordUs = 0;
   constructor(readonly id: string) {}
 }
 
@@ -87,6 +102,7 @@ class MemoryStore implements Store {
   private readonly k: number[] = []; // fixed-window index at `now`
   private readonly cand: number[] = []; // the value `a` takes if the current job is granted
   private readonly pre: number[] = []; // sliding window: the live sum before this batch
+  private readonly target: boolean[] = []; // a rule change: the rule is new (converted)
 
   constructor(clock: Clock) {
     this.clock = clock;
@@ -103,8 +119,11 @@ class MemoryStore implements Store {
 
   acquire(request: AcquireRequest): AcquireResult {
     const rs = this.rs;
-    const n = checkRequest(request, rs);
-    const { id, costs, count, lease } = request;
+    const m = checkRequest(request, rs);
+    // The previous rules of a rule change (spent too) follow the request's own.
+    const n = checkChange(request, rs, m);
+    const { id, costs, count, lease, previous, record } = request;
+    const convert = request.convert === true && previous !== undefined;
     let ttlUs: number;
     try {
       ttlUs = checkLease(lease);
@@ -168,6 +187,28 @@ class MemoryStore implements Store {
       }
     }
 
+    // 3b. A rule change: the new rules' states count what the previous ones prove was spent.
+    if (convert) this.convert(m, n, previous, now);
+
+    // 3c. The rule set recorded for the id.
+    let recorded: string[] | undefined;
+    if (record !== undefined) {
+      if (state === undefined) {
+        state = new IdState(id);
+        this.ids.set(id, state);
+      }
+      if (state.record !== null && now < state.recordUs) {
+        if (state.record !== record) {
+          recorded = state.record === '' ? [] : state.record.split(',');
+          state.record = record;
+          state.recordUs = now + Math.ceil(recordTtlUs(rs, m) / 1000) * 1000;
+        }
+      } else {
+        state.record = record;
+        state.recordUs = now + Math.ceil(recordTtlUs(rs, m) / 1000) * 1000;
+      }
+    }
+
     // 4. Jobs in order, each against every rule as updated by the grants before it.
     let granted = 0;
     let waitUs = 0;
@@ -211,7 +252,7 @@ class MemoryStore implements Store {
 
     // 5. Spend: write the updated rule states and issue leases.
     const leases: Lease[] | undefined = lease === undefined ? undefined : new Array<Lease>(granted);
-    if (granted > 0) {
+    if (granted > 0 || convert) {
       if (state === undefined) {
         state = new IdState(id);
         this.ids.set(id, state);
@@ -227,7 +268,7 @@ class MemoryStore implements Store {
           s.tat = a[i]!;
           s.expiresUs = a[i]!;
         } else if (rule.algorithm === 'sliding-window') {
-          slidingAppend(s, now, a[i]! - this.pre[i]!);
+          if (a[i]! > this.pre[i]!) slidingAppend(s, now, a[i]! - this.pre[i]!);
           s.expiresUs = slidingEnd(s, rule.intervalUs);
         } else {
           s.window = k[i]!;
@@ -264,7 +305,34 @@ class MemoryStore implements Store {
       now: now / 1000,
     };
     if (leases !== undefined) result.leases = leases;
+    if (recorded !== undefined) result.recorded = recorded;
     return result;
+  }
+
+  /**
+   * Adds to each new rule (among the first `m`, not in `previous`) the units the previous
+   * rules' states prove may have been spent in its current window (see rules/convert.ts).
+   * Reads and writes the scratch `a` (and `pre` stays, so the units are written as one entry
+   * of a sliding window's log).
+   */
+  private convert(m: number, n: number, previous: readonly StoreRule[] | undefined, now: number): void {
+    const rs = this.rs;
+    const a = this.a;
+    const k = this.k;
+    const target = this.target;
+    for (let i = 0; i < m; i++) target[i] = !inPrevious(rs[i]!, previous);
+    for (let i = 0; i < m; i++) {
+      if (!target[i]) continue;
+      const rule = rs[i]!;
+      const start = convertFrom(rule, now, k[i]!);
+      let units = Number.POSITIVE_INFINITY;
+      for (let j = 0; j < n; j++) {
+        if (j < m && target[j]) continue; // a new rule is no source
+        const u = spentSince(rs[j]!, a[j]!, k[j]!, now, start);
+        if (u < units) units = u;
+      }
+      a[i] = converted(rule, a[i]!, units, now);
+    }
   }
 
   /** Drops the scratch references to rules and states, so a finished call retains nothing. */
@@ -415,6 +483,7 @@ class MemoryStore implements Store {
       if (state.pauseUs !== 0 && state.pauseUs <= now) state.pauseUs = 0;
       for (const [digest, s] of state.rules) if (now >= s.expiresUs) state.rules.delete(digest);
       purgeLeases(state, now);
+      if (state.record !== null && now >= state.recordUs) state.record = null;
       if (isIdle(state)) this.ids.delete(state.id);
     }
   }
@@ -461,7 +530,13 @@ function nextFence(state: IdState, now: number): number {
 }
 
 function isIdle(state: IdState): boolean {
-  return state.pauseUs === 0 && state.rules.size === 0 && state.leases === null && state.fence === 0;
+  return (
+    state.pauseUs === 0 &&
+    state.rules.size === 0 &&
+    state.leases === null &&
+    state.fence === 0 &&
+    state.record === null
+  );
 }
 
 /**

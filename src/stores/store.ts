@@ -36,6 +36,24 @@ export interface AcquireRequest {
   readonly count: number;
   /** Global concurrency: one lease per granted job, within `limit`. */
   readonly lease?: LeaseRequest | undefined;
+  /**
+   * A rule change in progress (`valve.setRules()`): the rules the valve used before. They are
+   * checked and spent like `rules` (a cost above a previous rule's `maxCost` simply does not
+   * fit), so a window that contains the change holds what the stricter set allows. See
+   * docs/architecture.md, "Rule changes".
+   */
+  readonly previous?: readonly StoreRule[] | undefined;
+  /**
+   * With `previous`: before anything is checked, each rule of `rules` that is not in
+   * `previous` gets, added to its state, the units the previous rules' states prove may have
+   * been spent in its current window (atomically, on the store's clock). Sent once per change.
+   */
+  readonly convert?: boolean | undefined;
+  /**
+   * Record `rules` as the rule set of this id (their digests, sorted and joined by ','), and
+   * answer `recorded` when the store holds another set for the id.
+   */
+  readonly record?: string | undefined;
 }
 
 /** Why the store stopped granting before the end of the batch. */
@@ -59,6 +77,8 @@ export interface AcquireResult {
   leases?: Lease[] | undefined;
   /** The store's clock at the decision, epoch ms. */
   now: number;
+  /** With `record`: the digests the store held for the id when they differ from `record`. */
+  recorded?: string[] | undefined;
 }
 
 /** A notification from another valve: hints only, admission is always decided by acquire(). */

@@ -1,7 +1,7 @@
-/** Conformance cases: isolation of ids and rule digests, one budget per rule and id, and wake-ups. */
+/** Conformance cases: isolation of ids and rule digests, one budget per rule and id, rule sets and rule changes, and wake-ups. */
 import type { WakeEvent } from '../stores/store.js';
 import { expect } from './expect.js';
-import { type CaseRegistry, expectMs, hourly3, ones, rule, sleep, waitFor } from './suite.js';
+import { type CaseRegistry, expectMs, hourly3, hourlyWindow, ones, rule, sleep, waitFor } from './suite.js';
 
 export function sharingCases(c: CaseRegistry): void {
   const { newId } = c;
@@ -44,6 +44,54 @@ export function sharingCases(c: CaseRegistry): void {
       expect((await s.acquire({ id, rules: [shared, other], costs: ones(2) })).granted).toBe(2);
       expect((await s.acquire({ id, rules: [shared], costs: ones(2) })).granted).toBe(1);
     });
+  });
+
+  c.describe('rule sets and rule changes', () => {
+    const fiveHourly = rule({ limit: 5, interval: '1h', algorithm: 'fixed-window' });
+
+    c.it('records the rule set of an id and answers `recorded` when another set was recorded', async (s) => {
+      const id = newId();
+      const first = await s.acquire({ id, rules: [hourlyWindow], costs: [1], record: hourlyWindow.digest });
+      expect(first.recorded).toBeUndefined();
+      const same = await s.acquire({ id, rules: [hourlyWindow], costs: [1], record: hourlyWindow.digest });
+      expect(same.recorded).toBeUndefined();
+      const other = await s.acquire({ id, rules: [fiveHourly], costs: [1], record: fiveHourly.digest });
+      expect(other.recorded).toEqual([hourlyWindow.digest]);
+      // The latest set is the one recorded now.
+      const back = await s.acquire({ id, rules: [hourlyWindow], costs: [1], record: hourlyWindow.digest });
+      expect(back.recorded).toEqual([fiveHourly.digest]);
+      // Without `record`, nothing is compared.
+      expect((await s.acquire({ id, rules: [fiveHourly], costs: [1] })).recorded).toBeUndefined();
+    });
+
+    c.it('converts: a new rule counts what the previous rules prove was spent in its window', async (s) => {
+      const id = newId();
+      expect((await s.acquire({ id, rules: [hourlyWindow], costs: ones(3) })).granted).toBe(3);
+      const changed = await s.acquire({
+        id,
+        rules: [fiveHourly],
+        previous: [hourlyWindow],
+        convert: true,
+        costs: ones(5),
+      });
+      // 3 of fiveHourly's 5 are spent already, and hourlyWindow (still spent) has none left.
+      expect(changed.granted).toBe(0);
+      expect(changed.blocked).toBe('rate');
+      // Once the old rule is dropped, the new one has 5 − 3 left in this window.
+      expect((await s.acquire({ id, rules: [fiveHourly], costs: ones(5) })).granted).toBe(2);
+    });
+
+    c.it(
+      "spends the previous rules too, and a cost above a previous rule's largest does not fit (no error)",
+      async (s) => {
+        const id = newId();
+        const big = rule({ limit: 10, interval: '1h', algorithm: 'fixed-window' });
+        const r = await s.acquire({ id, rules: [big], previous: [hourlyWindow], costs: [2, 5] });
+        expect(r.granted).toBe(1);
+        expect(r.blocked).toBe('rate');
+        expect((await s.acquire({ id, rules: [hourlyWindow], costs: ones(2) })).granted).toBe(1);
+      },
+    );
   });
 
   if (c.wakeUps)

@@ -47,7 +47,7 @@ export interface WorkerReport {
   grants: { t: number; cost: number }[];
   starts: number[];
   /** Pause/resume events of this valve (local epoch ms). */
-  events: { type: string; at: number; until?: number; source?: string }[];
+  events: { type: string; at: number; until?: number; source?: string; detail?: unknown }[];
   /** Pauses this worker wrote: local time of the call and the store's answer. */
   pauses: { at: number; until: number }[];
   resumes: number[];
@@ -99,6 +99,7 @@ const valve = createValve({ id: config.id, rules: config.rules, store });
 valve.on('pause', (e) => report.events.push({ type: 'pause', at: now(), until: e.until, source: e.source }));
 valve.on('resume', (e) => report.events.push({ type: 'resume', at: now(), source: e.source }));
 valve.on('store-error', (err) => report.storeErrors.push(String(err)));
+valve.on('rule-mismatch', (e) => report.events.push({ type: 'rule-mismatch', at: now(), detail: e }));
 
 if (!config.startAt) {
   process.stdout.write('ready\n');

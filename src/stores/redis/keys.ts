@@ -17,6 +17,8 @@ export interface IdKeys {
   readonly wake: string;
   /** `<prefix>:{<id>}:r:` + a rule digest: one rule's state. */
   readonly rulePrefix: string;
+  /** `<prefix>:{<id>}:rules`: the rule set recorded for the id (digests joined by ','). */
+  readonly rules: string;
 }
 
 export function idKeys(prefix: string, id: string): IdKeys {
@@ -27,6 +29,7 @@ export function idKeys(prefix: string, id: string): IdKeys {
     fence: `${base}fence`,
     wake: `${base}wake`,
     rulePrefix: `${base}r:`,
+    rules: `${base}rules`,
   };
 }
 

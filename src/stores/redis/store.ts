@@ -4,13 +4,16 @@ import { describe } from '../../duration.js';
 import { RedisStoreTimeoutError } from '../../errors.js';
 import type { StoreRule } from '../../rules/rule.js';
 import {
+  checkChange,
   checkId,
   checkKnownKeys,
   checkLease,
   checkMs,
   checkRequest,
   checkTokens,
+  inPrevious,
   MAX_BATCH,
+  recordTtlUs,
 } from '../checks.js';
 import type {
   AcquireRequest,
@@ -239,8 +242,10 @@ class RedisStore implements Store {
 
   async acquire(request: AcquireRequest): Promise<AcquireResult> {
     const distinct: StoreRule[] = [];
-    const m = checkRequest(request, distinct);
-    const { costs, count, lease } = request;
+    const m0 = checkRequest(request, distinct);
+    // A rule change's previous rules (checked and spent too) follow the request's own.
+    const m = checkChange(request, distinct, m0);
+    const { costs, count, lease, previous, record } = request;
     const leaseTtlUs = checkLease(lease);
     const keys = this.keysOf(request.id);
     const keyList = [keys.pause, keys.leases, keys.fence];
@@ -273,6 +278,17 @@ class RedisStore implements Store {
       args.push('');
       for (let i = 0; i < count; i++) args.push(String(costs[i]));
     }
+    // The tail: the rule-set record, and a rule change's conversion (see acquire.lua).
+    keyList.push(keys.rules);
+    args.push(record === undefined ? '-' : `=${record}`, String(Math.ceil(recordTtlUs(distinct, m0) / 1000)));
+    if (request.convert === true && previous !== undefined) {
+      let roles = '';
+      for (let r = 0; r < m; r++) roles += r >= m0 ? 'o' : inPrevious(distinct[r]!, previous) ? 'b' : 'n';
+      args.push(roles);
+      for (let r = 0; r < m; r++) args.push(String(distinct[r]!.intervalUs), String(distinct[r]!.limit));
+    } else {
+      args.push('');
+    }
     const reply = replyArray(await this.run(ACQUIRE, request.id, keyList, args), 'acquire');
     const granted = replyNumber(reply[0], 'acquire');
     const blockedCode = replyNumber(reply[2], 'acquire');
@@ -295,6 +311,11 @@ class RedisStore implements Store {
         });
       }
       result.leases = leases;
+    }
+    const at = lease ? 6 + 2 * granted : 6;
+    if (record !== undefined && reply.length > at) {
+      const held = replyString(reply[at], 'acquire');
+      result.recorded = held === '' ? [] : held.split(',');
     }
     return result;
   }

@@ -12,6 +12,9 @@ KEYS[3+r]    <prefix>:{<id>}:r:<digest of rule r>, r = 1..m
                                      string, GCRA tat (µs) or fixed window "<k>:<count>";
                                      sliding window: list [sum, t1, c1, t2, c2, ...], the
                                      live grants (t µs, cost) oldest first, sum = their costs
+                                     (during a rule change, the rules 1..m are the request's
+                                     rules and then the previous rules that are not among them)
+KEYS[4+m]    <prefix>:{<id>}:rules   string, the id's recorded rule set "<until µs>:<digests joined by ','>"
 ARGV[1]      "" (use Redis TIME), or the time in µs (test-only virtual clock)
 ARGV[2]      n, the number of jobs
 ARGV[3]      m, the number of rules
@@ -23,6 +26,12 @@ ARGV[7+3(r-1)..9+3(r-1)]  rule r: "g", emissionUs, burst   or   "w", intervalUs,
 ARGV[7+3m]   the cost of every job when all n are equal (one cost, n jobs: the fast path,
              computed arithmetically), or "" when they differ
 ARGV[8+3m..7+3m+n]        when ARGV[7+3m] is "": the cost of each job, in queue order
+then, from t = 8+3m (shared cost) or 8+3m+n (costs each):
+ARGV[t]      "-", or "=" and the rule set to record (digests joined by ',')
+ARGV[t+1]    the record's TTL (whole ms)
+ARGV[t+2]    "" or, for a rule change's conversion, one role per rule: "n" new (converted),
+             "b" new and previous (a source), "o" previous only (a source)
+ARGV[t+3+2(r-1)], ARGV[t+4+2(r-1)]  with roles: rule r's intervalUs and limit
 
 Flags (#!lua, no allow-oom): under maxmemory with noeviction the server refuses the whole
 call with OOM before it runs, so nothing is ever half-written.
@@ -31,7 +40,8 @@ tat, window count or fence that is malformed, negative, non-finite or beyond wha
 allows, or a lease expiring further ahead than any ttl): valve refuses to guess.
 
 Reply: { granted, retryAfterUs, blocked, pausedUntilUs, nowUs, leaseExpiresUs,
-         token_1, fence_1, ..., token_granted, fence_granted }
+         token_1, fence_1, ..., token_granted, fence_granted, recorded }
+  recorded: the rule set recorded before, when it differs from ARGV[t] (absent otherwise)
   blocked: 0 whole batch granted, 1 pause, 2 rate, 3 concurrency
   retryAfterUs: µs until the first refused job could fit (0 when all granted)
   pausedUntilUs: the active pause's end, 0 when not paused
@@ -118,6 +128,161 @@ if lease_limit > 0 then
     if not exp or exp * 1000 > now + AHEAD then
       return corrupt(KEYS[2], latest[1] .. ' ' .. latest[2], 'lease expiries in epoch ms at most 365 days ahead')
     end
+  end
+end
+
+-- A rule change (see src/rules/convert.ts): each new rule's state gets the units the previous
+-- rules' states prove may have been spent in its current window, written before the batch is
+-- read below. The record of the id's rule set is compared and written.
+local tail = 8 + 3 * m + (shared == '' and n or 0)
+local roles = ARGV[tail + 2]
+if roles and roles ~= '' then
+  local DAY = 86400000000
+  local val, kk = {}, {}
+  for r = 1, m do
+    local base = 4 + 3 * r
+    local kind, x, y, key = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), KEYS[3 + r]
+    if kind == 's' then
+      local all = redis.pcall('LRANGE', key, 0, -1)
+      if all.err then
+        return corrupt(key, 'a value of another type', 'a sliding-window log (a list)')
+      end
+      local live = 0
+      for i = 2, #all - 1, 2 do
+        local tn, cn = tonumber(all[i]), tonumber(all[i + 1])
+        if not (tn and tn >= 0 and tn < math.huge and cn and cn > 0 and cn < math.huge) then
+          return corrupt(key, tostring(all[i]) .. ' ' .. tostring(all[i + 1]),
+            'a sliding-window log (a sum, then times in epoch µs and costs)')
+        end
+        if tn > now - x then
+          live = live + cn
+        end
+      end
+      val[r] = live
+    else
+      local raw, bad_rule = read(key)
+      if bad_rule then
+        return bad_rule
+      end
+      if kind == 'g' then
+        local tat = now
+        if raw then
+          tat = string.find(raw, '^%d+$') and tonumber(raw)
+          if not tat or tat > now + y * x + DAY then
+            return corrupt(key, raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
+          end
+        end
+        val[r] = tat > now and tat or now
+      else
+        local k = floor(now / x)
+        if k * x > now then
+          k = k - 1
+        end
+        kk[r] = k
+        local count = 0
+        if raw then
+          local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
+          if not sk or tonumber(sc) > y then
+            return corrupt(key, raw, '"<window>:<count>" with a count from 0 to the limit')
+          end
+          if tonumber(sk) == k then
+            count = tonumber(sc)
+          end
+        end
+        val[r] = count
+      end
+    end
+  end
+  for r = 1, m do
+    if string.sub(roles, r, r) == 'n' then
+      local base = 4 + 3 * r
+      local kind, x, y, key = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), KEYS[3 + r]
+      local iv, lim = tonumber(ARGV[tail + 1 + 2 * r]), tonumber(ARGV[tail + 2 + 2 * r])
+      local start = kind == 'w' and kk[r] * x or now - iv + 1
+      local units = math.huge
+      for j = 1, m do
+        if string.sub(roles, j, j) ~= 'n' then
+          local bj = 4 + 3 * j
+          local kj, xj, yj, u = ARGV[bj], tonumber(ARGV[bj + 1]), tonumber(ARGV[bj + 2]), 0
+          if kj == 'g' then
+            if val[j] > start then
+              u = floor((val[j] - start) / xj)
+            end
+          else
+            local covered = kj == 'w' and kk[j] * xj or now - xj + 1
+            local older = 0
+            if start < covered then
+              older = ceil((covered - start) / xj)
+            end
+            u = val[j] + older * yj
+          end
+          if u < units then
+            units = u
+          end
+        end
+      end
+      local ttl
+      if kind == 'g' then
+        local cap = y * x
+        local most = now + cap + (iv < DAY and iv or DAY)
+        local add = units < lim + y and units or lim + y
+        local tat = val[r] + add * x
+        if tat > most then
+          tat = most
+        end
+        ttl = ceil((tat - now) / 1000)
+        if tat > now then
+          redis.call('SET', key, string.format('%d', tat), 'PX', (ttl < 1 and 1 or ttl) + (testing and 600000 or 0))
+        end
+      elseif kind == 'w' then
+        local count = val[r] + units
+        if count > y then
+          count = y
+        end
+        ttl = ceil(((kk[r] + 1) * x - now) / 1000)
+        redis.call('SET', key, string.format('%d', kk[r]) .. ':' .. string.format('%.17g', count), 'PX',
+          (ttl < 1 and 1 or ttl) + (testing and 600000 or 0))
+      else
+        local add = units < y and units or y
+        if add > 0 then
+          local head = redis.call('LINDEX', key, 0)
+          if not head then
+            redis.call('RPUSH', key, '0')
+            head = '0'
+          end
+          redis.call('RPUSH', key, string.format('%d', now), string.format('%.17g', add))
+          redis.call('LSET', key, 0, string.format('%.17g', tonumber(head) + add))
+          ttl = ceil(x / 1000)
+          redis.call('PEXPIRE', key, (ttl < 1 and 1 or ttl) + (testing and 600000 or 0))
+        end
+      end
+    end
+  end
+end
+local recorded = nil
+local record = ARGV[tail]
+if record and string.sub(record, 1, 1) == '=' then
+  local key = KEYS[4 + m]
+  record = string.sub(record, 2)
+  local raw, bad_record = read(key)
+  if bad_record then
+    return bad_record
+  end
+  -- "<until µs>:<digests>": held until then (the key's TTL says the same on the real clock).
+  local held = nil
+  if raw then
+    local until_us, digests = string.match(raw, '^(%d+):([gws0-9.,]*)$')
+    if not until_us or tonumber(until_us) > now + AHEAD then
+      return corrupt(key, raw, 'a rule set ("<until µs>:" and rule digests joined by commas)')
+    end
+    if tonumber(until_us) > now then
+      held = digests
+    end
+  end
+  if held ~= record then
+    recorded = held
+    local ttl = tonumber(ARGV[tail + 1])
+    redis.call('SET', key, string.format('%d', now + ttl * 1000) .. ':' .. record, 'PX', ttl + (testing and 600000 or 0))
   end
 end
 
@@ -597,6 +762,9 @@ if granted > 0 then
     redis.call('SET', KEYS[3], string.format('%d', fence), 'PX', ttl)
     reply[6] = expires
   end
+end
+if recorded then
+  reply[#reply + 1] = recorded
 end
 
 if blocked == 3 then

@@ -1,0 +1,64 @@
+/**
+ * Rule changes (`valve.setRules()`): the arithmetic that converts the old rules' states into
+ * the new rules' (see docs/architecture.md, "Rule changes"). Pure functions on integer µs; the
+ * memory store runs them, acquire.lua mirrors them.
+ *
+ * A new rule's state gets U added: an upper bound of the units granted in its current window
+ * (fixed window: since the window's start; sliding window and GCRA: in the last interval),
+ * the smallest of what each old rule's state proves. When an old state cannot tell (a window
+ * it no longer holds), the old rule's whole limit is assumed spent there; with no old rule at
+ * all, U is infinite (the new rule starts full).
+ */
+import type { StoreRule } from './rule.js';
+
+/** The most a converted GCRA state runs ahead of its burst tolerance: a day (the stores refuse more). */
+export const MAX_CONVERTED_DEBT_US = 86_400_000_000;
+
+/** Where a new rule's current window starts (µs): the units granted since then (inclusive) count against it. */
+export function convertFrom(rule: StoreRule, nowUs: number, windowK: number): number {
+  if (rule.algorithm === 'fixed-window') return windowK * rule.intervalUs;
+  // Sliding window and GCRA: the windows (g − I, g] of grants g from now on.
+  return nowUs - rule.intervalUs + 1;
+}
+
+/**
+ * An upper bound of the units granted in [startUs, nowUs] that an old rule's state proves.
+ * `value`: GCRA tat (µs, at least now), fixed-window count of window `windowK`, or
+ * sliding-window live sum (entries after now − interval).
+ */
+export function spentSince(
+  rule: StoreRule,
+  value: number,
+  windowK: number,
+  nowUs: number,
+  startUs: number,
+): number {
+  const I = rule.intervalUs;
+  if (rule.algorithm === 'gcra') {
+    // Each grant in [start, now] pushed tat at least its increment past start.
+    const tat = Math.max(value, nowUs);
+    return tat > startUs ? Math.floor((tat - startUs) / rule.emissionUs) : 0;
+  }
+  let covered: number;
+  if (rule.algorithm === 'fixed-window') covered = windowK * I;
+  else covered = nowUs - I + 1;
+  // Earlier windows the state no longer holds: assume each spent its whole limit.
+  const older = startUs < covered ? Math.ceil((covered - startUs) / I) : 0;
+  return value + older * rule.limit;
+}
+
+/** A new rule's state value after adding `units` (U, possibly Infinity) to it. */
+export function converted(rule: StoreRule, value: number, units: number, nowUs: number): number {
+  if (rule.algorithm === 'gcra') {
+    const cap = rule.burst * rule.emissionUs;
+    const most = nowUs + cap + Math.min(rule.intervalUs, MAX_CONVERTED_DEBT_US);
+    const tat = Math.max(value, nowUs) + Math.min(units, rule.limit + rule.burst) * rule.emissionUs;
+    return Math.min(tat, most);
+  }
+  if (rule.algorithm === 'fixed-window') {
+    const count = value + units;
+    return Math.min(count, rule.limit);
+  }
+  // Sliding window: one entry of the units at now (leaving one interval from now).
+  return value + Math.min(units, rule.limit);
+}

@@ -1,0 +1,105 @@
+import type { MismatchedRule, RuleMismatchEvent } from './events.js';
+import { ruleFromDigest, type StoreRule } from './rules/rule.js';
+import type { AcquireResult } from './stores/store.js';
+
+/*
+ * The rules a valve sends and their changes (valve.setRules(), docs/architecture.md, "Rule
+ * changes"). Owned by the admission room, which copies them into each store call and hands
+ * each answer back. After a change, the first call asks the store to convert the new rules'
+ * states from the old ones (until one such call is answered), and every call keeps spending
+ * the old rules too until one interval of the longest of them has passed on the store's clock
+ * (so a window that contains the change holds what the stricter set allows). Every call carries
+ * the rule set's record; the first answer that reports another set recorded for the id (per
+ * change) gives a 'rule-mismatch'.
+ */
+
+/** The digests of `rules`, distinct, sorted and joined by ',': the id's record in the store. */
+export function recordOf(rules: readonly StoreRule[]): string {
+  return [...new Set(rules.map((r) => r.digest))].sort().join(',');
+}
+
+/** The fields of a store request this room fills. */
+export interface RulesRequest {
+  rules: readonly StoreRule[];
+  previous: readonly StoreRule[] | undefined;
+  convert: boolean | undefined;
+  record: string | undefined;
+}
+
+export class RuleSet {
+  /** The rules every call is checked against. */
+  rules: readonly StoreRule[];
+  /** Their record (see recordOf). */
+  private record: string;
+  /** The old rules, still spent while a change is in progress; undefined otherwise. */
+  private previous: StoreRule[] | undefined;
+  /** The next call asks the store to convert (until a call that asked is answered). */
+  private convert = false;
+  /** Store-clock ms from which the old rules are dropped; NaN until the conversion is answered. */
+  private previousUntil = Number.NaN;
+  /** The longest interval of the old rules, ms. */
+  private previousSpan = 0;
+  /** 'rule-mismatch' was emitted for the current rules. */
+  private mismatched = false;
+
+  constructor(rules: readonly StoreRule[]) {
+    this.rules = rules;
+    this.record = recordOf(rules);
+  }
+
+  /** The rules change: the old ones (and those of a change still in progress) become previous. */
+  set(rules: readonly StoreRule[]): void {
+    const previous: StoreRule[] = [];
+    const seen = new Set<string>();
+    for (const rule of [...this.rules, ...(this.previous ?? [])]) {
+      if (seen.has(rule.digest)) continue;
+      seen.add(rule.digest);
+      previous.push(rule);
+    }
+    this.rules = rules;
+    this.record = recordOf(rules);
+    this.previous = previous;
+    this.previousSpan = 0;
+    for (const rule of previous) this.previousSpan = Math.max(this.previousSpan, rule.intervalUs / 1000);
+    this.convert = true;
+    this.previousUntil = Number.NaN;
+    this.mismatched = false;
+  }
+
+  /** Fills a request before it is sent. */
+  fill(request: RulesRequest): void {
+    request.rules = this.rules;
+    request.previous = this.previous;
+    request.convert = this.previous === undefined ? undefined : this.convert;
+    request.record = this.record;
+  }
+
+  /**
+   * A call filled by fill() was answered: the conversion is done, the change may be over, and a
+   * mismatch is returned once per change.
+   */
+  answered(request: RulesRequest, result: AcquireResult, id: string): RuleMismatchEvent | undefined {
+    if (this.previous !== undefined && request.previous === this.previous) {
+      if (request.convert === true && this.convert) {
+        this.convert = false;
+        this.previousUntil = result.now + this.previousSpan;
+      } else if (result.now >= this.previousUntil) {
+        this.previous = undefined;
+      }
+    }
+    const recorded = result.recorded;
+    if (recorded === undefined || this.mismatched || request.record !== this.record) return undefined;
+    if (!Array.isArray(recorded)) return undefined;
+    this.mismatched = true;
+    return { id, rules: decode(this.record.split(',')), recorded: decode(recorded) };
+  }
+}
+
+function decode(digests: readonly unknown[]): MismatchedRule[] {
+  const out: MismatchedRule[] = [];
+  for (const d of digests) {
+    const rule = typeof d === 'string' ? ruleFromDigest(d) : undefined;
+    if (rule !== undefined) out.push(rule);
+  }
+  return out;
+}

@@ -1,0 +1,230 @@
+/**
+ * valve.setRules() and 'rule-mismatch' on the fake clock (memory store, through the spy).
+ */
+import { describe, expect, it } from 'vitest';
+import { memoryStore } from '../../src/stores/memory.js';
+import type { AcquireRequest } from '../../src/stores/store.js';
+import { createValve } from '../../src/valve.js';
+import { FakeClock, flushMicrotasks, setup, track } from './harness.js';
+
+/** Lets fake time pass (100 ms steps) until `promise` settles; returns its outcome. */
+async function settle<T>(clock: FakeClock, promise: Promise<T>): Promise<ReturnType<typeof track<T>>> {
+  const state = track(promise);
+  for (let i = 0; i < 200 && !state.done; i++) {
+    await flushMicrotasks();
+    if (!state.done) clock.advance(100);
+  }
+  return state;
+}
+
+describe('setRules()', () => {
+  it('rejects bad rules with the TypeError or RangeError createValve() throws, as a rejected promise', async () => {
+    const { valve } = setup({ rules: { limit: 5, interval: 1000 } });
+    await expect(valve.setRules({ limit: 0, interval: 1000 })).rejects.toThrow(RangeError);
+    await expect(valve.setRules({ limit: 0, interval: 1000 })).rejects.toThrow('`rules.limit`');
+    await expect(valve.setRules([{ limit: 1, interval: 'soon' }])).rejects.toThrow('`rules[0].interval`');
+    await expect(valve.setRules('10/s' as never)).rejects.toThrow(TypeError);
+    await valve.close();
+    await expect(valve.setRules({ limit: 5, interval: 1000 })).rejects.toMatchObject({ code: 'CLOSED' });
+  });
+
+  it('carries spent budget over: cutting 10 per second to 4 after 6 starts admits nothing more in that window', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const { valve, store } = setup(
+      { rules: { limit: 10, interval: 1000, algorithm: 'fixed-window' } },
+      clock,
+    );
+    const first = Array.from({ length: 6 }, () => valve.run(() => clock.now()));
+    await Promise.all(first);
+    await valve.setRules({ limit: 4, interval: 1000, algorithm: 'fixed-window' });
+    const later = track(valve.run(() => clock.now()));
+    await flushMicrotasks();
+    expect(later.done).toBe(false);
+    const convert = store.calls.filter((c) => c.op === 'acquire').map((c) => c.args[0] as AcquireRequest);
+    expect(convert.at(-1)).toMatchObject({ convert: true });
+    clock.advance(1000);
+    await flushMicrotasks();
+    expect(later.done).toBe(true);
+    await valve.close();
+  });
+
+  it('rejects queued jobs whose cost the new rules can never admit, naming the rule; keeps the others in order', async () => {
+    const clock = new FakeClock();
+    const { valve } = setup({ rules: { limit: 1, interval: 1000, burst: 5 } }, clock);
+    await settle(
+      clock,
+      valve.run(() => {}),
+    );
+    await settle(
+      clock,
+      valve.run(() => {}, { cost: 5 }),
+    );
+    const order: number[] = [];
+    const a = track(valve.run(() => order.push(4), { cost: 4 }));
+    const b = track(valve.run(() => order.push(1), { cost: 1 }));
+    const c = track(valve.run(() => order.push(2), { cost: 2 }));
+    await flushMicrotasks();
+    await valve.setRules([
+      { limit: 10, interval: 1000, burst: 10 },
+      { limit: 1, interval: 1000, burst: 2 },
+    ]);
+    await flushMicrotasks();
+    expect(a.done).toBe(true);
+    expect(a.error).toBeInstanceOf(RangeError);
+    expect(String(a.error)).toContain('`rules[1]`');
+    expect(String(a.error)).toContain('got 4');
+    for (let i = 0; i < 20 && !(b.done && c.done); i++) {
+      clock.advance(1000);
+      await flushMicrotasks();
+    }
+    expect(order).toEqual([1, 2]);
+    await expect(valve.run(() => {}, { cost: 3 })).rejects.toThrow('`rules[1]`');
+    await valve.close();
+  });
+
+  it('a job in flight during the change that the new rules cannot admit rejects once its call returns', async () => {
+    const clock = new FakeClock();
+    const { valve, store } = setup({ rules: { limit: 1, interval: 1000, burst: 3 } }, clock);
+    await valve.run(() => {}, { cost: 3 });
+    store.async = 'manual';
+    const job = track(valve.run(() => {}, { cost: 3 }));
+    await flushMicrotasks();
+    expect(store.pending.length).toBe(1);
+    await valve.setRules({ limit: 1, interval: 1000, burst: 2 });
+    store.async = null;
+    store.pending[0]!.resolve();
+    await flushMicrotasks();
+    expect(job.done).toBe(true);
+    expect(job.error).toBeInstanceOf(RangeError);
+    await valve.close();
+  });
+
+  it('keeps spending the old rules until one old interval has passed, then sends the new rules alone', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const { valve, store } = setup(
+      { rules: { limit: 5, interval: 1000, algorithm: 'sliding-window' } },
+      clock,
+    );
+    await Promise.all(Array.from({ length: 5 }, () => valve.run(() => {})));
+    clock.advance(500);
+    await valve.setRules({ limit: 8, interval: 1000, algorithm: 'sliding-window' });
+    const starts: number[] = [];
+    const jobs = Array.from({ length: 8 }, () => valve.run(() => starts.push(clock.now())));
+    for (let i = 0; i < 40 && starts.length < 8; i++) {
+      clock.advance(100);
+      await flushMicrotasks();
+    }
+    await Promise.all(jobs);
+    const t0 = 1_700_000_000_000;
+    // Nothing before the old window of the first five ends (t0 + 1000): the old rule still holds.
+    expect(Math.min(...starts)).toBeGreaterThanOrEqual(t0 + 1000);
+    // Then 3 (the new limit counts the 5 spent at t0 while they are in its window), the rest after.
+    expect(starts.filter((t) => t < t0 + 1500).length).toBe(3);
+    const requests = store.calls.filter((c) => c.op === 'acquire').map((c) => c.args[0] as AcquireRequest);
+    expect(requests.some((r) => r.previous !== undefined)).toBe(true);
+    expect(requests.at(-1)!.previous).toBeUndefined();
+    await valve.close();
+  });
+});
+
+describe("'rule-mismatch'", () => {
+  it('two valves on one id with different rules each get it once, with both rule sets', async () => {
+    const clock = new FakeClock();
+    const store = memoryStore({ clock });
+    const a = createValve({ id: 'x', rules: { limit: 10, interval: '1s' }, store, clock });
+    const b = createValve({
+      id: 'x',
+      rules: { limit: 20, interval: '1s', algorithm: 'fixed-window' },
+      store,
+      clock,
+    });
+    const seenA: unknown[] = [];
+    const seenB: unknown[] = [];
+    a.on('rule-mismatch', (e) => seenA.push(e));
+    b.on('rule-mismatch', (e) => seenB.push(e));
+    for (let i = 0; i < 3; i++) {
+      await settle(
+        clock,
+        a.run(() => {}),
+      );
+      await settle(
+        clock,
+        b.run(() => {}),
+      );
+    }
+    expect(seenB).toEqual([
+      {
+        id: 'x',
+        rules: [{ limit: 20, interval: 1000, algorithm: 'fixed-window' }],
+        recorded: [{ limit: 10, interval: 1000, algorithm: 'gcra', burst: 1 }],
+      },
+    ]);
+    expect(seenA).toEqual([
+      {
+        id: 'x',
+        rules: [{ limit: 10, interval: 1000, algorithm: 'gcra', burst: 1 }],
+        recorded: [{ limit: 20, interval: 1000, algorithm: 'fixed-window' }],
+      },
+    ]);
+    // Once a's rules change to b's, nothing more is reported.
+    await a.setRules({ limit: 20, interval: '1s', algorithm: 'fixed-window' });
+    for (let i = 0; i < 3; i++) {
+      await settle(
+        clock,
+        a.run(() => {}),
+      );
+      await settle(
+        clock,
+        b.run(() => {}),
+      );
+    }
+    expect(seenA.length + seenB.length).toBe(2);
+    await a.close();
+    await b.close();
+  });
+
+  it('is not emitted for valves with the same rules, nor for one valve alone', async () => {
+    const clock = new FakeClock();
+    const store = memoryStore({ clock });
+    const a = createValve({
+      id: 'y',
+      rules: [
+        { limit: 10, interval: '1s' },
+        { limit: 100, interval: '1m' },
+      ],
+      store,
+      clock,
+    });
+    const b = createValve({
+      id: 'y',
+      rules: [
+        { limit: 100, interval: '1m' },
+        { limit: 10, interval: '1s' },
+      ],
+      store,
+      clock,
+    });
+    let seen = 0;
+    a.on('rule-mismatch', () => seen++);
+    b.on('rule-mismatch', () => seen++);
+    await settle(
+      clock,
+      a.run(() => {}),
+    );
+    await settle(
+      clock,
+      b.run(() => {}),
+    );
+    await a.setRules([
+      { limit: 10, interval: '1s' },
+      { limit: 100, interval: '1m' },
+    ]);
+    await settle(
+      clock,
+      a.run(() => {}),
+    );
+    expect(seen).toBe(0);
+    await a.close();
+    await b.close();
+  });
+});
