@@ -295,6 +295,13 @@ class MemoryStore implements Store {
       waitUs = earliest === Number.POSITIVE_INFINITY ? 0 : earliest - now;
     }
     this.clearScratch(n);
+    if (state !== undefined && state.record !== null) {
+      // The record compares rule sets of valves using the id at the same time: in one process it
+      // lives no longer than the id's rule state, so an id nobody uses leaves nothing behind.
+      let until = now + 1;
+      for (const s of state.rules.values()) if (s.expiresUs > until) until = s.expiresUs;
+      if (state.recordUs > until) state.recordUs = until;
+    }
     if (state !== undefined && isIdle(state)) this.ids.delete(id);
 
     const result: AcquireResult = {
