@@ -48,7 +48,7 @@ describe('createValveGroup: creation and reuse', () => {
     expect(() => g.valve('a{b}')).toThrow(TypeError);
     expect(() => g.valve('')).toThrow(/`key`/);
     await expect(g.run('x'.repeat(201), () => 1)).rejects.toThrow(/`key` to be 1 to 200 characters/);
-    const f = g.wrapFetch(async () => ({ status: 200, headers: new Headers() }), { key: () => 'x\ud800' });
+    const f = g.wrapFetch(async (_url: string) => ({ status: 200, headers: new Headers() }), { key: () => 'x\ud800' });
     await expect(f('https://example.test/')).rejects.toThrow(/`key` to be well-formed Unicode/);
     expect(g.size).toBe(0);
   });
@@ -261,7 +261,7 @@ describe('createValveGroup: wrapFetch', () => {
   it('a key function that throws rejects the request', async () => {
     const { group: g } = group();
     const boom = new Error('no key');
-    const f = g.wrapFetch(async () => new Response(''), {
+    const f = g.wrapFetch(async (_url: string) => new Response(''), {
       key: () => {
         throw boom;
       },
@@ -320,7 +320,7 @@ describe('createValveGroup: close', () => {
     const a = g.valve('a');
     await g.run('a', () => 1);
     const queued = track(g.run('a', () => 2));
-    const f = g.wrapFetch(async () => new Response(''), { key: () => 'b' });
+    const f = g.wrapFetch(async (_url: string) => new Response(''), { key: () => 'b' });
     await f('https://x.test/');
     await g.close();
     expect(queued.error).toMatchObject({ code: 'CLOSED' });
