@@ -10,7 +10,10 @@ import { createValveGroup } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
 import { checkRules, type Grant } from '../helpers/bounds.js';
+import { respCommand } from '../helpers/resp.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
+import { sharedCluster, uniquePrefix } from '../helpers/shared-servers.js';
+import { type ClientFamily, connectCluster } from '../multiprocess/redis-clients.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -105,4 +108,45 @@ describe('valve group over redisStore', () => {
       subscriber.disconnect();
     }
   }, 60_000);
+
+  for (const family of ['ioredis', 'redis'] as ClientFamily[]) {
+    it(`Redis Cluster (${family}): 300 keys share one subscriber over sharded channels, bounds per key, nothing left`, async () => {
+      const { nodes } = sharedCluster();
+      const c = await connectCluster(family, nodes);
+      const prefix = uniquePrefix('grp-cluster');
+      const store = redisStore({ client: c.client, subscriber: c.subscriber, prefix });
+      const grants = new Map<string, Grant[]>();
+      logGrants(store, grants);
+      const rules = [{ limit: 3, interval: '300ms' }];
+      const group = createValveGroup({ rules, store, idleTimeout: 300 });
+      const shardChannels = async (): Promise<number> => {
+        let n = 0;
+        for (const node of nodes) {
+          const list = (await respCommand(node, ['PUBSUB', 'SHARDCHANNELS', `${prefix}:*`])) as unknown[];
+          n += list.length;
+        }
+        return n;
+      };
+      try {
+        const KEYS = 300;
+        const runs: Promise<unknown>[] = [];
+        for (let k = 0; k < KEYS; k++) for (let j = 0; j < 5; j++) runs.push(group.run(`org-${k}`, () => j));
+        await sleep(400);
+        // The keys' channels, spread over the shards, all on the one subscriber.
+        expect(await shardChannels()).toBeGreaterThan(100);
+        await Promise.all(runs);
+        for (let k = 0; k < KEYS; k++) {
+          const g = grants.get(`org-${k}`) ?? [];
+          expect(g.length).toBe(5);
+          expect(checkRules(g, rules)).toEqual([]);
+        }
+        await sleep(1200);
+        expect(group.size).toBe(0);
+        expect(await shardChannels()).toBe(0);
+      } finally {
+        await group.close();
+        await c.close();
+      }
+    }, 60_000);
+  }
 });
