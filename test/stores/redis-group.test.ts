@@ -23,7 +23,10 @@ function logGrants(store: Store, grants: Map<string, Grant[]>): void {
   store.acquire = async (request) => {
     const r = await acquire(request);
     let list = grants.get(request.id);
-    if (list === undefined) grants.set(request.id, (list = []));
+    if (list === undefined) {
+      list = [];
+      grants.set(request.id, list);
+    }
     for (let i = 0; i < r.granted; i++) list.push({ t: r.now, cost: request.costs[i]! });
     return r;
   };

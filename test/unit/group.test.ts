@@ -48,7 +48,9 @@ describe('createValveGroup: creation and reuse', () => {
     expect(() => g.valve('a{b}')).toThrow(TypeError);
     expect(() => g.valve('')).toThrow(/`key`/);
     await expect(g.run('x'.repeat(201), () => 1)).rejects.toThrow(/`key` to be 1 to 200 characters/);
-    const f = g.wrapFetch(async (_url: string) => ({ status: 200, headers: new Headers() }), { key: () => 'x\ud800' });
+    const f = g.wrapFetch(async (_url: string) => ({ status: 200, headers: new Headers() }), {
+      key: () => 'x\ud800',
+    });
     await expect(f('https://example.test/')).rejects.toThrow(/`key` to be well-formed Unicode/);
     expect(g.size).toBe(0);
   });
