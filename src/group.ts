@@ -5,15 +5,28 @@ import type { ValveEventName } from './events.js';
 import type { FetchLike, WrapFetchOptions } from './feedback/fetch.js';
 import { type Forwarders, GroupEvents, type ValveGroupListener } from './group-events.js';
 import { IdleEntry, IdleList } from './group-idle.js';
-import { type ConcurrencyOption, normalizeOptions, type ValveOptions } from './options.js';
-import type { Rule } from './rules/rule.js';
+import type {
+  GroupFetchOptions,
+  ValveGroup,
+  ValveGroupOptions,
+  ValveGroupStats,
+  ValveOverrides,
+} from './group-types.js';
+import { normalizeOptions, type ValveOptions } from './options.js';
 import { checkId, checkKnownKeys, MAX_DURATION_MS } from './stores/checks.js';
 import { memoryStore } from './stores/memory.js';
 import type { Store } from './stores/store.js';
-import type { JobContext, RunOptions, Valve } from './types.js';
+import type { JobContext, RunOptions, Valve, ValveStats } from './types.js';
 import { createValve } from './valve.js';
 
 export type { ValveGroupListener } from './group-events.js';
+export type {
+  GroupFetchOptions,
+  ValveGroup,
+  ValveGroupOptions,
+  ValveGroupStats,
+  ValveOverrides,
+} from './group-types.js';
 
 /*
  * createValveGroup(): one valve per key (a credential, a tenant), created on first use, dropped
@@ -21,81 +34,6 @@ export type { ValveGroupListener } from './group-events.js';
  * Redis one client and one subscriber connection serve every key). Eviction is group-idle.ts (one
  * list, one timer); the group's events are group-events.ts.
  */
-
-/** What `options(key)` may return for one key: these options replace the group's for that key. */
-export interface ValveOverrides {
-  rules?: Rule | readonly Rule[];
-  concurrency?: ConcurrencyOption;
-  maxWait?: number | string;
-}
-
-/** Options of createValveGroup(): every createValve() option but `id`, plus the group's own. */
-export interface ValveGroupOptions extends Omit<ValveOptions, 'id'> {
-  /** A valve with nothing queued or running for this long is closed and dropped. Default '5m'; Infinity keeps valves until close(). */
-  idleTimeout?: number | string;
-  /** Per-key overrides of `rules`, `concurrency` or `maxWait`, asked once when the key's valve is created. */
-  options?: (key: string) => ValveOverrides | undefined;
-}
-
-/** group.wrapFetch() options: wrapFetch's, plus the key of each request. */
-export interface GroupFetchOptions<I = string | URL | Request, N = RequestInit>
-  extends WrapFetchOptions<I, N> {
-  /** The key (the valve) a request goes through, from fetch's arguments. */
-  key: (input: I, init: N | undefined) => string;
-}
-
-/** A snapshot of a group. Totals count every valve the group ever had; counters only grow. */
-export interface ValveGroupStats {
-  /** Live valves. */
-  size: number;
-  /** Valves created (only grows). */
-  created: number;
-  /** Valves closed and dropped after idleTimeout (only grows). */
-  evicted: number;
-  /** Live valves with jobs queued or running. */
-  busy: number;
-  /** Live valves that know of a shared pause. */
-  paused: number;
-  /** Jobs queued, and running, in the live valves. */
-  queued: number;
-  running: number;
-  /** Totals over every valve of the group, evicted ones included (as in ValveStats). */
-  started: number;
-  succeeded: number;
-  failed: number;
-  rejected: number;
-  storeErrors: number;
-  leasesLost: number;
-  /** close() was called. */
-  closed: boolean;
-}
-
-/** Valves by key, sharing one store: see createValveGroup(). */
-export interface ValveGroup {
-  /** The valve whose id is `key`: created on first use, the same instance while it lives. Counts as activity. */
-  valve(key: string): Valve;
-  /** `group.valve(key).run(job, options)`, as one call: never throws, never hits a dropped valve. */
-  run<T>(
-    key: string,
-    job: (ctx: JobContext) => T | PromiseLike<T>,
-    options?: RunOptions,
-  ): Promise<Awaited<T>>;
-  /** Returns fetch where each request goes through the valve of `options.key(input, init)` (see Valve.wrapFetch). */
-  wrapFetch<F extends FetchLike = typeof fetch>(
-    fetchFn: F | undefined,
-    options: GroupFetchOptions<Parameters<F>[0], Parameters<F>[1]>,
-  ): F;
-  /** Live valves. */
-  readonly size: number;
-  /** Totals and counts over the valves; O(live valves), one small object per live valve. */
-  stats(): ValveGroupStats;
-  /** Listens to an event of every valve; the listener gets the valve's arguments, then its key. */
-  on<E extends ValveEventName>(event: E, listener: ValveGroupListener<E>): this;
-  once<E extends ValveEventName>(event: E, listener: ValveGroupListener<E>): this;
-  off<E extends ValveEventName>(event: E, listener: ValveGroupListener<E>): this;
-  /** Closes every valve (as Valve.close); afterwards every call rejects (or throws) CLOSED. */
-  close(options?: { drain?: boolean }): Promise<void>;
-}
 
 const GROUP_OPTIONS = [
   'rules',
@@ -325,7 +263,7 @@ class ValveGroupImpl implements ValveGroup {
     const closes: Promise<void>[] = [...this.closing];
     for (const entry of this.entries.values()) closes.push(entry.valve.close(options));
     this.closePromise = Promise.all(closes).then(() => {
-      for (const entry of this.entries.values()) this.retire(entry);
+      for (const entry of this.entries.values()) this.retire(entry.valve.stats());
       this.entries.clear();
     });
     return this.closePromise;
@@ -370,17 +308,15 @@ class ValveGroupImpl implements ValveGroup {
     this.idle.unlink(entry);
     this.entries.delete(entry.key);
     this.evicted++;
+    // Idle, so its counters are final: they join the totals now, not when close() resolves.
+    this.retire(s);
     const closing = entry.valve.close();
     this.closing.add(closing);
-    void closing.then(() => {
-      this.closing.delete(closing);
-      this.retire(entry);
-    });
+    void closing.then(() => this.closing.delete(closing));
   }
 
   /** Adds a valve's final counters to the group's totals. */
-  private retire(entry: Entry): void {
-    const s = entry.valve.stats();
+  private retire(s: ValveStats): void {
     const r = this.retired;
     r.started += s.started;
     r.succeeded += s.succeeded;

@@ -131,8 +131,9 @@ describe('createValveGroup: eviction', () => {
     clock.advance(T - 1);
     expect(g.size).toBe(1);
     clock.advance(1);
-    await flushMicrotasks();
     expect(g.size).toBe(0);
+    expect(g.stats()).toMatchObject({ size: 0, evicted: 1, started: 1, succeeded: 1 });
+    await flushMicrotasks();
     expect(v.stats().closed).toBe(true);
     expect(g.stats()).toMatchObject({ size: 0, evicted: 1, started: 1, succeeded: 1 });
     // Nothing left in the process for that key: no timer, no subscription.
