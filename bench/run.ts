@@ -103,6 +103,16 @@ const scenarios: Record<string, ScenarioSpec> = {
     ratios: ['bytesPerQueuedJob', 'jobsPerSec'],
     timeoutMs: 600_000,
   },
+  group: {
+    script: 'group.ts',
+    cases: ['overhead', '10 keys', '10000 keys'],
+    peers: (c) =>
+      c === 'overhead' ? ['valve', 'valve-group'] : ['valve-group-redis', 'valve-redis', 'rlf-redis'],
+    valve: 'valve-group-redis',
+    repeat: 3,
+    ratios: ['jobsPerSec', 'commandsPerJob', 'redisCpuUsPerJob'],
+    timeoutMs: 180_000,
+  },
   scale: {
     script: 'scale.ts',
     cases: [undefined],

@@ -23,6 +23,15 @@ export type {
 export type { FetchLike, WrapFetchOptions } from './feedback/fetch.js';
 export type { FeedbackReading } from './feedback/types.js';
 export type {
+  GroupFetchOptions,
+  ValveGroup,
+  ValveGroupListener,
+  ValveGroupOptions,
+  ValveGroupStats,
+  ValveOverrides,
+} from './group.js';
+export { createValveGroup } from './group.js';
+export type {
   ConcurrencyOption,
   FeedbackOptions,
   StoreErrorMode,

@@ -10,7 +10,7 @@ import { RateLimiterMemory, RateLimiterRedis, type RateLimiterRes } from 'rate-l
 import { nowMs } from './common.js';
 import { referenceAdapter } from './reference.js';
 import { redisReferenceAdapter, roundTripReferenceAdapter } from './reference-redis.js';
-import { loadValve, type ValveLike } from './valve-module.js';
+import { loadValve, type ValveGroupLike, type ValveLike } from './valve-module.js';
 
 export interface LimiterOptions {
   /** Jobs per interval. */
@@ -143,6 +143,57 @@ function valveAdapter(
       await valve?.close({ drain: false }).catch(() => {});
       if (port !== undefined) releaseClient(port);
       port = undefined;
+    },
+  };
+}
+
+/**
+ * valve-group: one createValveGroup() per process (and store), shared by every adapter of the
+ * process; each adapter is one key (its `redis.id`, or 'bench'). Over the memory store, or with
+ * `redis` over redisStore through the process's one ioredis client (no subscriber, like
+ * valve-redis). What a group adds to each job: the key's lookup.
+ */
+const groups = new Map<string, { group: ValveGroupLike; users: number }>();
+
+function groupAdapter(name: string, useRedis: boolean): Adapter {
+  let slot: string | undefined;
+  let group: ValveGroupLike | undefined;
+  let key = 'bench';
+  return {
+    name,
+    async setup(o) {
+      const mod = await loadValve();
+      if (!mod.createValveGroup) throw new Error('createValveGroup is not exported by this valve');
+      if (useRedis && !o.redis) throw new Error(`${name} needs a Redis server`);
+      key = o.redis?.id ?? 'bench';
+      slot = `${useRedis ? o.redis!.port : 'memory'}:${o.limit}:${o.intervalMs}:${o.burst}:${o.batch ?? ''}`;
+      let entry = groups.get(slot);
+      if (!entry) {
+        const store = useRedis
+          ? mod.redisStore!({ client: sharedClient(o.redis!.port), prefix: 'bench' })
+          : undefined;
+        entry = {
+          group: mod.createValveGroup({
+            rules: [{ limit: o.limit, interval: o.intervalMs, burst: o.burst }],
+            ...(store ? { store } : {}),
+            ...(o.batch !== undefined ? { batch: o.batch } : {}),
+          }),
+          users: 0,
+        };
+        groups.set(slot, entry);
+      }
+      entry.users++;
+      group = entry.group;
+    },
+    schedule: (fn) => group!.run(key, fn),
+    async teardown() {
+      const entry = slot === undefined ? undefined : groups.get(slot);
+      if (entry && --entry.users === 0) {
+        groups.delete(slot!);
+        await entry.group.close().catch(() => {});
+        if (useRedis) releaseClient(Number(slot!.split(':')[0]));
+      }
+      slot = undefined;
     },
   };
 }
@@ -294,7 +345,7 @@ function bottleneckAdapter(name: string, useRedis: boolean): Adapter {
  */
 function rlfAdapter(name: string, useRedis: boolean): Adapter {
   let limiter: RateLimiterMemory | RateLimiterRedis | undefined;
-  let client: Redis | undefined;
+  let port: number | undefined;
   let stopped = false;
   const key = 'bench';
   const attempt = async (fn: () => void): Promise<void> => {
@@ -317,8 +368,8 @@ function rlfAdapter(name: string, useRedis: boolean): Adapter {
       const base = { points: Math.min(o.limit, Number.MAX_SAFE_INTEGER), duration: o.intervalMs / 1000 };
       if (useRedis) {
         if (!o.redis) throw new Error(`${name} needs a Redis server`);
-        client = redisClient(o.redis.port);
-        limiter = new RateLimiterRedis({ ...base, storeClient: client, keyPrefix: o.redis.id });
+        port = o.redis.port;
+        limiter = new RateLimiterRedis({ ...base, storeClient: sharedClient(port), keyPrefix: o.redis.id });
       } else {
         limiter = new RateLimiterMemory(base);
       }
@@ -326,13 +377,16 @@ function rlfAdapter(name: string, useRedis: boolean): Adapter {
     schedule: attempt,
     async teardown() {
       stopped = true;
-      client?.disconnect();
+      if (port !== undefined) releaseClient(port);
+      port = undefined;
     },
   };
 }
 
 const factories: Record<string, () => Adapter> = {
   valve: () => valveAdapter('valve', false),
+  'valve-group': () => groupAdapter('valve-group', false),
+  'valve-group-redis': () => groupAdapter('valve-group-redis', true),
   'valve-redis': () => valveAdapter('valve-redis', true),
   'valve-plain-timers': () => valveAdapter('valve-plain-timers', false, true),
   'valve-redis-plain-timers': () => valveAdapter('valve-redis-plain-timers', true, true),

@@ -38,6 +38,8 @@ export interface FleetOptions {
   readonly logGrants?: boolean;
   /** Give each process its own share of `ids` (round robin) instead of every id. */
   readonly splitIds?: boolean;
+  /** Each worker runs one job per id before the start (see WorkerSetup.warmUp). */
+  readonly warmUp?: boolean;
 }
 
 type Reply = { type: 'ready' } | WorkerDone | { type: 'error'; message: string };
@@ -95,6 +97,7 @@ export async function runFleet(o: FleetOptions): Promise<FleetResult> {
       durationMs: o.durationMs,
       logStarts: o.logStarts ?? false,
       logGrants: o.logGrants ?? false,
+      warmUp: o.warmUp ?? false,
     };
     const ready = children.map((c) => waitFor(c, 'ready'));
     children.forEach((c, i) => {

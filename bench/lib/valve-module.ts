@@ -11,6 +11,12 @@ export interface ValveLike {
   stats(): { queued: number; running: number; started: number };
 }
 
+export interface ValveGroupLike {
+  run(key: string, job: () => unknown): Promise<unknown>;
+  close(options?: { drain?: boolean }): Promise<void>;
+  readonly size: number;
+}
+
 export interface ValveModule {
   createValve(options: {
     id: string;
@@ -26,6 +32,12 @@ export interface ValveModule {
     clock?: unknown;
   }): ValveLike;
   memoryStore(options?: { clock?: unknown }): unknown;
+  /** Absent in versions of valve before valve groups. */
+  createValveGroup?: (options: {
+    rules: { limit: number; interval: number; burst?: number }[];
+    store?: unknown;
+    batch?: number;
+  }) => ValveGroupLike;
   redisStore?: (options: { client: unknown; subscriber?: unknown; prefix?: string }) => unknown;
 }
 

@@ -18,6 +18,8 @@ export interface WorkerSetup {
   readonly durationMs: number;
   readonly logStarts: boolean;
   readonly logGrants: boolean;
+  /** Run one job per limiter before reporting ready (first-use costs out of the measurement). */
+  readonly warmUp?: boolean;
 }
 
 export interface WorkerDone {
@@ -60,6 +62,7 @@ async function handle(message: Message): Promise<void> {
       await adapter.setup({ ...message.options, redis, grantLog: message.logGrants ? grants : undefined });
       adapters.push(adapter);
     }
+    if (message.warmUp) await Promise.all(adapters.map((a) => a.schedule(() => {})));
     send({ type: 'ready' });
   } else if (message.type === 'go') {
     const s = setup!;

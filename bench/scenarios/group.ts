@@ -1,0 +1,91 @@
+/**
+ * Scenario group, valve groups (createValveGroup):
+ * - 'overhead': 200k no-op jobs under a rule that never binds, one process, through
+ *   `group.run('bench', job)` against a plain valve's `valve.run(job)` (same store, same rule):
+ *   what the group's key lookup adds to an enqueue (target: within 10 %).
+ * - '10 keys', '10000 keys': 4 processes on one Redis, jobs spread over the keys (every process
+ *   uses every key; 1000 jobs outstanding per process, so 1 per key at 10,000 keys: batching per
+ *   id cannot help), a rule that never binds. valve-group-redis (one group per process),
+ *   valve-redis (one plain valve per key and process) and rate-limiter-flexible (one
+ *   RateLimiterRedis per key, one call per job), all on one connection per process. Per peer:
+ *   jobs/s, Redis commands per job and Redis CPU per job (INFO deltas, as redis-throughput).
+ *   Each worker runs one job per key before the start, so first uses are not measured.
+ */
+import { createAdapter, NEVER_BINDS } from '../lib/adapters.js';
+import { emit, noop, parseScenarioArgs, round } from '../lib/common.js';
+import { runBatch } from '../lib/drive.js';
+import { runFleet } from '../lib/fleet.js';
+import { startRedis } from '../lib/redis-server.js';
+
+export const cases: Record<string, { keys: number }> = {
+  overhead: { keys: 1 },
+  '10 keys': { keys: 10 },
+  '10000 keys': { keys: 10_000 },
+};
+export const peersFor = (name: string): string[] =>
+  name === 'overhead' ? ['valve', 'valve-group'] : ['valve-group-redis', 'valve-redis', 'rlf-redis'];
+
+const args = parseScenarioArgs();
+const N = args.quick ? 20_000 : 200_000;
+const durationMs = args.quick ? 1500 : 3000;
+const OUTSTANDING = 1000;
+
+async function throughput(peer: string, n: number): Promise<number> {
+  const adapter = createAdapter(peer);
+  await adapter.setup(NEVER_BINDS);
+  const ms = await runBatch(adapter, n, noop);
+  await adapter.teardown();
+  return (n / ms) * 1000;
+}
+
+async function overhead(peer: string): Promise<void> {
+  await throughput(peer, N >> 3); // warm-up
+  const runs: number[] = [];
+  for (let i = 0; i < 3; i++) runs.push(await throughput(peer, N));
+  runs.sort((a, b) => a - b);
+  emit({ scenario: 'group', case: 'overhead', peer, metrics: { jobsPerSec: round(runs[1]!) } });
+}
+
+async function keyed(peer: string, name: string, keys: number): Promise<void> {
+  const server = await startRedis();
+  try {
+    const ids = Array.from({ length: keys }, (_, i) => `tenant-${i}`);
+    const r = await runFleet({
+      processes: 4,
+      peer,
+      port: server.port,
+      options: NEVER_BINDS,
+      ids,
+      window: Math.max(1, Math.floor(OUTSTANDING / keys)),
+      durationMs,
+      warmUp: true,
+    });
+    const jobs = Math.max(1, r.started);
+    emit({
+      scenario: 'group',
+      case: name,
+      peer,
+      metrics: {
+        jobsPerSec: round((r.started / r.elapsedMs) * 1000),
+        commandsPerJob: round(r.redis.commands / jobs, 3),
+        redisCpuUsPerJob: round((r.redis.cpuSec * 1e6) / jobs, 2),
+        clientCpuUsPerJob: round((r.clientCpuMs * 1000) / jobs, 2),
+      },
+    });
+  } finally {
+    await server.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  for (const [name, c] of Object.entries(cases)) {
+    if (args.case && args.case !== name) continue;
+    for (const peer of args.peer ? [args.peer] : peersFor(name)) {
+      if (name === 'overhead') await overhead(peer);
+      else await keyed(peer, name, c.keys);
+    }
+  }
+  process.exit(0);
+}
+
+await main();

@@ -1,0 +1,384 @@
+import { systemClock } from './clock.js';
+import { describe, parseDuration } from './duration.js';
+import { ValveError } from './errors.js';
+import type { ValveEventName } from './events.js';
+import type { FetchLike, WrapFetchOptions } from './feedback/fetch.js';
+import { type Forwarders, GroupEvents, type ValveGroupListener } from './group-events.js';
+import { IdleEntry, IdleList } from './group-idle.js';
+import type {
+  GroupFetchOptions,
+  ValveGroup,
+  ValveGroupOptions,
+  ValveGroupStats,
+  ValveOverrides,
+} from './group-types.js';
+import { normalizeOptions, type ValveOptions } from './options.js';
+import { checkId, checkKnownKeys, MAX_DURATION_MS } from './stores/checks.js';
+import { memoryStore } from './stores/memory.js';
+import type { Store } from './stores/store.js';
+import type { JobContext, RunOptions, Valve, ValveStats } from './types.js';
+import { createValve } from './valve.js';
+
+export type { ValveGroupListener } from './group-events.js';
+export type {
+  GroupFetchOptions,
+  ValveGroup,
+  ValveGroupOptions,
+  ValveGroupStats,
+  ValveOverrides,
+} from './group-types.js';
+
+/*
+ * createValveGroup(): one valve per key (a credential, a tenant), created on first use, dropped
+ * after `idleTimeout` without work. Every valve of a group shares the group's one store (so on
+ * Redis one client and one subscriber connection serve every key). Eviction is group-idle.ts (one
+ * list, one timer); the group's events are group-events.ts.
+ */
+
+const GROUP_OPTIONS = [
+  'rules',
+  'store',
+  'concurrency',
+  'maxQueue',
+  'maxWait',
+  'batch',
+  'onStoreError',
+  'feedback',
+  'clock',
+  'idleTimeout',
+  'options',
+];
+const OVERRIDES = ['rules', 'concurrency', 'maxWait'];
+const DEFAULT_IDLE_TIMEOUT = 300_000;
+
+/** One live valve of the group. */
+class Entry extends IdleEntry {
+  /** The valve's forwarders of the group's events (null until the group has a listener). */
+  forwarders: Forwarders | null = null;
+  constructor(
+    readonly key: string,
+    readonly valve: Valve,
+  ) {
+    super();
+  }
+}
+
+/** Counters of the valves no longer live (evicted, or closed with the group). */
+interface Retired {
+  started: number;
+  succeeded: number;
+  failed: number;
+  rejected: number;
+  storeErrors: number;
+  leasesLost: number;
+}
+
+class ValveGroupImpl implements ValveGroup {
+  /** createValve() options shared by every key (store and clock filled in). */
+  private readonly base: Omit<ValveOptions, 'id'>;
+  /** Per-key overrides, or undefined. */
+  private readonly overrides: ((key: string) => ValveOverrides | undefined) | undefined;
+  private readonly clock: NonNullable<ValveOptions['clock']>;
+  /** Live valves by key: an entry exists exactly while its valve is linked in `idle`. */
+  private readonly entries = new Map<string, Entry>();
+  /** The live valves by last activity, and the one eviction timer. */
+  private readonly idle: IdleList<Entry>;
+  private readonly events: GroupEvents;
+  /** Closes of evicted valves not yet resolved (awaited by close()). */
+  private readonly closing = new Set<Promise<void>>();
+  private readonly retired: Retired = {
+    started: 0,
+    succeeded: 0,
+    failed: 0,
+    rejected: 0,
+    storeErrors: 0,
+    leasesLost: 0,
+  };
+  private created = 0;
+  private evicted = 0;
+  /** The promise close() returns; null until the first close(). */
+  private closePromise: Promise<void> | null = null;
+
+  constructor(options: ValveGroupOptions) {
+    const { idleTimeout, options: overrides, ...base } = options;
+    // The shared options are checked once, here, as createValve would check them.
+    normalizeOptions({ ...base, id: 'valve-group' });
+    if (overrides !== undefined && typeof overrides !== 'function') {
+      throw new TypeError(
+        `Expected \`options\` to be a function of the key returning { rules, concurrency, maxWait } overrides, got ${describe(overrides)}`,
+      );
+    }
+    this.overrides = overrides;
+    this.clock = base.clock ?? systemClock;
+    // One store for the whole group: the given one, or a private memoryStore on the group's clock.
+    const store: Store = base.store ?? memoryStore({ clock: this.clock });
+    this.base = { ...base, store, clock: this.clock };
+    this.idle = new IdleList(this.clock, checkIdleTimeout(idleTimeout), (entry, now) => this.due(entry, now));
+    this.events = new GroupEvents(() => this.entries.values());
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  valve(key: string): Valve {
+    if (this.closePromise !== null) throw closedError();
+    const entry = this.entries.get(key);
+    if (entry === undefined) return this.create(key).valve;
+    this.idle.touch(entry);
+    return entry.valve;
+  }
+
+  run<T>(
+    key: string,
+    job: (ctx: JobContext) => T | PromiseLike<T>,
+    options?: RunOptions,
+  ): Promise<Awaited<T>> {
+    if (this.closePromise !== null) return Promise.reject(closedError());
+    // No touch: a valve with work is never evicted, and its 'idle' event marks its activity.
+    let entry = this.entries.get(key);
+    if (entry === undefined) {
+      try {
+        entry = this.create(key);
+      } catch (err) {
+        return Promise.reject(err);
+      }
+    }
+    return entry.valve.run(job, options);
+  }
+
+  wrapFetch<F extends FetchLike = typeof fetch>(
+    fetchFn: F | undefined,
+    options: GroupFetchOptions<Parameters<F>[0], Parameters<F>[1]>,
+  ): F {
+    if (typeof options !== 'object' || options === null) {
+      throw new TypeError(
+        `Expected group.wrapFetch() \`options\` to be an object like { key: (request) => string, retries: 3 }, got ${describe(options)}`,
+      );
+    }
+    const { key: keyOf, ...rest } = options;
+    if (typeof keyOf !== 'function') {
+      throw new TypeError(
+        `Expected \`key\` to be a function of the request returning its key, got ${describe(keyOf)}`,
+      );
+    }
+    // The fetch and wrapFetch options are checked now, by a throwaway valve (it holds nothing).
+    createValve({ id: 'valve-group-check' }).wrapFetch(fetchFn, rest as WrapFetchOptions);
+    // One wrapped fetch per valve, dropped with the valve.
+    const wrapped = new WeakMap<Valve, F>();
+    const fetchThrough = (input: Parameters<F>[0], init?: Parameters<F>[1]): Promise<unknown> => {
+      let valve: Valve;
+      try {
+        const key = keyOf(input, init);
+        if (this.closePromise !== null) throw closedError();
+        valve = this.entries.get(key)?.valve ?? this.create(checkId(key, 'key')).valve;
+      } catch (err) {
+        return Promise.reject(err);
+      }
+      let f = wrapped.get(valve);
+      if (f === undefined) {
+        f = valve.wrapFetch(fetchFn, rest as WrapFetchOptions<Parameters<F>[0], Parameters<F>[1]>);
+        wrapped.set(valve, f);
+      }
+      return f(input, init);
+    };
+    return fetchThrough as unknown as F;
+  }
+
+  stats(): ValveGroupStats {
+    const r = this.retired;
+    const out: ValveGroupStats = {
+      size: this.entries.size,
+      created: this.created,
+      evicted: this.evicted,
+      busy: 0,
+      paused: 0,
+      queued: 0,
+      running: 0,
+      started: r.started,
+      succeeded: r.succeeded,
+      failed: r.failed,
+      rejected: r.rejected,
+      storeErrors: r.storeErrors,
+      leasesLost: r.leasesLost,
+      closed: this.closePromise !== null,
+    };
+    for (const entry of this.entries.values()) {
+      const s = entry.valve.stats();
+      if (s.queued + s.running > 0) out.busy++;
+      if (s.pausedUntil !== null) out.paused++;
+      out.queued += s.queued;
+      out.running += s.running;
+      out.started += s.started;
+      out.succeeded += s.succeeded;
+      out.failed += s.failed;
+      out.rejected += s.rejected;
+      out.storeErrors += s.storeErrors;
+      out.leasesLost += s.leasesLost;
+    }
+    return out;
+  }
+
+  on<E extends ValveEventName>(event: E, listener: ValveGroupListener<E>): this {
+    this.events.on(event, listener);
+    return this;
+  }
+
+  once<E extends ValveEventName>(event: E, listener: ValveGroupListener<E>): this {
+    this.events.on(event, listener, true);
+    return this;
+  }
+
+  off<E extends ValveEventName>(event: E, listener: ValveGroupListener<E>): this {
+    this.events.off(event, listener);
+    return this;
+  }
+
+  close(options?: { drain?: boolean }): Promise<void> {
+    if (options !== undefined) {
+      if (typeof options !== 'object' || options === null) {
+        return Promise.reject(
+          new TypeError(
+            `Expected close() options to be an object like { drain: true }, got ${describe(options)}`,
+          ),
+        );
+      }
+      try {
+        checkKnownKeys(options, ['drain'], 'close()');
+      } catch (err) {
+        return Promise.reject(err);
+      }
+      if (options.drain !== undefined && typeof options.drain !== 'boolean') {
+        return Promise.reject(
+          new TypeError(`Expected \`drain\` to be a boolean, got ${describe(options.drain)}`),
+        );
+      }
+    }
+    if (this.closePromise !== null) {
+      // A later close() without drain cuts a draining close short, as on a valve.
+      if (options?.drain !== true) for (const entry of this.entries.values()) void entry.valve.close();
+      return this.closePromise;
+    }
+    this.idle.stop();
+    const closes: Promise<void>[] = [...this.closing];
+    for (const entry of this.entries.values()) closes.push(entry.valve.close(options));
+    this.closePromise = Promise.all(closes).then(() => {
+      for (const entry of this.entries.values()) this.retire(entry.valve.stats());
+      this.entries.clear();
+    });
+    return this.closePromise;
+  }
+
+  // ---------------------------------------------------------------- creation and eviction
+
+  /** Creates the valve of a key not live yet. Throws TypeError/RangeError for a bad key or override. */
+  private create(key: string): Entry {
+    checkId(key, 'key');
+    let options: ValveOptions = { ...this.base, id: key };
+    if (this.overrides !== undefined) {
+      const overrides = this.overrides(key);
+      if (overrides !== undefined) options = { ...options, ...checkOverrides(overrides, key) };
+    }
+    let valve: Valve;
+    try {
+      valve = createValve(options);
+    } catch (err) {
+      // The shared options were checked at creation: this is the key's overrides.
+      throw overrideError(err, key);
+    }
+    const entry = new Entry(key, valve);
+    this.entries.set(key, entry);
+    this.created++;
+    // A finished burst of work counts as activity: the valve's 'idle' moves it to the tail.
+    valve.on('idle', () => {
+      if (entry.linked) this.idle.touch(entry);
+    });
+    this.events.attach(entry);
+    this.idle.touch(entry);
+    return entry;
+  }
+
+  /** The entry's idleTimeout passed since its last activity: evict it, unless it has work. */
+  private due(entry: Entry, now: number): void {
+    const s = entry.valve.stats();
+    if (s.queued + s.running > 0 && !s.closed) {
+      this.idle.touch(entry, now); // looked at again after another idleTimeout, or at its 'idle'
+      return;
+    }
+    this.idle.unlink(entry);
+    this.entries.delete(entry.key);
+    this.evicted++;
+    // Idle, so its counters are final: they join the totals now, not when close() resolves.
+    this.retire(s);
+    const closing = entry.valve.close();
+    this.closing.add(closing);
+    void closing.then(() => this.closing.delete(closing));
+  }
+
+  /** Adds a valve's final counters to the group's totals. */
+  private retire(s: ValveStats): void {
+    const r = this.retired;
+    r.started += s.started;
+    r.succeeded += s.succeeded;
+    r.failed += s.failed;
+    r.rejected += s.rejected;
+    r.storeErrors += s.storeErrors;
+    r.leasesLost += s.leasesLost;
+  }
+}
+
+function closedError(): ValveError {
+  return new ValveError('CLOSED', 'The valve group is closed');
+}
+
+function checkIdleTimeout(value: unknown): number {
+  if (value === undefined) return DEFAULT_IDLE_TIMEOUT;
+  if (value === Number.POSITIVE_INFINITY) return value;
+  const ms = parseDuration(value, 'idleTimeout');
+  if (ms > MAX_DURATION_MS) {
+    throw new RangeError(
+      `Expected \`idleTimeout\` to be at most 365 days or Infinity, got ${describe(value)}`,
+    );
+  }
+  return ms;
+}
+
+function checkOverrides(value: unknown, key: string): ValveOverrides {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new TypeError(
+      `Expected \`options(${JSON.stringify(key)})\` to return an object like { rules, concurrency, maxWait } or undefined, got ${describe(value)}`,
+    );
+  }
+  checkKnownKeys(value, OVERRIDES, `options(${JSON.stringify(key)})`);
+  return value as ValveOverrides;
+}
+
+/** A TypeError/RangeError from a key's overrides, naming the key. */
+function overrideError(err: unknown, key: string): unknown {
+  if (err instanceof RangeError)
+    return new RangeError(`${err.message} (in what options(${JSON.stringify(key)}) returned)`, {
+      cause: err,
+    });
+  if (err instanceof TypeError)
+    return new TypeError(`${err.message} (in what options(${JSON.stringify(key)}) returned)`, { cause: err });
+  return err;
+}
+
+/**
+ * Creates a group of valves, one per key (`group.valve(key)` is the valve whose id is `key`),
+ * sharing one store. Throws TypeError/RangeError synchronously for invalid options.
+ */
+export function createValveGroup(options: ValveGroupOptions): ValveGroup {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new TypeError(
+      `Expected createValveGroup() options to be an object like { rules: { limit: 5000, interval: '1h' }, idleTimeout: '5m' }, got ${describe(options)}`,
+    );
+  }
+  if ('id' in options) {
+    throw new TypeError(
+      'Unknown option `id`; a valve group names each valve by its key (group.valve(key), group.run(key, job))',
+    );
+  }
+  checkKnownKeys(options, GROUP_OPTIONS, 'createValveGroup()');
+  return new ValveGroupImpl(options);
+}
