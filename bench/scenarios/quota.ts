@@ -6,16 +6,23 @@
  * `requests` requests from 10 callers (each awaits its response before the next); every library is
  * configured the natural way for the provider's stated limit:
  *
- * - valve: `wrapFetch` on the rule docs/choose-an-algorithm.md recommends for the provider
- *   (`valve`: GCRA limit per interval, burst 1), which reads the provider's headers and retries 429s
- *   at their position; `valve-sliding`: the sliding-window rule with the provider's own numbers.
+ * - valve: `wrapFetch` (reads the provider's headers, retries 429s at their position, up to 10
+ *   times) on the rule docs/choose-an-algorithm.md recommends for these providers
+ *   (`valve-sliding`: a sliding window of the provider's own numbers, plus a 200 ms margin for
+ *   arrival jitter against the sliding log, which sends no headers before its 429), and on GCRA
+ *   limit per interval, burst 1 (`valve`).
+ * - Cases `…, 3 processes`: three worker processes with 10 callers each share a private Redis
+ *   (valve: redisStore with a subscriber; Bottleneck clustered through ioredis; rate-limiter-flexible
+ *   RateLimiterRedis; p-queue has no shared store, so each process takes a third of the limit).
+ * - Cases `…, rules 40/1s`: every client configured twice too loose (40 per 1 s against 20 per 1 s).
  * - p-queue `{ intervalCap: limit, interval }`, Bottleneck `{ reservoir: limit, reservoirRefreshAmount:
  *   limit, reservoirRefreshInterval: interval }`, rate-limiter-flexible `{ points: limit, duration }`
  *   waiting `msBeforeNext` when refused. They don't read headers; a 429 is a failed request.
  *
  * Metrics: `quotaPct` (successes over what the provider's sustained rate allows from the first
  * request to one emission interval after the last success: see quotaShare), `rejected429`,
- * `ok` (requests that ended 200), `seconds` (first request to last response).
+ * `ok` (requests that ended 200), `failed` (requests that did not), `seconds` (first request to
+ * last response; with processes, from the fleet's start, Redis and worker startup included).
  */
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -40,11 +47,16 @@ export const cases: Record<
     ruleLimit?: number;
     /** Worker processes sharing one Redis (each with CALLERS callers); one process when absent. */
     processes?: number;
+    /**
+     * valve-sliding's margin for arrival jitter (ms added to the interval), as the docs
+     * recommend for a provider that sends no headers before its 429 (a sliding log).
+     */
+    marginMs?: number;
   }
 > = {
   'express 20/1s': { kind: 'express', limit: 20, windowMs: 1000, requests: 200 },
   'fastify 20/1s': { kind: 'fastify', limit: 20, windowMs: 1000, requests: 200 },
-  'sliding 200/10s': { kind: 'sliding-log', limit: 200, windowMs: 10_000, requests: 600 },
+  'sliding 200/10s': { kind: 'sliding-log', limit: 200, windowMs: 10_000, requests: 600, marginMs: 200 },
   'express 20/1s, rules 40/1s': { kind: 'express', limit: 20, windowMs: 1000, requests: 200, ruleLimit: 40 },
   'fastify 20/1s, rules 40/1s': { kind: 'fastify', limit: 20, windowMs: 1000, requests: 200, ruleLimit: 40 },
   'express 20/1s, 3 processes': { kind: 'express', limit: 20, windowMs: 1000, requests: 200, processes: 3 },
@@ -55,6 +67,7 @@ export const cases: Record<
     windowMs: 10_000,
     requests: 600,
     processes: 3,
+    marginMs: 200,
   },
   'express 20/1s, rules 40/1s, 3 processes': {
     kind: 'express',
@@ -68,8 +81,8 @@ export const cases: Record<
 
 const args = parseScenarioArgs();
 const CALLERS = 10;
-/** The margin the docs recommend for a sliding-log provider (see rulesFor). */
-const MARGIN_MS = Number(process.env.QUOTA_MARGIN_MS ?? 0);
+/** Overrides every case's margin (ms), to measure others: QUOTA_MARGIN_MS=0. */
+const MARGIN_MS = process.env.QUOTA_MARGIN_MS === undefined ? undefined : Number(process.env.QUOTA_MARGIN_MS);
 
 type Send = (url: string) => Promise<number>;
 
@@ -79,11 +92,14 @@ interface Shared {
   readonly processes: number;
 }
 
+/** The margin a case's valve-sliding rule adds to the interval. */
+let marginMs = 0;
+
 /** valve's rules for a provider's stated limit: GCRA burst 1 (`valve`) or the sliding window (`valve-sliding`). */
 function rulesFor(peer: string, limit: number, windowMs: number): unknown[] {
   return peer === 'valve'
     ? [{ limit, interval: windowMs }]
-    : [{ limit, interval: windowMs + MARGIN_MS, algorithm: 'sliding-window' }];
+    : [{ limit, interval: windowMs + marginMs, algorithm: 'sliding-window' }];
 }
 
 async function limiterFor(
@@ -213,11 +229,13 @@ interface WorkerSetup {
   readonly shared: Shared;
   readonly url: string;
   readonly requests: number;
+  readonly marginMs: number;
 }
 
 /** A worker process of a fleet: sets up its limiter, starts at the common time, reports its successes. */
 async function worker(): Promise<void> {
   const setup = await new Promise<WorkerSetup>((resolve) => process.once('message', resolve));
+  marginMs = setup.marginMs;
   const limiter = await limiterFor(setup.peer, setup.limit, setup.windowMs, setup.shared);
   process.send!({ type: 'ready' });
   const { at } = await new Promise<{ at: number }>((resolve) => process.once('message', resolve));
@@ -269,6 +287,7 @@ async function fleet(
         shared: { port: server.port, processes },
         url,
         requests: share,
+        marginMs,
       };
       c.send(setup);
     });
@@ -286,6 +305,7 @@ async function fleet(
 
 async function measure(peer: string, name: string): Promise<void> {
   const c = cases[name]!;
+  marginMs = MARGIN_MS ?? c.marginMs ?? 0;
   const requests = args.quick ? Math.max(c.limit, Math.round(c.requests / 4)) : c.requests;
   const provider = await startRealLimiter(c.kind, { limit: c.limit, windowMs: c.windowMs });
   const url = `${provider.url}/item`;
@@ -314,6 +334,7 @@ async function measure(peer: string, name: string): Promise<void> {
       quotaPct: round(quotaShare(provider.log, c.limit, c.windowMs) * 100, 1),
       rejected429: provider.log.filter((r) => r.status === 429).length,
       ok,
+      failed: requests - ok,
       requests,
       seconds: round(seconds, 2),
     },
