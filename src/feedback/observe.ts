@@ -52,7 +52,7 @@ export function observe(
       now,
       maxPause: settings.maxPause,
       windows: state.windows,
-      ...(attempt === undefined ? {} : { attempt, ahead: state.ahead(attempt) }),
+      ...(attempt === undefined ? {} : { ahead: state.ahead(attempt) }),
     });
   } catch (err) {
     // The parser is written not to throw; this is a last line of defence.

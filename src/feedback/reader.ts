@@ -59,8 +59,6 @@ export class Reader {
     readonly ahead: number = 0,
     /** The valve's window bounds, to tighten coarse resets across responses (see windows.ts). */
     readonly windows?: WindowBounds,
-    /** This response's attempt in start order, when known. */
-    readonly attempt?: number,
   ) {}
 
   /**
@@ -164,12 +162,12 @@ export class Reader {
 
   /**
    * Tightens a coarse window reset with what the valve's earlier responses said of the same
-   * window (windows.ts): the wait until the tightest upper bound known, STALE (-1) for a
-   * response of an older window, or `waitMs` itself without window bounds or for a precise value.
+   * window (windows.ts): the wait until the tightest upper bound known, or `waitMs` itself
+   * without window bounds or for a precise value.
    */
   tightened(key: string, remaining: number, waitMs: number, precisionMs: number): number {
     if (this.windows === undefined || precisionMs < 1000) return waitMs;
-    return this.windows.tighten(key, remaining, waitMs, this.now, this.attempt);
+    return this.windows.tighten(key, remaining, waitMs, this.now);
   }
 
   /**

@@ -111,8 +111,6 @@ export interface ParseOptions {
   readonly ahead?: number;
   /** The valve's window bounds: coarse window resets are tightened across responses (windows.ts). */
   readonly windows?: WindowBounds;
-  /** This response's attempt in start order (windows.ts tells older windows' responses by it). */
-  readonly attempt?: number;
 }
 
 /** Headers of one response: lower-case name → every value received for it. */

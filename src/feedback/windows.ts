@@ -12,9 +12,11 @@
  * A window is told from the next one by its count: within one window, the remaining count only
  * goes down (responses can come back out of order, which only makes it look like a new window:
  * the bound then starts again from that response, a looser and still true bound). A response
- * received after the window's upper bound is from a new window. A response of an attempt started
- * before the attempt that opened the current window comes from an older window: it neither
- * bounds the current reset nor pauses.
+ * received after the window's upper bound is from a new window. A late answer from an older
+ * window, read as one of the current window, can only lengthen the pause (never shorten it
+ * below the current window's own bound): such answers are not told apart, since telling them
+ * by the order of their requests would also drop the pause of an answer that merely came back
+ * out of order, and a missed pause costs 429s.
  */
 
 interface WindowBound {
@@ -22,12 +24,7 @@ interface WindowBound {
   upperAt: number;
   /** The lowest remaining count seen in this window. */
   remaining: number;
-  /** The attempt whose response opened this window (start order); -1 when unknown. */
-  openedBy: number;
 }
-
-/** Stale: the response is from an older window than the one known; it gives no wait. */
-export const STALE = -1;
 
 /** The most limits (header and policy pairs) one valve tracks; a provider sends a handful. */
 const MAX_TRACKED = 64;
@@ -37,16 +34,13 @@ export class WindowBounds {
 
   /**
    * Records the reset a response stated for one limit (`key`: the limit and the header that
-   * stated it), `upperMs` from `now`, with the remaining count beside it; `attempt` is the
-   * response's attempt in start order (undefined when unknown). Returns the tightest upper
-   * bound of the reset known for this window, in ms from `now` (≤ `upperMs`, ≥ 0), or STALE.
+   * stated it), `upperMs` from `now`, with the remaining count beside it. Returns the tightest
+   * upper bound of the reset known for this window, in ms from `now` (≤ `upperMs`, > 0).
    */
-  tighten(key: string, remaining: number, upperMs: number, now: number, attempt?: number): number {
+  tighten(key: string, remaining: number, upperMs: number, now: number): number {
     const upperAt = now + upperMs;
-    const seq = attempt ?? -1;
     const held = this.windows.get(key);
     if (held !== undefined && now < held.upperAt) {
-      if (seq >= 0 && held.openedBy >= 0 && seq < held.openedBy) return STALE;
       if (remaining <= held.remaining) {
         if (upperAt < held.upperAt) held.upperAt = upperAt;
         held.remaining = remaining;
@@ -54,7 +48,7 @@ export class WindowBounds {
       }
     }
     if (held === undefined && this.windows.size >= MAX_TRACKED) this.windows.clear();
-    this.windows.set(key, { upperAt, remaining, openedBy: seq });
+    this.windows.set(key, { upperAt, remaining });
     return upperMs;
   }
 }

@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { readBag } from '../../src/feedback/headers.js';
 import { toHeaderBag } from '../../src/feedback/input.js';
-import { STALE, WindowBounds } from '../../src/feedback/windows.js';
+import { WindowBounds } from '../../src/feedback/windows.js';
 
 const MAX = 3_600_000;
 /** A realistic epoch: a reset of `1` is then read as one second from now, as it is sent. */
@@ -33,25 +33,26 @@ const fastify = (remaining: number, t: number) =>
 describe('WindowBounds', () => {
   it('intersects the upper bounds of one window: the earliest response bounds the reset', () => {
     const w = new WindowBounds();
-    expect(w.tighten('k', 19, 1000, 10_000, 0)).toBe(1000);
-    expect(w.tighten('k', 10, 1000, 10_400, 1)).toBe(600);
-    expect(w.tighten('k', 0, 1000, 10_950, 2)).toBe(50);
+    expect(w.tighten('k', 19, 1000, 10_000)).toBe(1000);
+    expect(w.tighten('k', 10, 1000, 10_400)).toBe(600);
+    expect(w.tighten('k', 0, 1000, 10_950)).toBe(50);
   });
 
   it('a higher remaining count, or a response after the bound, opens a new window', () => {
     const w = new WindowBounds();
-    w.tighten('k', 1, 1000, 0, 0);
-    expect(w.tighten('k', 19, 1000, 500, 1)).toBe(1000);
-    w.tighten('k', 0, 1000, 600, 2);
+    w.tighten('k', 1, 1000, 0);
+    expect(w.tighten('k', 19, 1000, 500)).toBe(1000);
+    w.tighten('k', 0, 1000, 600);
     // After the window's upper bound (1500) the count is a new window's, whatever it says.
-    expect(w.tighten('k', 0, 1000, 1600, 3)).toBe(1000);
+    expect(w.tighten('k', 0, 1000, 1600)).toBe(1000);
   });
 
-  it('a response of an attempt started before the one that opened the window is stale', () => {
+  it('a late answer of an older window read as the current one only lengthens the pause', () => {
     const w = new WindowBounds();
-    w.tighten('k', 0, 1000, 0, 5);
-    w.tighten('k', 19, 1000, 1000, 7);
-    expect(w.tighten('k', 0, 1000, 1001, 6)).toBe(STALE);
+    w.tighten('k', 0, 1000, 0);
+    w.tighten('k', 19, 1000, 1000);
+    // Not shortened below the current window's own bound (2000).
+    expect(w.tighten('k', 0, 1000, 1001)).toBe(999);
   });
 
   it('keys are independent', () => {
@@ -77,16 +78,14 @@ describe('readBag with the requests in flight and the window bounds', () => {
     it(`${name}: the pause ends at the tightest bound the window's responses gave, not at the last rounded reset`, () => {
       const windows = new WindowBounds();
       // The window opened just before 10 000: its first response says t=1 (reset ≤ 11 000).
-      expect(
-        readBag(bag(19, 1), { now: T + 10_000, maxPause: MAX, windows, attempt: 0 }).reading,
-      ).toBeUndefined();
-      const last = readBag(bag(0, 1), { now: T + 10_950, maxPause: MAX, windows, attempt: 19 }).reading;
+      expect(readBag(bag(19, 1), { now: T + 10_000, maxPause: MAX, windows }).reading).toBeUndefined();
+      const last = readBag(bag(0, 1), { now: T + 10_950, maxPause: MAX, windows }).reading;
       expect(last).toMatchObject({ header, waitMs: 50, until: T + 11_000, coarse: true });
-      // A late answer from that window, after a new window began, gives no pause.
-      readBag(bag(19, 1), { now: T + 11_010, maxPause: MAX, windows, attempt: 21 });
-      expect(
-        readBag(bag(0, 1), { now: T + 11_020, maxPause: MAX, windows, attempt: 20 }).reading,
-      ).toBeUndefined();
+      // After the bound, the next window's answers bound its own reset.
+      readBag(bag(19, 1), { now: T + 11_010, maxPause: MAX, windows });
+      expect(readBag(bag(0, 1), { now: T + 11_900, maxPause: MAX, windows }).reading).toMatchObject({
+        until: T + 12_010,
+      });
     });
   }
 
