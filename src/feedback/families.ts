@@ -225,6 +225,7 @@ function offerSeconds(
   const waitMs = r.tightened(`${limit} ${name}`, remaining, seconds * 1000, precisionMs);
   if (!(waitMs > 0)) return;
   r.offer({
+    ...(waitMs < seconds * 1000 ? { statedMs: seconds * 1000 } : {}),
     waitMs,
     precisionMs,
     relative: true,

@@ -255,7 +255,7 @@ export class Reader {
     if (r === undefined) this.ignore(remaining, this.get(remaining) ?? '', 'no-reset');
     else if (r !== null) {
       const waitMs = this.tightened(key, left, r.waitMs, r.precisionMs);
-      if (waitMs > 0) this.offerReset(reset, { ...r, waitMs }, limit, 'window');
+      if (waitMs > 0) this.offerReset(reset, { ...r, waitMs }, limit, 'window', r.waitMs);
     }
   }
 
@@ -294,8 +294,15 @@ export class Reader {
   }
 
   /** Offers a reset read by readReset(). */
-  offerReset(header: string, r: ResetRead, limit: string, model: Candidate['model']): void {
+  offerReset(
+    header: string,
+    r: ResetRead,
+    limit: string,
+    model: Candidate['model'],
+    statedMs?: number,
+  ): void {
     this.offer({
+      ...(statedMs !== undefined && statedMs > r.waitMs ? { statedMs } : {}),
       waitMs: r.waitMs,
       precisionMs: r.precisionMs,
       relative: r.relative,

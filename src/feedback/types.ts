@@ -140,4 +140,6 @@ export interface Candidate {
   readonly header: string;
   /** The header's value as received. */
   readonly raw: string;
+  /** When the window's earlier answers tightened the wait (windows.ts): the wait the header itself stated. */
+  readonly statedMs?: number;
 }

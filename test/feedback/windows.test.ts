@@ -89,6 +89,24 @@ describe('readBag with the requests in flight and the window bounds', () => {
     });
   }
 
+  it("a 429's Retry-After: 1 stating the same rounded reset as the window's header takes the window's tighter bound", () => {
+    const windows = new WindowBounds();
+    readBag(fastify(19, 1), { now: T, maxPause: MAX, windows });
+    const limited = toHeaderBag({
+      status: 429,
+      headers: { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '1', 'retry-after': '1' },
+    });
+    expect(readBag(limited, { now: T + 700, maxPause: MAX, windows }).reading).toMatchObject({
+      header: 'x-ratelimit-reset',
+      until: T + 1000,
+    });
+    // Without the window's earlier answers, the Retry-After (the longest) still wins.
+    expect(readBag(limited, { now: T + 700, maxPause: MAX }).reading).toMatchObject({
+      header: 'retry-after',
+      until: T + 1700,
+    });
+  });
+
   it('a token bucket waits for the units the requests in flight take, at the refill rate', () => {
     // OpenAI: 2 left of 10, refilled in 8 s (1 s a unit); 4 requests in flight need 2 more, the next one a third.
     const bag = toHeaderBag({
