@@ -23,6 +23,7 @@
  * request to one emission interval after the last success: see quotaShare), `rejected429`,
  * `ok` (requests that ended 200), `failed` (requests that did not), `seconds` (first request to
  * last response; with processes, from the fleet's start, Redis and worker startup included).
+ * `QUOTA_DEBUG=1` prints when the 429s arrived; `QUOTA_MARGIN_MS=<ms>` overrides the margin.
  */
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';

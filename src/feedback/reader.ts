@@ -261,9 +261,11 @@ export class Reader {
 
   /**
    * A remaining/reset pair of a token bucket, whose reset is when the bucket is full
-   * again: when the remaining count is 0, offers the wait for the next unit,
-   * `reset / limit`, with `limit` read from `limitHeader`. Without a usable limit, the
-   * whole reset (an upper bound, with no lower bound).
+   * again: when the remaining count is spent (at most `ahead`), offers the wait for the
+   * units the requests in flight take and the next one, `reset / (limit − remaining) ×
+   * (ahead − remaining + 1)` (`reset / limit` for a spent count with nothing in flight), with
+   * `limit` read from `limitHeader`. Without a usable limit, the whole reset (an upper bound,
+   * with no lower bound).
    */
   bucket(remaining: string, reset: string, limitHeader: string, limit: string): void {
     const left = this.remaining(remaining);
