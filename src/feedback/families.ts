@@ -147,11 +147,13 @@ function structured(r: Reader): void {
     const reset = dict.get('reset');
     if (typeof rem !== 'number') r.ignore(name, raw, 'unparseable');
     else if (rem < 0) r.ignore(name, raw, 'negative');
-    else if (rem === 0) {
+    else if (rem > r.ahead) {
+      if (typeof reset === 'number' && reset > 0) noteSeconds(r, name, rem, reset, PRIMARY);
+    } else {
       if (reset === undefined) r.ignore(name, raw, 'no-reset');
       else if (typeof reset !== 'number') r.ignore(name, raw, 'unparseable');
       else if (reset < 0) r.ignore(name, raw, 'negative');
-      else if (reset > 0) offerSeconds(r, name, raw, reset, PRIMARY);
+      else if (reset > 0) offerSeconds(r, name, raw, rem, reset, PRIMARY);
     }
   }
   // Draft-08+ list form: "policy";r=0;t=30 (several policies allowed). `r` is required.
@@ -176,13 +178,16 @@ function structured(r: Reader): void {
       r.ignore(name, raw, 'negative');
       continue;
     }
-    if (rem > 0) continue;
     const limit = policyCount === 1 ? PRIMARY : `ratelimit:${m.name}`;
     const t = m.params.get('t');
+    if (rem > r.ahead) {
+      if (typeof t === 'number' && t > 0) noteSeconds(r, name, rem, t, limit);
+      continue;
+    }
     if (t !== undefined) {
       if (typeof t !== 'number') r.ignore(name, raw, 'unparseable');
       else if (t < 0) r.ignore(name, raw, 'negative');
-      else if (t > 0) offerSeconds(r, name, raw, t, limit);
+      else if (t > 0) offerSeconds(r, name, raw, rem, t, limit);
       continue;
     }
     // No `t`: wait the policy's whole window `w` (an upper bound).
@@ -204,11 +209,25 @@ function structured(r: Reader): void {
   }
 }
 
-/** Offers a delta in seconds of a structured field (`t`, `reset`) as a window reset. */
-function offerSeconds(r: Reader, name: string, raw: string, seconds: number, limit: string): void {
+/**
+ * Offers a delta in seconds of a structured field (`t`, `reset`) as a window reset, tightened
+ * by what earlier responses said of the same window; `remaining` is the count beside it.
+ */
+function offerSeconds(
+  r: Reader,
+  name: string,
+  raw: string,
+  remaining: number,
+  seconds: number,
+  limit: string,
+): void {
+  const precisionMs = secondsPrecision(String(seconds));
+  const waitMs = r.tightened(`${limit} ${name}`, remaining, seconds * 1000, precisionMs);
+  if (!(waitMs > 0)) return;
   r.offer({
-    waitMs: seconds * 1000,
-    precisionMs: secondsPrecision(String(seconds)),
+    ...(waitMs < seconds * 1000 ? { statedMs: seconds * 1000 } : {}),
+    waitMs,
+    precisionMs,
     relative: true,
     limit,
     model: 'window',
@@ -216,6 +235,11 @@ function offerSeconds(r: Reader, name: string, raw: string, seconds: number, lim
     header: name,
     raw,
   });
+}
+
+/** Records the reset of a structured field whose count has budget left (a bound of its window). */
+function noteSeconds(r: Reader, name: string, remaining: number, seconds: number, limit: string): void {
+  r.tightened(`${limit} ${name}`, remaining, seconds * 1000, secondsPrecision(String(seconds)));
 }
 
 /** RateLimit-Policy's windows by policy name (the first policy of a name wins); undefined when absent or unparseable. */

@@ -2,6 +2,7 @@ import { describe } from '../duration.js';
 import type { FetchRetryEvent } from '../events.js';
 import type { ValveInternals } from '../feedback-port.js';
 import { observe } from './observe.js';
+import { feedbackState } from './state.js';
 import type { FeedbackReading } from './types.js';
 
 /** Any fetch implementation: Node's global fetch, undici's fetch, or a compatible function. */
@@ -205,6 +206,7 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
   const retries = options?.retries ?? 3;
   const costOption = options?.cost ?? 1;
   const priority = options?.priority ?? 0;
+  const state = feedbackState(valve);
 
   const wrapped = async (input: Parameters<F>[0], init?: Parameters<F>[1]): Promise<unknown> => {
     const initRecord =
@@ -220,10 +222,15 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
       const [attemptInput, attemptInit] = plan.args();
       const { response, reading } = await valve.runAt(
         async ({ signal: jobSignal }) => {
-          const response = await fn(attemptInput, { ...attemptInit, signal: anySignal(jobSignal, signal) });
-          let reading: FeedbackReading | undefined;
-          if (response !== null && typeof response === 'object') reading = observe(valve, response);
-          return { response, reading };
+          const n = state.begin();
+          try {
+            const response = await fn(attemptInput, { ...attemptInit, signal: anySignal(jobSignal, signal) });
+            let reading: FeedbackReading | undefined;
+            if (response !== null && typeof response === 'object') reading = observe(valve, response, n);
+            return { response, reading };
+          } finally {
+            state.end(n);
+          }
         },
         { cost, priority, signal },
         sequence,

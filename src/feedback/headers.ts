@@ -35,7 +35,7 @@ export function readFeedback(input: unknown, options: ParseOptions): ParsedFeedb
 
 /** readFeedback() on an already normalised bag. */
 export function readBag(bag: HeaderBag, options: ParseOptions): ParsedFeedback {
-  const r = new Reader(bag, options.now, options.maxValueLength);
+  const r = new Reader(bag, options.now, options.maxValueLength, options.ahead, options.windows);
   const status = bag.status;
   const limited = status === undefined || RETRY_AFTER_STATUSES.has(status);
   for (const family of FAMILIES) if (limited || !family.onlyWhenLimited) family.read(r);

@@ -2,6 +2,7 @@ import type { ValveInternals } from '../feedback-port.js';
 import { nextBackoff, resetBackoff } from './backoff.js';
 import { readBag } from './headers.js';
 import { toHeaderBag } from './input.js';
+import { feedbackState } from './state.js';
 import type { FeedbackReading, HeaderBag, ParsedFeedback } from './types.js';
 
 export type {
@@ -19,8 +20,16 @@ export type {
  * and is not retried). Values that were not used as sent are reported one by one with
  * the 'feedback-ignored' event. Never throws on header values; throws TypeError when
  * `input` is not an object.
+ *
+ * `attempt` (wrapFetch only) is the response's attempt number from feedbackState(valve).begin():
+ * a remaining count no larger than the attempts started after it and still in flight is then
+ * read as spent, and coarse resets are tightened by the earlier responses of the same window.
  */
-export function observe(valve: ValveInternals, input: unknown): FeedbackReading | undefined {
+export function observe(
+  valve: ValveInternals,
+  input: unknown,
+  attempt?: number,
+): FeedbackReading | undefined {
   let bag: HeaderBag;
   try {
     bag = toHeaderBag(input);
@@ -38,7 +47,13 @@ export function observe(valve: ValveInternals, input: unknown): FeedbackReading 
   const now = valve.clock.now();
   let parsed: ParsedFeedback;
   try {
-    parsed = readBag(bag, { now, maxPause: settings.maxPause });
+    const state = feedbackState(valve);
+    parsed = readBag(bag, {
+      now,
+      maxPause: settings.maxPause,
+      windows: state.windows,
+      ...(attempt === undefined ? {} : { ahead: state.ahead(attempt) }),
+    });
   } catch (err) {
     // The parser is written not to throw; this is a last line of defence.
     valve.emit('feedback-ignored', {

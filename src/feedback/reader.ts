@@ -7,6 +7,7 @@ import {
   readGoDuration,
   readRfc3339,
 } from './values.js';
+import type { WindowBounds } from './windows.js';
 
 /** A reset value as read: the wait until it (ms), its precision, and whether it was a delta. */
 export interface ResetRead {
@@ -51,6 +52,13 @@ export class Reader {
     readonly now: number,
     /** Longest value parsed (characters, repeated values joined with ", "). */
     readonly maxValueLength: number = MAX_VALUE_LENGTH,
+    /**
+     * Requests sent after this one that the provider may not have counted yet: a remaining
+     * count up to this many is spent (see ParseOptions.ahead).
+     */
+    readonly ahead: number = 0,
+    /** The valve's window bounds, to tighten coarse resets across responses (see windows.ts). */
+    readonly windows?: WindowBounds,
   ) {}
 
   /**
@@ -131,18 +139,47 @@ export class Reader {
   }
 
   /**
-   * Parses a remaining count. Returns true when it is 0 (the budget is spent), false when
-   * budget is left, undefined when the header is absent or unusable (negative or
-   * unparseable counts are reported and ignored). Repeated counts: the smallest wins.
+   * Parses a remaining count. Returns true when it is spent (0, or no more than the requests
+   * already sent after this one: `ahead`), false when budget is left, undefined when the
+   * header is absent or unusable (negative or unparseable counts are reported and ignored).
+   * Repeated counts: the smallest wins.
    */
   exhausted(name: string): boolean | undefined {
+    const min = this.remaining(name);
+    return min === undefined ? undefined : min <= this.ahead;
+  }
+
+  /** The remaining count of a header (the smallest of repeated ones); undefined when absent or unusable (reported). */
+  remaining(name: string): number | undefined {
     const raw = this.get(name);
     if (raw === undefined) return undefined;
     const nums = this.numbers(name, raw, this.values(name));
     if (nums === undefined) return undefined;
     let min = Number.POSITIVE_INFINITY;
     for (const n of nums) if (n < min) min = n;
-    return min === 0;
+    return min;
+  }
+
+  /**
+   * Tightens a coarse window reset with what the valve's earlier responses said of the same
+   * window (windows.ts): the wait until the tightest upper bound known, or `waitMs` itself
+   * without window bounds or for a precise value.
+   */
+  tightened(key: string, remaining: number, waitMs: number, precisionMs: number): number {
+    if (this.windows === undefined || precisionMs < 1000) return waitMs;
+    return this.windows.tighten(key, remaining, waitMs, this.now);
+  }
+
+  /**
+   * Records a coarse reset a response with budget left stated (its window bound), without
+   * reporting its value when unusable: only a spent count's reset is reported.
+   */
+  note(key: string, remaining: number, read: () => ResetRead | null | undefined): void {
+    if (this.windows === undefined) return;
+    const reported = this.ignored.length;
+    const r = read();
+    this.ignored.length = reported;
+    if (r) this.tightened(key, remaining, r.waitMs, r.precisionMs);
   }
 
   /**
@@ -207,20 +244,32 @@ export class Reader {
    * the remaining count is 0, offers the wait until the reset as a wait for `limit`.
    */
   pair(remaining: string, reset: string, limit: string): void {
-    if (this.exhausted(remaining) !== true) return;
+    const left = this.remaining(remaining);
+    if (left === undefined) return;
+    const key = `${limit} ${reset}`;
+    if (left > this.ahead) {
+      this.note(key, left, () => this.readReset(reset));
+      return;
+    }
     const r = this.readReset(reset);
     if (r === undefined) this.ignore(remaining, this.get(remaining) ?? '', 'no-reset');
-    else if (r !== null) this.offerReset(reset, r, limit, 'window');
+    else if (r !== null) {
+      const waitMs = this.tightened(key, left, r.waitMs, r.precisionMs);
+      if (waitMs > 0) this.offerReset(reset, { ...r, waitMs }, limit, 'window', r.waitMs);
+    }
   }
 
   /**
    * A remaining/reset pair of a token bucket, whose reset is when the bucket is full
-   * again: when the remaining count is 0, offers the wait for the next unit,
-   * `reset / limit`, with `limit` read from `limitHeader`. Without a usable limit, the
-   * whole reset (an upper bound, with no lower bound).
+   * again: when the remaining count is spent (at most `ahead`), offers the wait for the
+   * units the requests in flight take and the next one, `reset / (limit − remaining) ×
+   * (ahead − remaining + 1)` (`reset / limit` for a spent count with nothing in flight), with
+   * `limit` read from `limitHeader`. Without a usable limit, the whole reset (an upper bound,
+   * with no lower bound).
    */
   bucket(remaining: string, reset: string, limitHeader: string, limit: string): void {
-    if (this.exhausted(remaining) !== true) return;
+    const left = this.remaining(remaining);
+    if (left === undefined || left > this.ahead) return;
     const r = this.readReset(reset);
     if (r === undefined) this.ignore(remaining, this.get(remaining) ?? '', 'no-reset');
     if (r === undefined || r === null) return;
@@ -234,17 +283,28 @@ export class Reader {
       this.offerReset(reset, { ...r, precisionMs: Math.max(r.precisionMs, r.waitMs) }, limit, 'token-bucket');
       return;
     }
+    // The bucket fills one unit every reset / (size − left); the requests still in flight
+    // (`ahead`) take the units left and the next ones, so the next request needs
+    // ahead − left + 1 more.
+    const units = (this.ahead - left + 1) / Math.max(1, size - left);
     this.offerReset(
       reset,
-      { ...r, waitMs: r.waitMs / size, precisionMs: r.precisionMs / size, relative: r.relative },
+      { ...r, waitMs: r.waitMs * units, precisionMs: r.precisionMs * units, relative: r.relative },
       limit,
       'token-bucket',
     );
   }
 
   /** Offers a reset read by readReset(). */
-  offerReset(header: string, r: ResetRead, limit: string, model: Candidate['model']): void {
+  offerReset(
+    header: string,
+    r: ResetRead,
+    limit: string,
+    model: Candidate['model'],
+    statedMs?: number,
+  ): void {
     this.offer({
+      ...(statedMs !== undefined && statedMs > r.waitMs ? { statedMs } : {}),
       waitMs: r.waitMs,
       precisionMs: r.precisionMs,
       relative: r.relative,

@@ -2,6 +2,7 @@
  * Types of the feedback module: what observe() returns, what it reports, and the
  * parser's own shapes. No code here.
  */
+import type { WindowBounds } from './windows.js';
 
 /** Where a reading came from. `backoff` readings are made by backoff.ts, never by the parser. */
 export type FeedbackSource = 'retry-after' | 'ratelimit-header' | 'backoff';
@@ -102,6 +103,14 @@ export interface ParseOptions {
    * one is reported as 'too-long' and read as absent. Default MAX_VALUE_LENGTH (1024).
    */
   readonly maxValueLength?: number;
+  /**
+   * Requests sent after this one that were still in flight when its response came back: the
+   * provider may not have counted them in the remaining count it sent, so a count up to this
+   * many is read as spent. Default 0.
+   */
+  readonly ahead?: number;
+  /** The valve's window bounds: coarse window resets are tightened across responses (windows.ts). */
+  readonly windows?: WindowBounds;
 }
 
 /** Headers of one response: lower-case name → every value received for it. */
@@ -131,4 +140,6 @@ export interface Candidate {
   readonly header: string;
   /** The header's value as received. */
   readonly raw: string;
+  /** When the window's earlier answers tightened the wait (windows.ts): the wait the header itself stated. */
+  readonly statedMs?: number;
 }

@@ -120,8 +120,10 @@ function assertCoversSignal(provider: ProviderName, run: Run) {
   const covering = run.pauses.find((p) => p.until >= signal!.blockedUntil! - 2);
   expect(covering, `a pause until ${signal!.blockedUntil}`).toBeDefined();
   // No request reached the server after the first signal and before its block ended,
-  // other than ones already dispatched when the client learnt of the signal.
-  const learnt = run.pauses[0]!.at;
+  // other than ones already dispatched when the client learnt of the signal (the first pause
+  // written after the signal's arrival; a pause written before it, from a remaining count the
+  // requests in flight spend, cannot be its answer).
+  const learnt = run.pauses.find((p) => p.at >= signal!.at)?.at ?? run.pauses[0]!.at;
   const dispatchedAfter = run.dispatches.filter(
     (d) => d.at > learnt + 0.5 && d.at < signal!.blockedUntil! - 2,
   );

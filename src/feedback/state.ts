@@ -1,0 +1,50 @@
+import { WindowBounds } from './windows.js';
+
+/**
+ * What the feedback module remembers per valve between responses: the window bounds learnt
+ * from its responses (windows.ts) and wrapFetch's attempts in flight, in start order, so that
+ * each response knows how many requests were sent after it and are not yet answered.
+ */
+export class FeedbackState {
+  readonly windows = new WindowBounds();
+  /** Attempts in flight, by start number, in start order (a Set keeps insertion order). */
+  private readonly inFlight = new Set<number>();
+  private started = 0;
+
+  /** An attempt starts: returns its start number. */
+  begin(): number {
+    const n = this.started++;
+    this.inFlight.add(n);
+    return n;
+  }
+
+  /**
+   * Attempts started after `attempt` and still in flight: requests the provider may not have
+   * counted when it answered `attempt`. Walks the attempts in flight (as many as run at once).
+   */
+  ahead(attempt: number): number {
+    let before = 0;
+    for (const n of this.inFlight) {
+      if (n >= attempt) break;
+      before++;
+    }
+    return Math.max(0, this.inFlight.size - before - (this.inFlight.has(attempt) ? 1 : 0));
+  }
+
+  /** An attempt ended (answered or failed). */
+  end(attempt: number): void {
+    this.inFlight.delete(attempt);
+  }
+}
+
+const states = new WeakMap<object, FeedbackState>();
+
+/** The feedback state of a valve (created on first use; dropped with the valve). */
+export function feedbackState(valve: object): FeedbackState {
+  let state = states.get(valve);
+  if (state === undefined) {
+    state = new FeedbackState();
+    states.set(valve, state);
+  }
+  return state;
+}
