@@ -4,13 +4,7 @@ import { converted, convertFrom, spentSince } from '../rules/convert.js';
 import { windowCount, windowEnd, windowIndex, windowWait } from '../rules/fixed-window.js';
 import { gcraIncrement, gcraNext, gcraWait } from '../rules/gcra.js';
 import type { StoreRule } from '../rules/rule.js';
-import {
-  type SlidingState,
-  slidingAppend,
-  slidingEnd,
-  slidingExpire,
-  slidingWait,
-} from '../rules/sliding-window.js';
+import { slidingAppend, slidingEnd, slidingExpire, slidingWait } from '../rules/sliding-window.js';
 import {
   checkChange,
   checkId,
@@ -22,6 +16,18 @@ import {
   inPrevious,
   recordTtlUs,
 } from './checks.js';
+import {
+  contentsOf,
+  dropExpired,
+  IdState,
+  isIdle,
+  type MemoryStoreContents,
+  nextFence,
+  purgeLeases,
+  RuleState,
+  SWEEP_PER_CALL,
+} from './memory-state.js';
+import { MemoryWakeups } from './memory-wakeups.js';
 import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from './store.js';
 
 /** Options of {@link memoryStore}. */
@@ -30,66 +36,20 @@ export interface MemoryStoreOptions {
   clock?: Clock;
 }
 
-/** The log of every non-sliding rule state: never written. */
-const NO_LOG: number[] = Object.freeze([]) as unknown as number[];
-
-/**
- * State of one rule for one id. GCRA uses `tat`; a fixed window uses `window` and `count`; a
- * sliding window uses `log`, `head` and `sum` (see rules/sliding-window.ts).
- */
-class RuleState implements SlidingState {
-  tat = 0;
-  window = 0;
-  count = 0;
-  /** Sliding window: [t, c, ...] grants from `head` on, oldest first; NO_LOG for other algorithms. */
-  log: number[];
-  head = 0;
-  sum = 0;
-  /** µs from which this state equals a fresh one and may be dropped. */
-  expiresUs = 0;
-  constructor(sliding: boolean) {
-    this.log = sliding ? [] : NO_LOG;
-  }
-}
-
-/** Everything the store holds for one id. Dropped once it is all idle. */
-class IdState {
-  /** End of the shared pause in µs, or 0 when there is none. */
-  pauseUs = 0;
-  readonly rules = new Map<string, RuleState>();
-  /** Global-concurrency leases: token → expiry (µs). null when none are held. */
-  leases: Map<string, number> | null = null;
-  /** The last fencing number issued, or 0 once it is safe to forget (see `nextFence`). */
-  fence = 0;
-  /** The rule set recorded for the id (digests joined by ','), or null. */
-  record: string | null = null;
-  /** µs at which `record` is forgotten. */
-  recordUs = 0;
-  constructor(readonly id: string) {}
-}
-
-/** How many other ids each store call examines for idle state (the amortised sweep). */
-const SWEEP_PER_CALL = 2;
-
 let storeCounter = 0;
 
 /** Test hook (not exported from the package root): counts of what a memory store holds. */
 export const inspectMemoryStore: unique symbol = Symbol('valve.inspectMemoryStore');
 
 /** What {@link inspectMemoryStore} reports. */
-export interface MemoryStoreContents {
-  ids: number;
-  rules: number;
-  leases: number;
-  pauses: number;
-  subscribers: number;
-}
+export type { MemoryStoreContents } from './memory-state.js';
 
 class MemoryStore implements Store {
   readonly notifies = true;
   private readonly clock: Clock;
   private readonly ids = new Map<string, IdState>();
-  private readonly subscribers = new Map<string, Set<(event: WakeEvent) => void>>();
+  /** Subscribers per id and their wake-ups. */
+  private readonly wakeups = new MemoryWakeups();
   private readonly tokenPrefix: string;
   private lastNowUs = 0;
   /** Tokens are unique across every id of the store (a token of one id can never match another's). */
@@ -427,7 +387,7 @@ class MemoryStore implements Store {
 
   /** Wake-ups of an id are delivered (in this process) as soon as it has a subscriber. */
   listening(id: string): boolean {
-    return this.subscribers.has(id);
+    return this.wakeups.listening(id);
   }
 
   subscribe(id: string, onWake: (event: WakeEvent) => void): () => void {
@@ -435,43 +395,11 @@ class MemoryStore implements Store {
     if (typeof onWake !== 'function') {
       throw new TypeError(`Expected \`onWake\` to be a function, got ${describe(onWake)}`);
     }
-    let set = this.subscribers.get(id);
-    if (set === undefined) {
-      set = new Set();
-      this.subscribers.set(id, set);
-    }
-    // Wrap so that the same function can subscribe twice and unsubscribe each independently.
-    const entry = (event: WakeEvent) => onWake(event);
-    set.add(entry);
-    let active = true;
-    return () => {
-      if (!active) return;
-      active = false;
-      const current = this.subscribers.get(id);
-      if (current === undefined) return;
-      current.delete(entry);
-      if (current.size === 0) this.subscribers.delete(id);
-    };
+    return this.wakeups.subscribe(id, onWake);
   }
 
-  /**
-   * Wakes the id's subscribers in a microtask, never inside the store call, so a
-   * subscriber cannot re-enter the store mid-operation. A throwing subscriber is
-   * ignored: wake-ups are hints, and the other subscribers still run.
-   */
   private notify(id: string, event: WakeEvent): void {
-    const set = this.subscribers.get(id);
-    if (set === undefined || set.size === 0) return;
-    const targets = Array.from(set);
-    queueMicrotask(() => {
-      for (const fn of targets) {
-        try {
-          fn(event);
-        } catch {
-          // Hints only; the subscriber's own error handling is its business.
-        }
-      }
-    });
+    this.wakeups.notify(id, event);
   }
 
   /** Amortised cleanup: examines up to SWEEP_PER_CALL ids round-robin and drops their idle state. */
@@ -487,63 +415,14 @@ class MemoryStore implements Store {
         continue;
       }
       const state = next.value;
-      if (state.pauseUs !== 0 && state.pauseUs <= now) state.pauseUs = 0;
-      for (const [digest, s] of state.rules) if (now >= s.expiresUs) state.rules.delete(digest);
-      purgeLeases(state, now);
-      if (state.record !== null && now >= state.recordUs) state.record = null;
-      if (isIdle(state)) this.ids.delete(state.id);
+      if (dropExpired(state, now)) this.ids.delete(state.id);
     }
   }
 
   /** Test hook: what the store currently holds. */
   [inspectMemoryStore](): MemoryStoreContents {
-    let rules = 0;
-    let leases = 0;
-    let pauses = 0;
-    for (const s of this.ids.values()) {
-      rules += s.rules.size;
-      leases += s.leases?.size ?? 0;
-      if (s.pauseUs !== 0) pauses++;
-    }
-    let subscribers = 0;
-    for (const set of this.subscribers.values()) subscribers += set.size;
-    return { ids: this.ids.size, rules, leases, pauses, subscribers };
+    return contentsOf(this.ids, this.wakeups.count);
   }
-}
-
-/**
- * Removes expired leases of `state` (and forgets the fence once that is safe). Returns how many are held.
- */
-function purgeLeases(state: IdState, now: number): number {
-  const leases = state.leases;
-  if (leases !== null) {
-    for (const [token, exp] of leases) if (exp <= now) leases.delete(token);
-    if (leases.size > 0) return leases.size;
-    state.leases = null;
-  }
-  // The fence may be forgotten once the clock has passed it: the next one is at least `now`.
-  if (state.fence !== 0 && now > state.fence) state.fence = 0;
-  return 0;
-}
-
-/**
- * The next fencing number for the id: max(last + 1, now µs). Seeding from the clock keeps
- * the sequence strictly increasing even after the id's state was dropped while idle.
- */
-function nextFence(state: IdState, now: number): number {
-  const fence = Math.max(state.fence + 1, now);
-  state.fence = fence;
-  return fence;
-}
-
-function isIdle(state: IdState): boolean {
-  return (
-    state.pauseUs === 0 &&
-    state.rules.size === 0 &&
-    state.leases === null &&
-    state.fence === 0 &&
-    state.record === null
-  );
 }
 
 /**

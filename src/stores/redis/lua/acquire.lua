@@ -5,6 +5,9 @@ acquire.lua: one admission for a batch of queued jobs of one valve id (see docs/
 every rule (each job checked against the state as updated by the jobs granted before it) and,
 when leases are wanted, a free global-concurrency slot; spends the prefix on every rule.
 
+Long on purpose: admission is one atomic step (pause, leases, every rule, spends, rule-set record
+and conversion in one script), so it cannot be split into scripts called one after another.
+
 KEYS[1]      <prefix>:{<id>}:pause   string, pausedUntil (epoch ms, 3 decimals)
 KEYS[2]      <prefix>:{<id>}:leases  sorted set, lease token -> expiresAt (epoch ms)
 KEYS[3]      <prefix>:{<id>}:fence   string, the last fencing number

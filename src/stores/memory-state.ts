@@ -1,0 +1,113 @@
+import type { SlidingState } from '../rules/sliding-window.js';
+
+/*
+ * What the memory store holds per id, and the small operations on it that do not depend on the
+ * store (leases, fences, expiry). See memory.ts.
+ */
+
+/** The log of every non-sliding rule state: never written. */
+const NO_LOG: number[] = Object.freeze([]) as unknown as number[];
+
+/**
+ * State of one rule for one id. GCRA uses `tat`; a fixed window uses `window` and `count`; a
+ * sliding window uses `log`, `head` and `sum` (see rules/sliding-window.ts).
+ */
+export class RuleState implements SlidingState {
+  tat = 0;
+  window = 0;
+  count = 0;
+  /** Sliding window: [t, c, ...] grants from `head` on, oldest first; NO_LOG for other algorithms. */
+  log: number[];
+  head = 0;
+  sum = 0;
+  /** µs from which this state equals a fresh one and may be dropped. */
+  expiresUs = 0;
+  constructor(sliding: boolean) {
+    this.log = sliding ? [] : NO_LOG;
+  }
+}
+
+/** Everything the store holds for one id. Dropped once it is all idle. */
+export class IdState {
+  /** End of the shared pause in µs, or 0 when there is none. */
+  pauseUs = 0;
+  readonly rules = new Map<string, RuleState>();
+  /** Global-concurrency leases: token → expiry (µs). null when none are held. */
+  leases: Map<string, number> | null = null;
+  /** The last fencing number issued, or 0 once it is safe to forget (see `nextFence`). */
+  fence = 0;
+  /** The rule set recorded for the id (digests joined by ','), or null. */
+  record: string | null = null;
+  /** µs at which `record` is forgotten. */
+  recordUs = 0;
+  constructor(readonly id: string) {}
+}
+
+/** How many other ids each store call examines for idle state (the amortised sweep). */
+export const SWEEP_PER_CALL = 2;
+
+/**
+ * Removes expired leases of `state` (and forgets the fence once that is safe). Returns how many are held.
+ */
+export function purgeLeases(state: IdState, now: number): number {
+  const leases = state.leases;
+  if (leases !== null) {
+    for (const [token, exp] of leases) if (exp <= now) leases.delete(token);
+    if (leases.size > 0) return leases.size;
+    state.leases = null;
+  }
+  // The fence may be forgotten once the clock has passed it: the next one is at least `now`.
+  if (state.fence !== 0 && now > state.fence) state.fence = 0;
+  return 0;
+}
+
+/**
+ * The next fencing number for the id: max(last + 1, now µs). Seeding from the clock keeps
+ * the sequence strictly increasing even after the id's state was dropped while idle.
+ */
+export function nextFence(state: IdState, now: number): number {
+  const fence = Math.max(state.fence + 1, now);
+  state.fence = fence;
+  return fence;
+}
+
+export function isIdle(state: IdState): boolean {
+  return (
+    state.pauseUs === 0 &&
+    state.rules.size === 0 &&
+    state.leases === null &&
+    state.fence === 0 &&
+    state.record === null
+  );
+}
+
+/** Drops what has expired of `state` at `now`; returns whether nothing is left (the id may be forgotten). */
+export function dropExpired(state: IdState, now: number): boolean {
+  if (state.pauseUs !== 0 && state.pauseUs <= now) state.pauseUs = 0;
+  for (const [digest, s] of state.rules) if (now >= s.expiresUs) state.rules.delete(digest);
+  purgeLeases(state, now);
+  if (state.record !== null && now >= state.recordUs) state.record = null;
+  return isIdle(state);
+}
+
+/** Test hook (not exported from the package root): counts of what a memory store holds. */
+export interface MemoryStoreContents {
+  ids: number;
+  rules: number;
+  leases: number;
+  pauses: number;
+  subscribers: number;
+}
+
+/** Counts what `ids` holds. */
+export function contentsOf(ids: ReadonlyMap<string, IdState>, subscribers: number): MemoryStoreContents {
+  let rules = 0;
+  let leases = 0;
+  let pauses = 0;
+  for (const s of ids.values()) {
+    rules += s.rules.size;
+    leases += s.leases?.size ?? 0;
+    if (s.pauseUs !== 0) pauses++;
+  }
+  return { ids: ids.size, rules, leases, pauses, subscribers };
+}
