@@ -263,11 +263,13 @@ export function admissionCases(c: CaseRegistry): void {
         let granted = 0;
         let asked = 0;
         // 3 s of saturated traffic, asking again at each hint: 4 + 4 + 4 starts, the first 4 at once.
-        for (let elapsed = 0; elapsed < 3000; ) {
+        // Bounded: a store whose hints never move the clock forward fails here instead of looping.
+        for (let elapsed = 0; elapsed < 3000 && asked < 40; ) {
           const r = await s.acquire({ id, rules: [w], costs: ones(3) });
           granted += r.granted;
           asked++;
           if (r.granted === 3) continue;
+          expect(r.retryAfter, 'the hint of a refused call').toBeGreaterThan(0);
           await s.advance(r.retryAfter);
           elapsed += r.retryAfter;
         }
