@@ -46,6 +46,9 @@ export class IdState {
 /** How many other ids each store call examines for idle state (the amortised sweep). */
 export const SWEEP_PER_CALL = 2;
 
+/** How often a store holding ids drops all their expired state in one pass (ms, on Node's timers). */
+export const FULL_SWEEP_MS = 1000;
+
 /**
  * Removes expired leases of `state` (and forgets the fence once that is safe). Returns how many are held.
  */

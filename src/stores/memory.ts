@@ -19,6 +19,7 @@ import {
 import {
   contentsOf,
   dropExpired,
+  FULL_SWEEP_MS,
   IdState,
   isIdle,
   type MemoryStoreContents,
@@ -55,6 +56,8 @@ class MemoryStore implements Store {
   /** Tokens are unique across every id of the store (a token of one id can never match another's). */
   private tokenSeq = 0;
   private sweepCursor: Iterator<IdState> | null = null;
+  /** The pending full sweep (see scheduleFullSweep), or null while the store holds no id. */
+  private fullSweepTimer: ReturnType<typeof setTimeout> | null = null;
   // Per-call scratch, reused so that a batch allocates nothing per job.
   private readonly rs: (StoreRule | undefined)[] = [];
   private readonly st: (RuleState | undefined)[] = [];
@@ -156,6 +159,7 @@ class MemoryStore implements Store {
       if (state === undefined) {
         state = new IdState(id);
         this.ids.set(id, state);
+        this.scheduleFullSweep();
       }
       if (state.record !== null && now < state.recordUs) {
         if (state.record !== record) {
@@ -216,6 +220,7 @@ class MemoryStore implements Store {
       if (state === undefined) {
         state = new IdState(id);
         this.ids.set(id, state);
+        this.scheduleFullSweep();
       }
       for (let i = 0; i < n; i++) {
         const rule = rs[i]!;
@@ -319,6 +324,7 @@ class MemoryStore implements Store {
     if (state === undefined) {
       state = new IdState(id);
       this.ids.set(id, state);
+      this.scheduleFullSweep();
     }
     const until = now + pauseUs;
     if (until > state.pauseUs) state.pauseUs = until;
@@ -402,6 +408,25 @@ class MemoryStore implements Store {
     this.wakeups.notify(id, event);
   }
 
+  /**
+   * Once a second while the store holds any id, one pass over every id drops what has expired,
+   * so ids nobody uses again leave nothing behind even when no call comes to sweep them. The
+   * timer is unref'd (it never keeps the process alive) and runs on Node's own timers.
+   */
+  private scheduleFullSweep(): void {
+    if (this.fullSweepTimer !== null || this.ids.size === 0) return;
+    const timer = setTimeout(this.fullSweep, FULL_SWEEP_MS);
+    timer.unref?.();
+    this.fullSweepTimer = timer;
+  }
+
+  private readonly fullSweep = (): void => {
+    this.fullSweepTimer = null;
+    const now = this.nowUs();
+    for (const state of this.ids.values()) if (dropExpired(state, now)) this.ids.delete(state.id);
+    this.scheduleFullSweep();
+  };
+
   /** Amortised cleanup: examines up to SWEEP_PER_CALL ids round-robin and drops their idle state. */
   private sweep(now: number): void {
     for (let i = 0; i < SWEEP_PER_CALL; i++) {
@@ -431,8 +456,9 @@ class MemoryStore implements Store {
  * (integer µs, rounded to the nearest µs, never going backwards).
  *
  * Memory is bounded by live state, not by the number of jobs: expired rule state,
- * ended pauses and empty lease sets are dropped when their id is next touched, and
- * every call also examines two other ids round-robin (no timers, nothing to close).
+ * ended pauses and empty lease sets are dropped when their id is next touched, every call
+ * also examines two other ids round-robin, and once a second while it holds any id one pass
+ * drops every expired state (an unref'd timer: nothing to close, never keeps the process alive).
  */
 export function memoryStore(options?: MemoryStoreOptions): Store {
   if (options !== undefined && (typeof options !== 'object' || options === null)) {

@@ -204,10 +204,21 @@ function check(reports: FetchWorkerReport[], subscriber: boolean): Checked {
     // The moment this process knew: its own write began (the valve pauses locally first), or the event.
     const own = r.pauseWrites.find((w) => w.at < announcedEnd && w.until >= announcedEnd - 5);
     const knew = Math.min(seen!.at, own?.at ?? Number.POSITIVE_INFINITY);
-    // From then on it asked the store for nothing until the pause ended (50 ms of slack for its
-    // estimate of the store's clock), and started only jobs granted before the write.
+    // From then on it asked the store nothing until the pause ended (50 ms of slack for its
+    // estimate of the store's clock), but for at most one recheck when its wake-ups were
+    // (re)confirmed (a valve that was idle or not yet listening may have missed a resume), which
+    // the store refuses for the pause; and it started only jobs granted before the write.
     const asked = r.acquires.filter((a) => a.sentAt > knew + 0.5 && a.sentAt < announcedEnd - 50);
-    expect(asked, `${r.name} asked the store for grants while it knew of the pause`).toEqual([]);
+    expect(
+      asked.length,
+      `${r.name} asked the store while it knew of the pause: ${JSON.stringify(asked)}`,
+    ).toBeLessThanOrEqual(1);
+    for (const a of asked) {
+      expect({ granted: a.granted, paused: (a.pausedUntil ?? 0) >= announcedEnd - 5 }, r.name).toEqual({
+        granted: 0,
+        paused: true,
+      });
+    }
     const early = r.dispatches.filter(
       (d) => d.at > knew + 0.5 && d.at < announcedEnd - 1 && !(d.grantBound < p0),
     );

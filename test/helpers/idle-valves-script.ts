@@ -8,6 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createValve, memoryStore, redisStore, type Store } from '../../src/index.js';
+import { FULL_SWEEP_MS } from '../../src/stores/memory-state.js';
 import { CHANNEL_LINGER } from '../../src/stores/redis/subscriber.js';
 
 const gc = (globalThis as { gc?: () => void }).gc;
@@ -59,8 +60,10 @@ async function main(): Promise<void> {
       }
       await Promise.all(runs);
     }
-    // Releases of the last ones; a Redis channel lingers a moment after its last listener left.
-    await sleep(CHANNEL_LINGER + 300);
+    // Releases of the last ones; a Redis channel lingers a moment after its last listener left;
+    // the store keeps each id's state (its rule set's record) for one rule interval (1 s), and
+    // the memory store drops expired state within FULL_SWEEP_MS.
+    await sleep(Math.max(CHANNEL_LINGER, 1000 + FULL_SWEEP_MS) + 300);
   };
   await batch(0, 2000, 100); // warm-up: code, caches, the store's own tables
   const before = await collect();

@@ -39,7 +39,14 @@ describe('a rule change: the Lua script and the memory store agree', () => {
           const lua = redisStore({ client: c.client, prefix: uniquePrefix('rc'), unsafeTestClock: luaClock });
           const a = await runChange(mem, memClock, 'id', oldRules, newRules, before, after);
           const b = await runChange(lua, luaClock, 'id', oldRules, newRules, before, after);
-          expect(b.answers).toEqual(a.answers);
+          // The rule-set record lives one interval on Redis and, in one process, no longer than
+          // the id's rule state (so idle ids leave nothing behind): whatever the memory store
+          // reports, Redis reports too; everything else is identical.
+          const without = (answers: typeof a.answers) => answers.map(({ recorded: _, ...rest }) => rest);
+          expect(without(b.answers)).toEqual(without(a.answers));
+          a.answers.forEach((answer, i) => {
+            if (answer.recorded !== undefined) expect(b.answers[i]!.recorded).toEqual(answer.recorded);
+          });
           expect(stricterViolations(b, oldRules, newRules)).toEqual([]);
         },
       ),
