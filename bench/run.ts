@@ -4,7 +4,7 @@
  * Every measurement runs in its own child process (one scenario, one case, one peer). Peers are
  * interleaved (A B C, A B C, ...) `repeat` times, so drift in the machine's load hits every peer
  * alike. The runner prints the medians and valve/peer ratios as markdown tables, checks the
- * targets of issue 6, and writes everything to bench/results/.
+ * targets, and writes everything to bench/results/.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -566,7 +566,7 @@ async function main(): Promise<void> {
   const checks = targets(rows);
   if (checks.length) {
     md.push(
-      '### targets (issue 6)',
+      '### targets',
       '',
       '| target | valve | met | reference in the same run |',
       '|---|---|---|---|',

@@ -40,13 +40,11 @@ describe('a rule change: the Lua script and the memory store agree', () => {
           const a = await runChange(mem, memClock, 'id', oldRules, newRules, before, after);
           const b = await runChange(lua, luaClock, 'id', oldRules, newRules, before, after);
           // The rule-set record lives one interval on Redis and, in one process, no longer than
-          // the id's rule state (so idle ids leave nothing behind): whatever the memory store
-          // reports, Redis reports too; everything else is identical.
+          // the id's rule state (so idle ids leave nothing behind): the two stores forget it at
+          // different moments, so `recorded` is left out here; the store contract checks what
+          // it reports on both stores, test/stores/redis-rules.test.ts its key and TTL.
           const without = (answers: typeof a.answers) => answers.map(({ recorded: _, ...rest }) => rest);
           expect(without(b.answers)).toEqual(without(a.answers));
-          a.answers.forEach((answer, i) => {
-            if (answer.recorded !== undefined) expect(b.answers[i]!.recorded).toEqual(answer.recorded);
-          });
           expect(stricterViolations(b, oldRules, newRules)).toEqual([]);
         },
       ),
