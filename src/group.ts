@@ -13,6 +13,7 @@ import type {
   ValveOverrides,
 } from './group-types.js';
 import { normalizeOptions, type ValveOptions } from './options.js';
+import { readCloseOptions } from './run-options.js';
 import { checkId, checkKnownKeys, MAX_DURATION_MS } from './stores/checks.js';
 import { memoryStore } from './stores/memory.js';
 import type { Store } from './stores/store.js';
@@ -235,28 +236,11 @@ class ValveGroupImpl implements ValveGroup {
   }
 
   close(options?: { drain?: boolean }): Promise<void> {
-    if (options !== undefined) {
-      if (typeof options !== 'object' || options === null) {
-        return Promise.reject(
-          new TypeError(
-            `Expected close() options to be an object like { drain: true }, got ${describe(options)}`,
-          ),
-        );
-      }
-      try {
-        checkKnownKeys(options, ['drain'], 'close()');
-      } catch (err) {
-        return Promise.reject(err);
-      }
-      if (options.drain !== undefined && typeof options.drain !== 'boolean') {
-        return Promise.reject(
-          new TypeError(`Expected \`drain\` to be a boolean, got ${describe(options.drain)}`),
-        );
-      }
-    }
+    const drain = readCloseOptions(options);
+    if (drain instanceof TypeError) return Promise.reject(drain);
     if (this.closePromise !== null) {
       // A later close() without drain cuts a draining close short, as on a valve.
-      if (options?.drain !== true) for (const entry of this.entries.values()) void entry.valve.close();
+      if (!drain) for (const entry of this.entries.values()) void entry.valve.close();
       return this.closePromise;
     }
     this.idle.stop();

@@ -1,6 +1,6 @@
 import { describe } from './duration.js';
 import { waitOption } from './options.js';
-import { unknownOption } from './stores/checks.js';
+import { checkKnownKeys, unknownOption } from './stores/checks.js';
 import type { RunOptions } from './types.js';
 
 const RUN_OPTIONS = ['cost', 'priority', 'signal', 'maxWait'] as const;
@@ -82,4 +82,27 @@ export function readRunOptions(options: RunOptions, maxWaitDefault: number, out:
   out.signal = signal;
   out.maxWait = maxWait;
   return undefined;
+}
+
+/**
+ * Checks close()'s options (a valve's and a group's): returns whether to drain, or the
+ * TypeError the call rejects with.
+ */
+export function readCloseOptions(options: unknown): boolean | TypeError {
+  if (options === undefined) return false;
+  if (typeof options !== 'object' || options === null) {
+    return new TypeError(
+      `Expected close() options to be an object like { drain: true }, got ${describe(options)}`,
+    );
+  }
+  try {
+    checkKnownKeys(options as Record<string, unknown>, ['drain'], 'close()');
+  } catch (err) {
+    return err as TypeError;
+  }
+  const drain = (options as { drain?: unknown }).drain;
+  if (drain !== undefined && typeof drain !== 'boolean') {
+    return new TypeError(`Expected \`drain\` to be a boolean, got ${describe(drain)}`);
+  }
+  return drain === true;
 }

@@ -18,8 +18,7 @@ import { Leases } from './leases.js';
 import { type NormalizedOptions, normalizeOptions, normalizeRules, type ValveOptions } from './options.js';
 import { Pauses } from './pauses.js';
 import type { Rule } from './rules/rule.js';
-import { RunArgs, readRunOptions } from './run-options.js';
-import { checkKnownKeys } from './stores/checks.js';
+import { RunArgs, readCloseOptions, readRunOptions } from './run-options.js';
 import { memoryStore } from './stores/memory.js';
 import type { JobContext, RunOptions, Valve, ValveStats } from './types.js';
 import { Waiting } from './waiting.js';
@@ -245,27 +244,8 @@ class ValveImpl implements Valve {
   }
 
   close(options?: { drain?: boolean }): Promise<void> {
-    let drain = false;
-    if (options !== undefined) {
-      if (typeof options !== 'object' || options === null) {
-        return Promise.reject(
-          new TypeError(
-            `Expected close() options to be an object like { drain: true }, got ${describe(options)}`,
-          ),
-        );
-      }
-      try {
-        checkKnownKeys(options, ['drain'], 'close()');
-      } catch (err) {
-        return Promise.reject(err);
-      }
-      if (options.drain !== undefined && typeof options.drain !== 'boolean') {
-        return Promise.reject(
-          new TypeError(`Expected \`drain\` to be a boolean, got ${describe(options.drain)}`),
-        );
-      }
-      drain = options.drain === true;
-    }
+    const drain = readCloseOptions(options);
+    if (drain instanceof TypeError) return Promise.reject(drain);
     if (this.closePromise !== null) {
       // A later close() without drain cuts a draining close short.
       if (!drain && this.draining) {
