@@ -565,12 +565,7 @@ async function main(): Promise<void> {
   }
   const checks = targets(rows);
   if (checks.length) {
-    md.push(
-      '### targets',
-      '',
-      '| target | valve | met | reference in the same run |',
-      '|---|---|---|---|',
-    );
+    md.push('### targets', '', '| target | valve | met | reference in the same run |', '|---|---|---|---|');
     for (const t of checks)
       md.push(`| ${t.text} | ${t.value} | ${t.met ? 'met' : '**missed**'} | ${t.reference ?? ''} |`);
     md.push('');
