@@ -114,3 +114,54 @@ export function contentsOf(ids: ReadonlyMap<string, IdState>, subscribers: numbe
   }
   return { ids: ids.size, rules, leases, pauses, subscribers };
 }
+
+/** Drops the expired state of a store's ids: a few per call, and every id once a second. */
+export class IdSweeper {
+  /** Where the amortised sweep resumes; null to start over. */
+  private cursor: Iterator<IdState> | null = null;
+  /** The pending full sweep, or null while the store holds no id. */
+  private timer: ReturnType<typeof setTimeout> | null = null;
+
+  constructor(
+    /** The store's ids: swept in place. */
+    private readonly ids: Map<string, IdState>,
+    /** The store's clock in µs. */
+    private readonly nowUs: () => number,
+  ) {}
+
+  /** Amortised cleanup: examines up to SWEEP_PER_CALL ids round-robin and drops their idle state. */
+  step(now: number): void {
+    for (let i = 0; i < SWEEP_PER_CALL; i++) {
+      if (this.cursor === null) {
+        if (this.ids.size === 0) return;
+        this.cursor = this.ids.values();
+      }
+      const next = this.cursor.next();
+      if (next.done) {
+        this.cursor = null;
+        continue;
+      }
+      const state = next.value;
+      if (dropExpired(state, now)) this.ids.delete(state.id);
+    }
+  }
+
+  /**
+   * Once a second while the store holds any id, one pass over every id drops what has expired,
+   * so ids nobody uses again leave nothing behind even when no call comes to sweep them. The
+   * timer is unref'd (it never keeps the process alive) and runs on Node's own timers.
+   */
+  schedule(): void {
+    if (this.timer !== null || this.ids.size === 0) return;
+    const timer = setTimeout(this.full, FULL_SWEEP_MS);
+    timer.unref?.();
+    this.timer = timer;
+  }
+
+  private readonly full = (): void => {
+    this.timer = null;
+    const now = this.nowUs();
+    for (const state of this.ids.values()) if (dropExpired(state, now)) this.ids.delete(state.id);
+    this.schedule();
+  };
+}

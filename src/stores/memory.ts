@@ -18,15 +18,13 @@ import {
 } from './checks.js';
 import {
   contentsOf,
-  dropExpired,
-  FULL_SWEEP_MS,
   IdState,
+  IdSweeper,
   isIdle,
   type MemoryStoreContents,
   nextFence,
   purgeLeases,
   RuleState,
-  SWEEP_PER_CALL,
 } from './memory-state.js';
 import { MemoryWakeups } from './memory-wakeups.js';
 import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from './store.js';
@@ -55,9 +53,8 @@ class MemoryStore implements Store {
   private lastNowUs = 0;
   /** Tokens are unique across every id of the store (a token of one id can never match another's). */
   private tokenSeq = 0;
-  private sweepCursor: Iterator<IdState> | null = null;
-  /** The pending full sweep (see scheduleFullSweep), or null while the store holds no id. */
-  private fullSweepTimer: ReturnType<typeof setTimeout> | null = null;
+  /** Drops expired state of ids nobody touches (amortised per call, and once a second). */
+  private readonly sweeper = new IdSweeper(this.ids, () => this.nowUs());
   // Per-call scratch, reused so that a batch allocates nothing per job.
   private readonly rs: (StoreRule | undefined)[] = [];
   private readonly st: (RuleState | undefined)[] = [];
@@ -408,40 +405,12 @@ class MemoryStore implements Store {
     this.wakeups.notify(id, event);
   }
 
-  /**
-   * Once a second while the store holds any id, one pass over every id drops what has expired,
-   * so ids nobody uses again leave nothing behind even when no call comes to sweep them. The
-   * timer is unref'd (it never keeps the process alive) and runs on Node's own timers.
-   */
-  private scheduleFullSweep(): void {
-    if (this.fullSweepTimer !== null || this.ids.size === 0) return;
-    const timer = setTimeout(this.fullSweep, FULL_SWEEP_MS);
-    timer.unref?.();
-    this.fullSweepTimer = timer;
+  private sweep(now: number): void {
+    this.sweeper.step(now);
   }
 
-  private readonly fullSweep = (): void => {
-    this.fullSweepTimer = null;
-    const now = this.nowUs();
-    for (const state of this.ids.values()) if (dropExpired(state, now)) this.ids.delete(state.id);
-    this.scheduleFullSweep();
-  };
-
-  /** Amortised cleanup: examines up to SWEEP_PER_CALL ids round-robin and drops their idle state. */
-  private sweep(now: number): void {
-    for (let i = 0; i < SWEEP_PER_CALL; i++) {
-      if (this.sweepCursor === null) {
-        if (this.ids.size === 0) return;
-        this.sweepCursor = this.ids.values();
-      }
-      const next = this.sweepCursor.next();
-      if (next.done) {
-        this.sweepCursor = null;
-        continue;
-      }
-      const state = next.value;
-      if (dropExpired(state, now)) this.ids.delete(state.id);
-    }
+  private scheduleFullSweep(): void {
+    this.sweeper.schedule();
   }
 
   /** Test hook: what the store currently holds. */
