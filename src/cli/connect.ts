@@ -262,8 +262,19 @@ async function connectStandalone(name: ClientName, lib: Any, a: Address, target:
     enableOfflineQueue: false,
     retryStrategy: target.reconnect ? (n: number) => Math.min(200 * n, 1000) : () => null,
   });
+  // ioredis rejects connect() with "Connection is closed."; the reason came as an 'error' event.
+  let lastError: unknown;
+  client.on('error', (e: unknown) => {
+    lastError = e;
+  });
+  try {
+    await client.connect();
+  } catch (err) {
+    client.disconnect();
+    throw lastError ?? err;
+  }
+  client.removeAllListeners('error');
   client.on('error', quiet);
-  await client.connect();
   const self: NodeConn = { name: `${a.host}:${a.port}`, call: (args) => client.call(...args) };
   const subs: Any[] = [];
   return {
@@ -364,8 +375,18 @@ async function connectCluster(name: ClientName, lib: Any, seeds: Address[], targ
     seeds.map((s) => ({ host: s.host, port: s.port })),
     options,
   );
-  cluster.on('error', quiet);
-  await cluster.connect();
+  let lastError: unknown;
+  const remember = (e: unknown) => {
+    lastError = e;
+  };
+  cluster.on('error', remember);
+  cluster.on('node error', remember);
+  try {
+    await cluster.connect();
+  } catch (err) {
+    cluster.disconnect();
+    throw lastError ?? err;
+  }
   const wrap = (node: Any): NodeConn => ({
     name: `${node.options.host}:${node.options.port}`,
     call: (args) => node.call(...args),

@@ -201,7 +201,15 @@ async function scriptsCheck(conn: Conn, prefix: string, timeout: number): Promis
       detail: `status, acquire (GCRA, fixed and sliding window, leases), renew, release, pause and resume ran on ${prefix}:{${id}}`,
     };
   } catch (err) {
-    return { name: 'scripts', level: 'fail', detail: `${step} failed on ${prefix}:{${id}}: ${oneLine(err)}` };
+    const message = oneLine(err);
+    const hint = /can't run this command|NOPERM/.test(message)
+      ? ' (the user lacks a command the scripts run: see the ACL rule in docs/redis.md)'
+      : '';
+    return {
+      name: 'scripts',
+      level: 'fail',
+      detail: `${step} failed on ${prefix}:{${id}}: ${message}${hint}`,
+    };
   }
 }
 
