@@ -49,7 +49,7 @@ export function statusLines(s: IdStatus): string[] {
   }
   lines.push(
     s.pause
-      ? `pause     PAUSED until ${iso(s.pause.until)} (${human(s.pause.in)} left); every valve with this id waits`
+      ? `pause     PAUSED until ${iso(s.pause.until)} (${human(s.pause.in)} left) by ${s.pause.by ?? 'an unnamed source'}; every valve with this id waits`
       : 'pause     none',
   );
   if (s.leases.length === 0) {

@@ -4,6 +4,7 @@
  * documented exit code (errors.ts), never a stack trace.
  */
 import { readFileSync } from 'node:fs';
+import { hostname, userInfo } from 'node:os';
 import { parseArgs } from 'node:util';
 import { parseDuration } from '../duration.js';
 import { redisStore } from '../stores/redis/index.js';
@@ -153,6 +154,15 @@ function expectArgs(p: Parsed, names: string[]): void {
 
 const print = (line: string) => process.stdout.write(`${line}\n`);
 
+/** What `valve pause` records as the pause's cause: the command, and who ran it where. */
+function pausedBy(): string {
+  let user = 'unknown';
+  try {
+    user = userInfo().username;
+  } catch {}
+  return `valve pause by ${user}@${hostname()}`;
+}
+
 async function serverNow(conn: Conn, key: string, timeout: number): Promise<number> {
   const node = await conn.nodeFor(key);
   const [s, us] = (await within(node.call(['TIME']), timeout, 'TIME')) as [string, string];
@@ -200,7 +210,7 @@ async function run(p: Parsed): Promise<number> {
       const store = redisStore({ client: conn.client, prefix: p.prefix, timeout: t });
       const statusBefore = await within(readStatus(conn, p.prefix, id, [], false), t, 'status');
       if (p.command === 'pause') {
-        const until = await store.pause(statusBefore.id, ms);
+        const until = await store.pause(statusBefore.id, ms, pausedBy());
         const now = await serverNow(conn, `${p.prefix}:{${statusBefore.id}}:pause`, t);
         const extended = statusBefore.pause === null || until > statusBefore.pause.until;
         if (p.json) {

@@ -60,8 +60,11 @@ export interface IdStatus {
   rules: RuleStatus[];
   /** Rules with live state that are not recorded: another rule set in use, or a change within its interval. */
   mismatch: { checked: boolean; digests: string[]; note?: string };
-  /** The shared pause, or null. The store does not record who paused. */
-  pause: { until: number; in: number } | null;
+  /**
+   * The shared pause, or null. `by`: what wrote it (the pause event's source, with the header
+   * in parentheses), or null when the pausing process did not say (an older valve, a custom store).
+   */
+  pause: { until: number; in: number; by: string | null } | null;
   /** Global-concurrency leases held now, earliest expiry first. */
   leases: LeaseStatus[];
   /** The last fencing number handed out, or null. */
@@ -131,7 +134,14 @@ export async function readStatus(
   const reply = replyArray(
     await adapter.run(
       STATUS,
-      [keys.pause, keys.leases, keys.fence, keys.rules, ...digests.map((d) => keys.rulePrefix + d)],
+      [
+        keys.pause,
+        keys.leases,
+        keys.fence,
+        keys.rules,
+        keys.pauseBy,
+        ...digests.map((d) => keys.rulePrefix + d),
+      ],
       digests.map((d) => d[0]!),
     ),
     'status',
@@ -144,6 +154,7 @@ export async function readStatus(
   const recorded = parseRecord(replyString(reply[3], 'status'), nowUs);
   const leaseReply = reply[4];
   const states = replyArray(reply[5], 'status');
+  const pauseBy = replyString(reply[6], 'status');
 
   const pauseUntil = /^\d+(\.\d+)?$/.test(pauseRaw) ? Number(pauseRaw) : null;
   const leases: LeaseStatus[] = [];
@@ -183,7 +194,14 @@ export async function readStatus(
     // Recorded rules, and others only while their state is live.
     rules: rules.filter((r) => r.recorded || recorded === null || r.nextUnitIn !== null || r.problem),
     mismatch,
-    pause: pauseUntil !== null && pauseUntil > now ? { until: pauseUntil, in: us(pauseUntil - now) } : null,
+    pause:
+      pauseUntil !== null && pauseUntil > now
+        ? {
+            until: pauseUntil,
+            in: us(pauseUntil - now),
+            by: pauseBy === '' || pauseBy === '!type' ? null : pauseBy,
+          }
+        : null,
     leases: leases.sort((a, b) => a.expiresAt - b.expiresAt),
     fence: /^\d+$/.test(fenceRaw) ? Number(fenceRaw) : null,
     unknown,

@@ -35,7 +35,9 @@ function ruleText(r: RuleStatus, rate: number | null): string {
 }
 
 function pauseText(s: IdStatus): string {
-  return s.pause ? `PAUSED for ${human(s.pause.in)} (until ${iso(s.pause.until)})` : 'not paused';
+  return s.pause
+    ? `PAUSED for ${human(s.pause.in)} (until ${iso(s.pause.until)}, by ${s.pause.by ?? 'an unnamed source'})`
+    : 'not paused';
 }
 
 function leaseText(s: IdStatus): string {

@@ -293,6 +293,7 @@ describe.each(liveCases)('status, pause and resume against a live valve: $name',
     // stats().pausedUntil is the store's answer moved onto the worker's clock (within a round trip).
     expect(Math.abs(s.pause!.until - state.pausedUntil)).toBeLessThan(100);
     expect(s.pause!.in).toBeGreaterThan(0);
+    expect(s.pause!.by).toBe('manual'); // valve.pause()'s event source, recorded with the pause
     expect(s.leases.map((l) => [l.token, l.fence]).sort()).toEqual(
       state.leases.map((l) => [l.token, l.fence]).sort(),
     );
@@ -304,7 +305,7 @@ describe.each(liveCases)('status, pause and resume against a live valve: $name',
     expect(text.code).toBe(0);
     expect(text.stdout).toMatch(/10 per 3600000ms \(gcra, burst 10\) +3 of 10 left, next unit in/);
     expect(text.stdout).toMatch(/50 per 3600000ms \(sliding-window\) +43 of 50 left/);
-    expect(text.stdout).toMatch(/pause +PAUSED until/);
+    expect(text.stdout).toMatch(/pause +PAUSED until .* left\) by manual; every valve with this id waits/);
     expect(text.stdout).toContain(`leases    2 held (last fence ${s.fence})`);
 
     // resume: the valve in the other process hears it, as after valve.resume().
@@ -324,6 +325,9 @@ describe.each(liveCases)('status, pause and resume against a live valve: $name',
     expect(paused.in).toBeLessThanOrEqual(30_000);
     const heard = await worker.line((l) => l.event === 'pause');
     expect(Math.abs((heard.until as number) - paused.until)).toBeLessThan(1);
+    expect(json<IdStatus>(await valve(['status', id, '--json', ...args])).pause!.by).toMatch(
+      /^valve pause by .+@.+$/,
+    );
     const shorter = json<{ until: number; extended: boolean }>(
       await valve(['pause', id, '1s', '--json', ...args]),
     );

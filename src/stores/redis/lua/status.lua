@@ -9,12 +9,13 @@ KEYS[1]      <prefix>:{<id>}:pause   string, pausedUntil (epoch ms, 3 decimals)
 KEYS[2]      <prefix>:{<id>}:leases  sorted set, lease token -> expiresAt (epoch ms)
 KEYS[3]      <prefix>:{<id>}:fence   string, the last fencing number
 KEYS[4]      <prefix>:{<id>}:rules   string, the recorded rule set "<until µs>:<digests>"
-KEYS[4+r]    <prefix>:{<id>}:r:<digest of rule r>, r = 1..m
+KEYS[5]      <prefix>:{<id>}:pause-by  string, what wrote the pause
+KEYS[5+r]    <prefix>:{<id>}:r:<digest of rule r>, r = 1..m
 ARGV[r]      rule r's kind: "g" (GCRA) or "w" (fixed window), read with GET; "s" (sliding
              window), read with LRANGE
 
-Reply: { nowUs, pause, fence, record, { token_1, expiresAt_1, ... }, { state_1, ..., state_m } }
-  pause, fence, record, and a GET rule's state: the key's value, "" when missing
+Reply: { nowUs, pause, fence, record, { token_1, expiresAt_1, ... }, { state_1, ..., state_m }, pauseBy }
+  pause, fence, record, pauseBy, and a GET rule's state: the key's value, "" when missing
   a sliding window's state: the whole list (sum, t1, c1, t2, c2, ...), empty when missing
   "!type" in place of any value whose key holds another type (the command reports it)
 ]]
@@ -37,7 +38,7 @@ end
 
 local states = {}
 for r = 1, #ARGV do
-  local key = KEYS[4 + r]
+  local key = KEYS[5 + r]
   if ARGV[r] == 's' then
     local list = redis.pcall('LRANGE', key, 0, -1)
     if list.err then
@@ -49,4 +50,4 @@ for r = 1, #ARGV do
   end
 end
 
-return { string.format('%d', now), get(KEYS[1]), get(KEYS[3]), get(KEYS[4]), leases, states }
+return { string.format('%d', now), get(KEYS[1]), get(KEYS[3]), get(KEYS[4]), leases, states, get(KEYS[5]) }
