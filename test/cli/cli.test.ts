@@ -439,6 +439,35 @@ function docsRule(prefix: string): string[] {
   return line!.split(' ').map((r) => r.replace('valve:*', `${prefix}:*`));
 }
 
+describe('docs/operating.md', () => {
+  it("the command's ACL rule is the store's rule of docs/redis.md plus +scan", () => {
+    const store = /^ACL SETUSER valve on >change-me (.+)$/m.exec(
+      readFileSync(join(root, 'docs/redis.md'), 'utf8'),
+    )?.[1];
+    expect(docsRule('valve')).toEqual([...store!.split(' '), '+scan']);
+  });
+
+  it('every `npx valve` line of its shell blocks runs as documented (server from VALVE_REDIS_URL)', async () => {
+    const text = readFileSync(join(root, 'docs/operating.md'), 'utf8');
+    const commands = [...text.matchAll(/```sh\n([\s\S]*?)```/g)].flatMap((m) =>
+      m[1]!.split('\n').filter((l) => l.startsWith('npx valve ')),
+    );
+    expect(commands.length).toBeGreaterThanOrEqual(6);
+    const prefix = uniquePrefix('docs');
+    for (const command of commands) {
+      // The documented servers do not exist here: --redis <url> gives way to VALVE_REDIS_URL.
+      const args = command
+        .slice('npx valve '.length)
+        .replace(/--redis \S+/, '')
+        .split(/\s+/)
+        .filter(Boolean);
+      const r = await valve([...args, '--prefix', prefix], { VALVE_REDIS_URL: sharedRedis().url });
+      // 3: status of an id this prefix has not seen yet.
+      expect([0, 3], `${command}: ${r.stderr}`).toContain(r.code);
+    }
+  });
+});
+
 describe('as a least-privilege ACL user (the rule of docs/operating.md)', () => {
   let server: RedisServer;
   const prefix = 'ops';
