@@ -340,6 +340,12 @@ describe.each(liveCases)('status, pause and resume against a live valve: $name',
   }, 90_000);
 });
 
+/** The number of lines of the first frame the live view drew (each ends with erase-line, newline). */
+function watchLinesCount(tty: string): number {
+  const first = tty.slice(0, tty.indexOf('\u001b[J'));
+  return first.split('\u001b[K').length - 1;
+}
+
 describe('rule mismatches and watch', () => {
   it('status shows live state of rules that are not recorded, marked, with --json digests', async () => {
     const prefix = uniquePrefix('cli');
@@ -384,6 +390,20 @@ describe('rule mismatches and watch', () => {
       }
       // The second reading has a rate for the fixed windows (nothing started in between).
       expect(lines[1]).toContain('2/7 in use, 0.0 starts/s');
+
+      // On a terminal (a pty from util-linux `script`): the cursor hidden, the view redrawn in
+      // place (cursor up over the previous frame), the cursor shown again at the end.
+      const command = [process.execPath, cli, 'watch', 'shared', '--count', '2', ...args].join(' ');
+      const tty = await new Promise<string>((done, fail) => {
+        execFile('script', ['-qec', command, '/dev/null'], { timeout: 60_000 }, (err, stdout) =>
+          err ? fail(err) : done(String(stdout)),
+        );
+      });
+      expect(tty.startsWith('\u001b[?25l')).toBe(true);
+      const frame = watchLinesCount(tty);
+      expect(tty).toContain(`\u001b[${frame}F`);
+      expect(tty.trimEnd().endsWith('\u001b[?25h')).toBe(true);
+      expect(tty).toMatch(/! 5 per 3600000ms \(fixed-window\) +█+░+ +1\/5 in use/);
     } finally {
       client.disconnect();
     }
@@ -478,6 +498,7 @@ describe('as a least-privilege ACL user (the rule of docs/operating.md)', () => 
         { name: 'ops', password: 'pw', rules: rule },
         { name: 'nolset', password: 'pw', rules: rule.filter((r) => r !== '+lset') },
         { name: 'noscan', password: 'pw', rules: rule.filter((r) => r !== '+scan') },
+        { name: 'noeval', password: 'pw', rules: rule.filter((r) => r !== '+evalsha' && r !== '+eval') },
       ],
     });
   });
@@ -512,7 +533,7 @@ describe('as a least-privilege ACL user (the rule of docs/operating.md)', () => 
     expect((await valve(['watch', 'acl', '--count', '1', ...args])).code).toBe(0);
   });
 
-  it('doctor fails (exit 1) when a command the scripts need is missing, naming it', async () => {
+  it('doctor fails (exit 1) when a command the scripts need is missing, naming the failing script', async () => {
     const r = await valve(['doctor', '--redis', url('nolset'), '--prefix', prefix]);
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(
@@ -530,6 +551,12 @@ describe('as a least-privilege ACL user (the rule of docs/operating.md)', () => 
     expect(s.pause).not.toBeNull();
     expect(s.mismatch.checked).toBe(false);
     expect(s.mismatch.note).toMatch(/^not checked: SCAN failed \(NOPERM/);
+  });
+
+  it('a refused command is one line, exit 1', async () => {
+    const r = await valve(['status', 'x', '--redis', url('noeval'), '--prefix', prefix]);
+    expect(r.code).toBe(1);
+    expectOneLine(r, /the server refused a command \(ACL\): NOPERM .*'eval/);
   });
 
   it('a wrong password is one line, exit 1', async () => {
