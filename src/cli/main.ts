@@ -195,6 +195,7 @@ async function run(p: Parsed): Promise<number> {
       }
       if (p.command === 'watch') {
         await watch(conn, status, {
+          timeout: t,
           prefix: p.prefix,
           id: status.id,
           count: p.count,

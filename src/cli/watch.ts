@@ -3,7 +3,7 @@
  * rule's budget in use, starts per second where the state shows them, the pause, the leases);
  * otherwise (a pipe, a log, --plain) one plain line per second.
  */
-import type { Conn } from './connect.js';
+import { type Conn, within } from './connect.js';
 import { oneLine } from './errors.js';
 import { human, iso } from './format.js';
 import { type IdStatus, type RuleStatus, readStatus } from './state.js';
@@ -75,6 +75,8 @@ export interface WatchOptions {
   /** Stop after this many readings (default: until interrupted). */
   count: number;
   plain: boolean;
+  /** ms for each reading; a reading past it shows as "store unreachable". */
+  timeout: number;
   out: NodeJS.WriteStream;
 }
 
@@ -100,7 +102,7 @@ export async function watch(conn: Conn, first: IdStatus, o: WatchOptions): Promi
       if (n > 0) {
         try {
           // The search for unrecorded rules (a SCAN) runs every 10 s only.
-          cur = await readStatus(conn, o.prefix, o.id, known, n % 10 === 0);
+          cur = await within(readStatus(conn, o.prefix, o.id, known, n % 10 === 0), o.timeout, 'status');
           known = cur.rules.map((r) => r.digest);
         } catch (err) {
           cur = undefined;
