@@ -120,12 +120,9 @@ export async function doctor(conn: Conn, prefix: string, timeout: number): Promi
     add('memory', 'warn', `INFO memory failed: ${oneLine(err)}`);
   }
 
-  // Permissions: ACL DRYRUN for each command, when this user may run it.
-  let user = 'default';
+  // Permissions: ACL DRYRUN for each command, when this user may ask who it is and run it.
   try {
-    user = String(await call(['ACL', 'WHOAMI']));
-  } catch {}
-  try {
+    const user = String(await call(['ACL', 'WHOAMI']));
     const refused: string[] = [];
     for (const args of storeCommands(prefix, conn.cluster)) {
       const answer = String(await call(['ACL', 'DRYRUN', user, ...args]));
@@ -139,7 +136,11 @@ export async function doctor(conn: Conn, prefix: string, timeout: number): Promi
         : `ACL DRYRUN: user ${user} may not run ${refused.join('; ')}`,
     );
   } catch (err) {
-    add('acl', 'ok', `ACL DRYRUN not permitted (${oneLine(err)}): checked by running the scripts below`);
+    add(
+      'acl',
+      'ok',
+      `ACL WHOAMI or DRYRUN not permitted (${oneLine(err)}): checked by running the scripts below`,
+    );
   }
 
   // Scripts: the read-only status script, then every store script on a scratch id.

@@ -499,6 +499,12 @@ describe('as a least-privilege ACL user (the rule of docs/operating.md)', () => 
         { name: 'nolset', password: 'pw', rules: rule.filter((r) => r !== '+lset') },
         { name: 'noscan', password: 'pw', rules: rule.filter((r) => r !== '+scan') },
         { name: 'noeval', password: 'pw', rules: rule.filter((r) => r !== '+evalsha' && r !== '+eval') },
+        // May check itself with ACL DRYRUN, but lacks a command the scripts run.
+        {
+          name: 'auditor',
+          password: 'pw',
+          rules: [...rule.filter((r) => r !== '+lset'), '+acl|whoami', '+acl|dryrun'],
+        },
       ],
     });
   });
@@ -510,7 +516,9 @@ describe('as a least-privilege ACL user (the rule of docs/operating.md)', () => 
     const report = json<{ ok: boolean; checks: Check[] }>(await valve(['doctor', '--json', ...args]));
     expect(report.ok).toBe(true);
     const acl = report.checks.find((c) => c.name === 'acl')!;
-    expect(acl.detail).toMatch(/^ACL DRYRUN not permitted .*: checked by running the scripts below$/);
+    expect(acl.detail).toMatch(
+      /^ACL WHOAMI or DRYRUN not permitted .*: checked by running the scripts below$/,
+    );
 
     const client = new Redis({ host: server.host, port: server.port, username: 'ops', password: 'pw' });
     try {
@@ -542,6 +550,16 @@ describe('as a least-privilege ACL user (the rule of docs/operating.md)', () => 
     expect(r.stdout.trimEnd().split('\n').pop()).toBe(
       'the store would NOT work here: see the lines marked fail',
     );
+  });
+
+  it('doctor names the missing command when the user may run ACL DRYRUN', async () => {
+    const r = await valve(['doctor', '--json', '--redis', url('auditor'), '--prefix', prefix]);
+    expect(r.code).toBe(1);
+    const report = JSON.parse(r.stdout) as { ok: boolean; checks: Check[] };
+    expect(report.ok).toBe(false);
+    const acl = report.checks.find((c) => c.name === 'acl')!;
+    expect(acl.level).toBe('fail');
+    expect(acl.detail).toMatch(/^ACL DRYRUN: user auditor may not run LSET \(.*\)$/);
   });
 
   it('without +scan, status still answers and says mismatches were not checked', async () => {
