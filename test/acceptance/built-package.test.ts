@@ -633,6 +633,12 @@ describe('the built package (dist/)', () => {
       'README.md',
       'package.json',
     ]);
+    // The command: bin → an executable ESM file with a node shebang (tested in test/cli/).
+    expect(pkg.bin).toEqual({ valve: './dist/cli.js' });
+    expect(files).toContain('dist/cli.js');
+    expect(readFileSync(join(root, 'dist/cli.js'), 'utf8').split('\n', 1)[0]).toBe('#!/usr/bin/env node');
+    const help = await run(join(outside, 'node_modules/valve/dist/cli.js'), ['--help'], { cwd: outside });
+    expect(help.stdout).toMatch(/^Usage: valve <command>/);
   });
 
   it('type-checks a TypeScript consumer (ESM and CJS) against the bundled declarations, Store type included', async () => {
