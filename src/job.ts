@@ -1,6 +1,7 @@
 import type { ValveError } from './errors.js';
 import type { LeaseHolder, Leases } from './leases.js';
 import { isThenable } from './maybe-promise.js';
+import type { ValveObserver } from './observer.js';
 import { DeadlineHeap } from './queue.js';
 import type { SignalWatch } from './signals.js';
 import type { Lease } from './stores/store.js';
@@ -57,6 +58,8 @@ export class Job {
   signalWatch: SignalWatch | null = null;
   /** The promise's resolve function; replaced by a no-op once settled, so a skipped record holds nothing. */
   resolve: (value: unknown) => void;
+  /** When run() queued it (local clock), set only while the valve has an observer; -1 otherwise (a small integer keeps the field unboxed). */
+  queuedAt = -1;
 
   constructor(fn: AnyJob, cost: number, priority: number, seq: number, deadline: number) {
     this.fn = fn;
@@ -146,6 +149,8 @@ export class Jobs {
   private failedCount = 0;
   /** Jobs that ended without starting, including refused calls (only grows). */
   private rejectedCount = 0;
+  /** Hears every start and rejection (valve/otel), or null: set through the valve's OBSERVE method. */
+  observer: ValveObserver | null = null;
 
   constructor(
     /** Takes a started job's lease, and releases it when the job settles. */
@@ -187,6 +192,7 @@ export class Jobs {
   /** A call refused before it became a job (bad arguments, QUEUE_FULL, CLOSED, aborted): counted as rejected. */
   refuse(reason: unknown): Promise<never> {
     this.rejectedCount++;
+    if (this.observer !== null) this.observer.rejected(reason);
     return Promise.reject(reason);
   }
 
@@ -208,6 +214,7 @@ export class Jobs {
     this.pendingCount--;
     this.startedCount++;
     if (job.heapIndex >= 0) this.deadlines.remove(job);
+    if (this.observer !== null) this.observer.started(job.queuedAt, now);
     let ctx: Context;
     if (lease !== undefined) {
       ctx = new Context({ token: lease.token, fence: lease.fence });
@@ -287,6 +294,7 @@ export class Jobs {
     job.fn = null;
     const resolve = job.resolve;
     job.resolve = settled;
+    if (this.observer !== null) this.observer.rejected(reason);
     rejectWith(resolve, reason);
     this.host.jobEnded();
   }
