@@ -3,7 +3,7 @@
  * per operation, one data point per call the store saw, and a connection that is gone shows
  * as failed calls (error.type), store errors and STORE_UNAVAILABLE rejections.
  */
-import IORedis from 'ioredis';
+import { Redis as IORedis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createValve, redisStore, type Store } from '../../src/index.js';
 import { instrument, instrumentStore } from '../../src/otel.js';
@@ -17,8 +17,8 @@ function counting(inner: Store) {
   const ok: Record<string, number> = {};
   const failed: Record<string, number> = {};
   const wrap =
-    <A extends unknown[], R>(op: Op, fn: (...args: A) => R) =>
-    async (...args: A) => {
+    <A extends unknown[], R>(op: Op, fn: (...args: A) => R | Promise<R>) =>
+    async (...args: A): Promise<R> => {
       try {
         const value = await fn(...args);
         ok[op] = (ok[op] ?? 0) + 1;
