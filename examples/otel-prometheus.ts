@@ -1,13 +1,16 @@
 /**
  * valve's metrics on a Prometheus endpoint, as docs/metrics.md shows them. Run it with
  * `npx tsx examples/otel-prometheus.ts`: it serves http://localhost:9464/metrics, runs a few
- * jobs, prints the valve lines of its own endpoint and exits.
+ * jobs, pauses one valve, prints some valve lines of its own endpoint (without the exporter's
+ * otel_scope_name label) and exits.
  */
+// #region imports
 import { metrics } from '@opentelemetry/api';
 import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import { createValve, createValveGroup, memoryStore } from '../src/index.js';
 import { instrument, instrumentStore } from '../src/otel.js';
+// #endregion imports
 
 export async function start(port = 9464) {
   // #region provider
@@ -50,11 +53,15 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     ...Array.from({ length: 6 }, (_, i) => github.run(() => i)),
     ...['42', '43', '42'].map((key) => installations.run(key, () => key)),
   ]);
+  await github.pause('1m');
   const text = await (await fetch(`http://localhost:${port}/metrics`)).text();
+  const shown =
+    /^valve_(job_started_total|job_wait_duration_(count|sum)|job_queued|paused|store_operation_duration_count)[{ ]/;
   console.log(
     text
       .split('\n')
-      .filter((line) => /^valve_(job_started|job_wait_duration_(count|sum))/.test(line))
+      .filter((line) => shown.test(line))
+      .map((line) => line.replace(/,?otel_scope_name="valve"/, '').replace('{,', '{'))
       .join('\n'),
   );
   await stop();

@@ -10,7 +10,7 @@ import { RateLimiterMemory, RateLimiterRedis, type RateLimiterRes } from 'rate-l
 import { nowMs } from './common.js';
 import { referenceAdapter } from './reference.js';
 import { redisReferenceAdapter, roundTripReferenceAdapter } from './reference-redis.js';
-import { loadValve, type ValveGroupLike, type ValveLike } from './valve-module.js';
+import { loadOtel, loadValve, type ValveGroupLike, type ValveLike } from './valve-module.js';
 
 export interface LimiterOptions {
   /** Jobs per interval. */
@@ -106,6 +106,7 @@ function valveAdapter(
   plainTimers = false,
   batch?: number,
   sliding = false,
+  otel?: 'sdk' | 'none',
 ): Adapter {
   let valve: ValveLike | undefined;
   let port: number | undefined;
@@ -123,6 +124,8 @@ function valveAdapter(
         store = plainTimers ? mod.memoryStore({ clock: timerClock }) : mod.memoryStore();
       }
       if (o.grantLog) store = logGrants(store as GrantSource, o.grantLog);
+      const instrumentation = otel === undefined ? undefined : await loadOtel(otel === 'sdk');
+      if (instrumentation) store = instrumentation.instrumentStore(store);
       valve = mod.createValve({
         id: o.redis?.id ?? 'bench',
         rules: [
@@ -137,6 +140,7 @@ function valveAdapter(
         ...((o.batch ?? batch) !== undefined ? { batch: o.batch ?? batch } : {}),
         ...(plainTimers ? { clock: timerClock } : {}),
       });
+      instrumentation?.instrument(valve);
     },
     schedule: (fn) => valve!.run(fn),
     async teardown() {
@@ -391,6 +395,8 @@ const factories: Record<string, () => Adapter> = {
   'valve-plain-timers': () => valveAdapter('valve-plain-timers', false, true),
   'valve-redis-plain-timers': () => valveAdapter('valve-redis-plain-timers', true, true),
   'valve-redis-batch128': () => valveAdapter('valve-redis-batch128', true, false, 128),
+  'valve-otel': () => valveAdapter('valve-otel', false, false, undefined, false, 'sdk'),
+  'valve-otel-none': () => valveAdapter('valve-otel-none', false, false, undefined, false, 'none'),
   'valve-sliding': () => valveAdapter('valve-sliding', false, false, undefined, true),
   'valve-redis-sliding': () => valveAdapter('valve-redis-sliding', true, false, undefined, true),
   'p-limit': pLimitAdapter,

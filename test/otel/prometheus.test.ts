@@ -108,5 +108,7 @@ describe('examples/otel-prometheus.ts', () => {
     expect(s.get('valve_job_wait_duration_count{valve_name="github"}')).toBe(6);
     // 6 jobs at 5/s: the last waits one second (starts at 0, 0.2, …, 1.0 s), the sum is 3 s.
     expect(s.get('valve_job_wait_duration_sum{valve_name="github"}')).toBeGreaterThanOrEqual(2.9);
+    expect(s.get('valve_paused{valve_name="github",valve_pause_source="manual"}')).toBe(1);
+    expect(s.get('valve_store_operation_duration_count{valve_store_operation_name="pause"}')).toBe(1);
   }, 30_000);
 });
