@@ -58,8 +58,6 @@ export class Job {
   signalWatch: SignalWatch | null = null;
   /** The promise's resolve function; replaced by a no-op once settled, so a skipped record holds nothing. */
   resolve: (value: unknown) => void;
-  /** When run() queued it (local clock), set only while the valve has an observer; -1 otherwise (a small integer keeps the field unboxed). */
-  queuedAt = -1;
 
   constructor(fn: AnyJob, cost: number, priority: number, seq: number, deadline: number) {
     this.fn = fn;
@@ -68,6 +66,20 @@ export class Job {
     this.seq = seq;
     this.deadline = deadline;
     this.resolve = capturedResolve;
+  }
+}
+
+/**
+ * A job queued while its valve had an observer (valve/otel): it also holds when run() queued
+ * it. A subclass, so that the jobs of a valve nobody observes stay as small as they were.
+ */
+export class TimedJob extends Job {
+  /** When run() queued it (the valve's clock, ms). */
+  readonly queuedAt: number;
+
+  constructor(fn: AnyJob, cost: number, priority: number, seq: number, deadline: number, queuedAt: number) {
+    super(fn, cost, priority, seq, deadline);
+    this.queuedAt = queuedAt;
   }
 }
 
@@ -214,7 +226,7 @@ export class Jobs {
     this.pendingCount--;
     this.startedCount++;
     if (job.heapIndex >= 0) this.deadlines.remove(job);
-    if (this.observer !== null) this.observer.started(job.queuedAt, now);
+    if (this.observer !== null) this.observer.started(job instanceof TimedJob ? job.queuedAt : -1, now);
     let ctx: Context;
     if (lease !== undefined) {
       ctx = new Context({ token: lease.token, fence: lease.fence });

@@ -13,7 +13,7 @@ import { type FetchLike, type WrapFetchOptions, wrapFetch } from './feedback/fet
 import { observe } from './feedback/observe.js';
 import type { FeedbackReading } from './feedback/types.js';
 import type { ValveInternals } from './feedback-port.js';
-import { type AnyJob, capture, Job, Jobs } from './job.js';
+import { type AnyJob, capture, Job, Jobs, TimedJob } from './job.js';
 import { Leases } from './leases.js';
 import { OBSERVE, type ValveObserver } from './observer.js';
 import { type NormalizedOptions, normalizeOptions, normalizeRules, type ValveOptions } from './options.js';
@@ -315,8 +315,10 @@ class ValveImpl implements Valve {
     const seq = retry ? sequence : this.seq++;
     const deadline = maxWait === Number.POSITIVE_INFINITY ? 0 : this.clock.now() + maxWait;
     const promise = new Promise(capture);
-    const job = new Job(fn, cost, priority, seq, deadline);
-    if (jobs.observer !== null) job.queuedAt = this.clock.now();
+    const job =
+      jobs.observer === null
+        ? new Job(fn, cost, priority, seq, deadline)
+        : new TimedJob(fn, cost, priority, seq, deadline, this.clock.now());
     if (onSequence !== undefined) onSequence(seq);
     jobs.add(job);
     this.waiting.enqueue(job, signal, retry);
