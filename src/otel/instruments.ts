@@ -176,10 +176,14 @@ const NAME = /^[A-Za-z_][\w.-]{0,63}$/;
  */
 export function errorType(err: unknown): string {
   if (typeof err === 'object' && err !== null) {
-    const code = (err as { code?: unknown }).code;
-    if (typeof code === 'string' && NAME.test(code)) return code;
-    const name = (err as { name?: unknown }).name;
-    if (typeof name === 'string' && NAME.test(name)) return name;
+    try {
+      const code = (err as { code?: unknown }).code;
+      if (typeof code === 'string' && NAME.test(code)) return code;
+      const name = (err as { name?: unknown }).name;
+      if (typeof name === 'string' && NAME.test(name)) return name;
+    } catch {
+      // A getter that throws (a Proxy, say): the scheduler calls this and must not see it.
+    }
   }
   return '_OTHER';
 }

@@ -83,8 +83,15 @@ export function instrumentStore(store: Store, options?: InstrumentStoreOptions):
     error: unknown,
     failed: boolean,
   ): void => {
-    const seconds = Math.max(0, clock.now() - startedAt) / 1000;
-    histogram.record(seconds, attributes(operation, id, failed ? errorType(error) : undefined), ROOT_CONTEXT);
+    // A metric that cannot be recorded never changes the store's answer.
+    try {
+      const seconds = Math.max(0, clock.now() - startedAt) / 1000;
+      histogram.record(
+        seconds,
+        attributes(operation, id, failed ? errorType(error) : undefined),
+        ROOT_CONTEXT,
+      );
+    } catch {}
   };
   function timed<A extends unknown[], R>(
     operation: Operation,

@@ -50,12 +50,15 @@ class Series {
     instruments: Instruments,
   ) {
     const wait = instruments.wait;
+    // Called from the scheduler: nothing here may throw into it (a meter of your own might).
     this.observer = {
       started: (queuedAt, now) => {
         this.started++;
         // queuedAt is -1 for a job queued before the observer was set: counted, its wait unknown.
-        if (queuedAt >= 0)
+        if (queuedAt < 0) return;
+        try {
           wait.record(now > queuedAt ? (now - queuedAt) / 1000 : 0, attributes, ROOT_CONTEXT);
+        } catch {}
       },
       rejected: (reason) => {
         const type = errorType(reason);

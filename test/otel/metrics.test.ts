@@ -355,3 +355,46 @@ describe('options and error.type', () => {
     expect(errorType(undefined)).toBe('_OTHER');
   });
 });
+
+describe('a meter that throws', () => {
+  it('never reaches the scheduler or the store: jobs run, rejections and store answers are unchanged', async () => {
+    const { meter, provider } = meterSetup();
+    cleanup.push(() => provider.shutdown());
+    const broken = new Proxy(meter, {
+      get(target, key, receiver) {
+        if (key !== 'createHistogram') return Reflect.get(target, key, receiver);
+        return () => ({
+          record() {
+            throw new Error('meter bug');
+          },
+        });
+      },
+    });
+    const clock = new FakeClock();
+    const spy = spyMemoryStore(clock);
+    const valve = createValve({
+      id: 'api',
+      clock,
+      store: instrumentStore(spy, { meter: broken, clock }),
+      maxQueue: 1,
+    });
+    instrument(valve, { meter: broken });
+    const first = valve.run(() => 'ran');
+    // A reason whose getters throw: error.type is _OTHER, the rejection is the reason itself.
+    const hostile = new Proxy(
+      {},
+      {
+        get() {
+          throw new Error('getter bug');
+        },
+      },
+    );
+    const controller = new AbortController();
+    controller.abort(hostile);
+    await expect(valve.run(() => 1, { signal: controller.signal })).rejects.toBe(hostile);
+    await clock.tickAsync(0);
+    await expect(first).resolves.toBe('ran');
+    await expect(valve.pause(10)).resolves.toBeUndefined();
+    await valve.close();
+  });
+});
