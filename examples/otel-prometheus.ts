@@ -15,7 +15,7 @@ import { instrument, instrumentStore } from '../src/otel.js';
 export async function start(port = 9464) {
   // #region provider
   // Once, at startup, before valves are instrumented: a meter provider that Prometheus scrapes.
-  const exporter = new PrometheusExporter({ port }); // http://localhost:9464/metrics
+  const exporter = new PrometheusExporter({ port }); // port 9464: http://localhost:9464/metrics
   const provider = new MeterProvider({ readers: [exporter] });
   metrics.setGlobalMeterProvider(provider);
   // #endregion provider
