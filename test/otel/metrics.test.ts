@@ -282,7 +282,11 @@ describe('instrument(group)', () => {
     await group.run('c', () => 'c1');
     const after = await collect(reader);
     expect(after.value('valve.job.started')).toBe(4);
+    expect(observerOf(group.valve('c'))).not.toBeNull();
     handle.stop();
+    // Detached from the live valves and from the group (a new key's valve gets no observer).
+    expect(observerOf(group.valve('c'))).toBeNull();
+    expect(observerOf(group.valve('d'))).toBeNull();
     await group.close();
   });
 
