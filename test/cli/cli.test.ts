@@ -354,12 +354,12 @@ describe('rule mismatches and watch', () => {
       const store = redisStore({ client, prefix });
       const a = createValve({
         id: 'shared',
-        rules: { limit: 5, interval: '1h', algorithm: 'fixed-window' },
+        rules: { limit: 5, interval: '1h', algorithm: 'sliding-window' },
         store,
       });
       const b = createValve({
         id: 'shared',
-        rules: { limit: 7, interval: '1h', algorithm: 'fixed-window' },
+        rules: { limit: 7, interval: '1h', algorithm: 'sliding-window' },
         store,
       });
       await a.run(() => {});
@@ -370,12 +370,12 @@ describe('rule mismatches and watch', () => {
       const args = ['--redis', sharedRedis().url, '--prefix', prefix];
       const s = json<IdStatus>(await valve(['status', 'shared', '--json', ...args]));
       // b called last: its rules are recorded, a's have live state.
-      expect(s.recorded?.digests).toEqual(['w7.3600000000']);
-      expect(s.mismatch).toEqual({ checked: true, digests: ['w5.3600000000'] });
-      const other = s.rules.find((r) => r.digest === 'w5.3600000000')!;
+      expect(s.recorded?.digests).toEqual(['s7.3600000000']);
+      expect(s.mismatch).toEqual({ checked: true, digests: ['s5.3600000000'] });
+      const other = s.rules.find((r) => r.digest === 's5.3600000000')!;
       expect(other).toMatchObject({ recorded: false, left: 4 });
       const text = await valve(['status', 'shared', ...args]);
-      expect(text.stdout).toMatch(/! 5 per 3600000ms \(fixed-window\) +4 of 5 left/);
+      expect(text.stdout).toMatch(/! 5 per 3600000ms \(sliding-window\) +4 of 5 left/);
       expect(text.stdout).toMatch(/mismatch {2}1 rule\(s\) marked ! have live state but are not recorded/);
 
       // watch, not on a terminal: one plain line per reading.
@@ -385,10 +385,11 @@ describe('rule mismatches and watch', () => {
       expect(lines).toHaveLength(2);
       for (const line of lines) {
         expect(line).toMatch(/^\[\d{4}-\d\d-\d\dT[\d:.]+Z\] shared: /);
-        expect(line).toContain('7 per 3600000ms (fixed-window): 2/7 in use');
+        expect(line).toMatch(/7 per 3600000ms \(sliding-window\): 2\/7 in use, [0-9.]+ starts\/s/);
         expect(line).toContain('not paused; no leases held');
       }
-      // The second reading has a rate for the fixed windows (nothing started in between).
+      // The second reading comes a second after the first, so more than a second after the last
+      // start: the sliding window's log shows none in the last second.
       expect(lines[1]).toContain('2/7 in use, 0.0 starts/s');
 
       // On a terminal (a pty from util-linux `script`): the cursor hidden, the view redrawn in
@@ -403,7 +404,7 @@ describe('rule mismatches and watch', () => {
       const frame = watchLinesCount(tty);
       expect(tty).toContain(`\u001b[${frame}F`);
       expect(tty.trimEnd().endsWith('\u001b[?25h')).toBe(true);
-      expect(tty).toMatch(/! 5 per 3600000ms \(fixed-window\) +█+░+ +1\/5 in use/);
+      expect(tty).toMatch(/! 5 per 3600000ms \(sliding-window\) +█+░+ +1\/5 in use/);
     } finally {
       client.disconnect();
     }
