@@ -29,7 +29,7 @@ import {
 } from './memory-state.js';
 import { MemoryWakeups } from './memory-wakeups.js';
 import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from './store.js';
-import { behindWait, lineEnd, skipLate, type TurnLine, turnStep } from './turns.js';
+import { advance, behindWait, lineEnd, skipLate, type TurnLine, turnOf, turnStep } from './turns.js';
 
 /** Options of {@link memoryStore}. */
 export interface MemoryStoreOptions {
@@ -282,8 +282,7 @@ class MemoryStore implements Store {
     if (lined && !behind) {
       if (head && granted > 0) {
         const open = blocked === 'rate' ? waitUs : this.openAfter(n, costs[count - 1] as number, now);
-        line!.head += 1;
-        line!.at = Math.max(line!.at + line!.step, now + open);
+        advance(line!, now, open);
         if (line!.head >= line!.tail) line = null;
       } else if (head) {
         line!.at = Math.max(line!.at, now + waitUs);
@@ -295,7 +294,7 @@ class MemoryStore implements Store {
         }
         held = line.tail;
         line.tail += 1;
-        const turn = line.at + (held - line.head) * line.step;
+        const turn = turnOf(line, held);
         if (turn - now > waitUs) waitUs = turn - now;
       }
     }

@@ -5,22 +5,22 @@
  *
  * Without a line, every process sharing a tight rule is told the same retry hint and they all
  * ask again at once: one grant, the rest refused, over and over (store load that grows with the
- * fleet). With it, a refused caller gets a ticket, and the tickets' turns are spread one `step`
- * apart: each caller sleeps until its own turn, and a caller holding a later ticket is refused
- * without touching the rules until the tickets before it were used or skipped. The line only
- * ever refuses: every grant is still checked against every rule, at admission, on the store's
- * clock, so every bound holds whatever the line says (a caller without a ticket is not held
- * back by it at all).
+ * fleet). With it, a refused caller gets a ticket, and the tickets' turns are spread about one
+ * `step` apart: each caller sleeps until its own turn, and a caller holding a later ticket is
+ * refused without reading the rules until the tickets before it were used or skipped. The line
+ * only ever refuses: every grant is still checked against every rule, at admission, on the
+ * store's clock, so every bound holds whatever the line says (and a caller without a ticket is
+ * not held back by it at all).
  */
 
 /** An unused turn is skipped this long (µs) after it came: its caller was late, gone or cancelled. */
 export const TURN_GRACE_US = 2000;
 
 /**
- * An id's line: the tickets `head`..`tail − 1` wait, the head's turn is at `at` (µs) and each
- * ticket's turn is `step` µs after the one before. Tickets are numbers seeded from the store's
- * clock in µs when a line starts, so a ticket of a line that ended is (in practice) never one of
- * the next line. A stored line is never empty (`head < tail`).
+ * An id's line: the tickets `head`..`tail − 1` wait, the head's turn is at `at` (µs), and the
+ * ticket k places behind the head has its turn at `at + k × spacing(step)`. Tickets are numbers
+ * seeded from the store's clock in µs when a line starts, so a ticket of a line that ended is
+ * (in practice) never one of the next line's. A stored line is never empty (`head < tail`).
  */
 export interface TurnLine {
   head: number;
@@ -29,20 +29,37 @@ export interface TurnLine {
   step: number;
 }
 
+/**
+ * How far apart the turns of the tickets behind the head are: one step and an eighth. Turns
+ * run late (a head that comes late delays the slot after it, and nothing catches up); told
+ * exactly one step apart, the callers behind would all come before their slot opened and ask
+ * twice. Each turn that really takes one step leaves an eighth of a step unused, for no caller
+ * (the head's own turn follows the slot, see advance()).
+ */
+export function spacing(step: number): number {
+  return step + Math.floor(step / 8);
+}
+
 /** The last moment (µs) the line holds anything: its last ticket's turn plus the grace. */
 export function lineEnd(line: TurnLine): number {
-  return line.at + (line.tail - line.head - 1) * line.step + TURN_GRACE_US;
+  return line.at + (line.tail - line.head - 1) * spacing(line.step) + TURN_GRACE_US;
 }
 
 /** Skips the tickets whose turn ended more than the grace before `now` (their callers did not come). */
 export function skipLate(line: TurnLine, now: number): void {
   const late = now - line.at - TURN_GRACE_US;
   if (late <= 0) return;
-  // Ticket head + j is late when now > at + j × step + grace, i.e. j < late / step.
-  let k = Math.floor((late - 1) / line.step) + 1;
+  const gap = spacing(line.step);
+  // Ticket head + j is late when now > at + j × gap + grace, i.e. j < late / gap.
+  let k = Math.floor((late - 1) / gap) + 1;
   if (k > line.tail - line.head) k = line.tail - line.head;
   line.head += k;
-  line.at += k * line.step;
+  line.at += k * gap;
+}
+
+/** When (µs) the ticket `ticket` of the line has its turn. */
+export function turnOf(line: TurnLine, ticket: number): number {
+  return line.at + (ticket - line.head) * spacing(line.step);
 }
 
 /**
@@ -51,16 +68,27 @@ export function skipLate(line: TurnLine, now: number): void {
  * after the head's grace ends (when the head is skipped).
  */
 export function behindWait(line: TurnLine, ticket: number, now: number): number {
-  const turn = line.at + (ticket - line.head) * line.step;
+  const turn = turnOf(line, ticket);
   if (turn > now) return turn - now;
   const deadline = line.at + TURN_GRACE_US + 1 - now;
   return line.step < deadline ? line.step : deadline;
 }
 
 /**
- * The spacing (µs) of turns under a GCRA rule of emission `x`, tolerance `cap` (burst × x), for
- * jobs of increment `inc`: one job's increment with burst 1; otherwise about half the burst, so
- * that each caller takes several jobs per call while the tolerance absorbs a late turn.
+ * The head's turn was used at `now`, and the next job could fit `open` µs later: the next
+ * ticket becomes the head, its turn one step after this one's, or when the slot opens if later.
+ */
+export function advance(line: TurnLine, now: number, open: number): void {
+  let at = line.at + line.step;
+  if (now + open > at) at = now + open;
+  line.head += 1;
+  line.at = at;
+}
+
+/**
+ * The step of turns under a GCRA rule of tolerance `cap` (burst × emission) for jobs of
+ * increment `inc`: one job's increment with a burst of 1 or 2; otherwise about half the burst,
+ * so that each caller takes several jobs per call while the tolerance absorbs a late turn.
  */
 export function turnStep(inc: number, cap: number): number {
   const room = Math.floor(cap / inc);

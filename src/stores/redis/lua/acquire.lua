@@ -301,6 +301,7 @@ end
 -- The line (src/stores/turns.ts): for callers taking part, under GCRA rules only, without
 -- leases. lh, lt, la, ls: the live line's head, tail, head's turn and step (lh nil: no line),
 -- read when the caller holds a ticket (or, below, when it is refused); late tickets skipped.
+-- The ticket k places behind the head has its turn at la + k * (ls + floor(ls / 8)).
 -- A caller holding a ticket behind the head is refused here, without reading the rules.
 local GRACE = 2000
 local ticket_arg = ARGV[tail + 2]
@@ -328,15 +329,16 @@ if lined then
       if not h or h >= t or s < 1 or a > now + AHEAD or s > AHEAD then
         return corrupt(KEYS[5 + m], raw_line, 'a line "<head>:<tail>:<turn µs>:<step µs>" with head < tail')
       end
-      if now <= a + (t - h - 1) * s + GRACE then
+      local gap = s + floor(s / 8)
+      if now <= a + (t - h - 1) * gap + GRACE then
         local late = now - a - GRACE
         if late > 0 then
-          local k = floor((late - 1) / s) + 1
+          local k = floor((late - 1) / gap) + 1
           if k > t - h then
             k = t - h
           end
           h = h + k
-          a = a + k * s
+          a = a + k * gap
         end
         if h < t then
           lh, lt, la, ls = h, t, a, s
@@ -358,7 +360,7 @@ if lined and ticket > 0 then
     else
       -- Behind the head: wait for its turn (or, when that has come, one step, at most until
       -- just after the head's grace ends). Nothing is read or spent.
-      local turn = la + (ticket - lh) * ls
+      local turn = la + (ticket - lh) * (ls + floor(ls / 8))
       local wait = turn - now
       if wait <= 0 then
         wait = la + GRACE + 1 - now
@@ -853,7 +855,7 @@ if lined then
     end
     held = lt
     lt = lt + 1
-    local turn = la + (held - lh) * ls
+    local turn = la + (held - lh) * (ls + floor(ls / 8))
     if turn - now > retry then
       retry = turn - now
     end
@@ -861,7 +863,7 @@ if lined then
   end
   if changed then
     if lh then
-      local ttl = ceil((la + (lt - lh - 1) * ls + GRACE - now + 1) / 1000)
+      local ttl = ceil((la + (lt - lh - 1) * (ls + floor(ls / 8)) + GRACE - now + 1) / 1000)
       redis.call('SET', KEYS[5 + m], string.format('%d:%d:%d:%d', lh, lt, la, ls), 'PX',
         ttl + (testing and 600000 or 0))
     else
