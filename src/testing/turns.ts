@@ -1,0 +1,126 @@
+/**
+ * Conformance cases for a store that keeps a line of turns (`AcquireRequest.turn`, see
+ * docs/architecture.md, "Turns"): registered with `turns: true` and a controlled clock. A rule of
+ * 1000/s with burst 1 (one slot per ms) makes every time below exact: turns are one step (1 ms)
+ * apart for the head and one step and an eighth (1.125 ms) for each ticket behind it, and an
+ * unused turn is skipped 2 ms after it came.
+ */
+import type { AcquireResult } from '../stores/store.js';
+import { expect } from './expect.js';
+import { type CaseRegistry, type ClockCaseContext, expectMs, ones, rule } from './suite.js';
+
+export function turnCases(c: CaseRegistry): void {
+  // No empty describe block when the cases are not registered.
+  if (!c.turns) return;
+  const { newId } = c;
+  const tight = rule({ limit: 1000, interval: '1s' });
+
+  /** Two callers refused in turn: A holds the head (its slot opens in 1 ms), B the ticket behind. */
+  async function twoInLine(s: ClockCaseContext, id: string): Promise<{ a: AcquireResult; b: AcquireResult }> {
+    const a = await s.acquire({ id, rules: [tight], costs: ones(2), turn: 0 });
+    const b = await s.acquire({ id, rules: [tight], costs: [1], turn: 0 });
+    return { a, b };
+  }
+
+  c.describe('the line of turns', () => {
+    c.itTurns('a caller refused on rate takes a ticket; the next one takes the next, a turn later', async (s) => {
+      const id = newId();
+      const { a, b } = await twoInLine(s, id);
+      expect(a).toMatchObject({ granted: 1, blocked: 'rate' });
+      expect(typeof a.turn === 'number' && a.turn > 0, `a ticket, got ${a.turn}`).toBe(true);
+      // The head waits exactly for its slot.
+      expectMs(a.retryAfter, 1);
+      expect(b).toMatchObject({ granted: 0, blocked: 'rate', turn: a.turn! + 1 });
+      // The ticket behind: the head's turn plus one step and an eighth.
+      expectMs(b.retryAfter, 2.125);
+      // Without `turn`, no ticket is answered and the hint is the rules' own.
+      const plain = await s.acquire({ id, rules: [tight], costs: [1] });
+      expect(plain.turn).toBeUndefined();
+      expectMs(plain.retryAfter, 1);
+    });
+
+    c.itTurns('a ticket behind the head is refused while the turn is the head’s; then served at its turn', async (s) => {
+      const id = newId();
+      const { a, b } = await twoInLine(s, id);
+      await s.advance(1);
+      // The slot is open, but it is the head's: B is refused without spending, told its turn.
+      const early = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
+      expect(early).toMatchObject({ granted: 0, blocked: 'rate', turn: b.turn });
+      expectMs(early.retryAfter, 1.125);
+      // The head is granted at its turn, and (wanting more) takes the ticket behind B.
+      const head = await s.acquire({ id, rules: [tight], costs: ones(2), turn: a.turn });
+      expect(head).toMatchObject({ granted: 1, blocked: 'rate', turn: b.turn! + 1 });
+      expectMs(head.retryAfter, 2.125);
+      await s.advance(1.125);
+      const served = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
+      expect(served).toMatchObject({ granted: 1, blocked: null, turn: 0 });
+      // Every grant is still the rules': a caller without a ticket finds the slot taken.
+      expect((await s.acquire({ id, rules: [tight], costs: [1] })).granted).toBe(0);
+    });
+
+    c.itTurns('an unused turn is skipped 2 ms after it came: the next ticket is served', async (s) => {
+      const id = newId();
+      const { a, b } = await twoInLine(s, id);
+      await s.advance(2.125);
+      // B's turn came, but the head's grace has not ended (its turn was at 1 ms): wait until it has.
+      const waiting = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
+      expect(waiting).toMatchObject({ granted: 0, blocked: 'rate', turn: b.turn });
+      expectMs(waiting.retryAfter, 0.876);
+      await s.advance(0.875);
+      // 1 µs before the head's grace ends, B is still behind it.
+      expect((await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn })).granted).toBe(0);
+      await s.advance(0.001);
+      expect(await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn })).toMatchObject({
+        granted: 1,
+        turn: 0,
+      });
+      // The skipped ticket is no longer one: its caller is refused by the rules and takes a new one.
+      const late = await s.acquire({ id, rules: [tight], costs: [1], turn: a.turn });
+      expect(late.granted).toBe(0);
+      expect(typeof late.turn === 'number' && late.turn > b.turn!, `a new ticket, got ${late.turn}`).toBe(true);
+      expectMs(late.retryAfter, 1);
+    });
+
+    c.itTurns('a caller without a ticket is not held back by the line; the head then waits for the next slot', async (s) => {
+      const id = newId();
+      const { a } = await twoInLine(s, id);
+      await s.advance(1);
+      expect((await s.acquire({ id, rules: [tight], costs: [1], turn: 0 })).granted).toBe(1);
+      // The head keeps its ticket, told the exact wait for the next slot.
+      const head = await s.acquire({ id, rules: [tight], costs: [1], turn: a.turn });
+      expect(head).toMatchObject({ granted: 0, blocked: 'rate', turn: a.turn });
+      expectMs(head.retryAfter, 1);
+    });
+
+    c.itTurns('no line with leases or a window rule: the answer carries no ticket', async (s) => {
+      const id = newId();
+      const window = rule({ limit: 1, interval: '1h', algorithm: 'fixed-window' });
+      await s.acquire({ id, rules: [window], costs: [1], turn: 0 });
+      expect(await s.acquire({ id, rules: [window], costs: [1], turn: 0 })).toMatchObject({
+        granted: 0,
+        blocked: 'rate',
+        turn: 0,
+      });
+      const id2 = newId();
+      const lease = { limit: 5, ttl: 60_000 };
+      await s.acquire({ id: id2, rules: [tight], costs: [1], lease, turn: 0 });
+      expect(await s.acquire({ id: id2, rules: [tight], costs: [1], lease, turn: 0 })).toMatchObject({
+        granted: 0,
+        blocked: 'rate',
+        turn: 0,
+      });
+    });
+
+    c.itTurns('rejects a turn that is not a ticket with a TypeError', async (s) => {
+      for (const bad of [-1, 1.5, Number.NaN, '3']) {
+        let thrown: unknown;
+        try {
+          await s.acquire({ id: newId(), rules: [tight], costs: [1], turn: bad as number });
+        } catch (err) {
+          thrown = err;
+        }
+        expect(thrown instanceof TypeError, `a turn of ${String(bad)} is refused with a TypeError`).toBe(true);
+      }
+    });
+  });
+}
