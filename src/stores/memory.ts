@@ -29,7 +29,7 @@ import {
 } from './memory-state.js';
 import { MemoryWakeups } from './memory-wakeups.js';
 import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from './store.js';
-import { advance, behindWait, lineEnd, skipLate, type TurnLine, turnOf, turnStep } from './turns.js';
+import { advance, lineEnd, skipLate, standing, type TurnLine, turnOf, turnStep } from './turns.js';
 
 /** Options of {@link memoryStore}. */
 export interface MemoryStoreOptions {
@@ -187,7 +187,7 @@ class MemoryStore implements Store {
       else skipLate(line, now);
       if (line !== null && line.head >= line.tail) line = null;
       if (line !== null && ticket! >= line.head && ticket! < line.tail) {
-        head = ticket === line.head;
+        head = standing(line, ticket!, now);
         behind = !head;
       }
     }
@@ -198,7 +198,7 @@ class MemoryStore implements Store {
     let blocked: BlockReason | null = null;
     if (behind) {
       blocked = 'rate';
-      waitUs = behindWait(line!, ticket!, now);
+      waitUs = turnOf(line!, ticket!) - now;
     }
     for (let j = 0; j < (behind ? 0 : count); j++) {
       if (granted >= free) {

@@ -63,15 +63,19 @@ export function turnOf(line: TurnLine, ticket: number): number {
 }
 
 /**
- * How long (µs) a caller holding `ticket`, behind the head, must wait: until its turn; when that
- * has come already (the head is late but within its grace), one step, and no later than just
- * after the head's grace ends (when the head is skipped).
+ * A caller holding `ticket` (one of the line's) comes at `now`: when it is behind the head but
+ * its own turn has come, the tickets before it did not use theirs in time, and it goes first
+ * (it becomes the head, at its turn; theirs are no longer tickets). Returns whether it is the
+ * head now; if not, it must wait `turnOf(line, ticket) − now` µs.
  */
-export function behindWait(line: TurnLine, ticket: number, now: number): number {
-  const turn = turnOf(line, ticket);
-  if (turn > now) return turn - now;
-  const deadline = line.at + TURN_GRACE_US + 1 - now;
-  return line.step < deadline ? line.step : deadline;
+export function standing(line: TurnLine, ticket: number, now: number): boolean {
+  if (ticket > line.head) {
+    const turn = turnOf(line, ticket);
+    if (turn > now) return false;
+    line.at = turn;
+    line.head = ticket;
+  }
+  return true;
 }
 
 /**

@@ -2,8 +2,9 @@
  * Conformance cases for a store that keeps a line of turns (`AcquireRequest.turn`, see
  * docs/architecture.md, "Turns"): registered with `turns: true` and a controlled clock. A rule of
  * 1000/s with burst 1 (one slot per ms) makes every time below exact: turns are one step (1 ms)
- * apart for the head and one step and an eighth (1.125 ms) for each ticket behind it, and an
- * unused turn is skipped 2 ms after it came.
+ * apart for the head and one step and an eighth (1.125 ms) for each ticket behind it, a ticket
+ * whose turn has come goes before the tickets ahead of it that did not use theirs, and an unused
+ * turn is skipped 2 ms after it came.
  */
 import type { AcquireResult } from '../stores/store.js';
 import { expect } from './expect.js';
@@ -58,27 +59,42 @@ export function turnCases(c: CaseRegistry): void {
       expect((await s.acquire({ id, rules: [tight], costs: [1] })).granted).toBe(0);
     });
 
-    c.itTurns('an unused turn is skipped 2 ms after it came: the next ticket is served', async (s) => {
+    c.itTurns('a ticket whose turn has come goes before the tickets ahead that did not use theirs', async (s) => {
       const id = newId();
       const { a, b } = await twoInLine(s, id);
-      await s.advance(2.125);
-      // B's turn came, but the head's grace has not ended (its turn was at 1 ms): wait until it has.
-      const waiting = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
-      expect(waiting).toMatchObject({ granted: 0, blocked: 'rate', turn: b.turn });
-      expectMs(waiting.retryAfter, 0.876);
-      await s.advance(0.875);
-      // 1 µs before the head's grace ends, B is still behind it.
-      expect((await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn })).granted).toBe(0);
+      await s.advance(2.124);
+      // 1 µs before its turn, B is behind the head (which has not come).
+      const early = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
+      expect(early).toMatchObject({ granted: 0, blocked: 'rate', turn: b.turn });
+      expectMs(early.retryAfter, 0.001);
       await s.advance(0.001);
       expect(await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn })).toMatchObject({
         granted: 1,
         turn: 0,
       });
-      // The skipped ticket is no longer one: its caller is refused by the rules and takes a new one.
+      // A's ticket is no longer one: the rules refuse it (B took the slot), and it takes a new one.
       const late = await s.acquire({ id, rules: [tight], costs: [1], turn: a.turn });
       expect(late.granted).toBe(0);
       expect(typeof late.turn === 'number' && late.turn > b.turn!, `a new ticket, got ${late.turn}`).toBe(true);
       expectMs(late.retryAfter, 1);
+    });
+
+    c.itTurns('an unused turn is skipped 2 ms after it came', async (s) => {
+      for (const [after, skipped] of [
+        [3, false],
+        [3.001, true],
+      ] as const) {
+        const id = newId();
+        // A holds the head (its turn at 1 ms) and never comes back.
+        const a = await s.acquire({ id, rules: [tight], costs: ones(2), turn: 0 });
+        await s.advance(after);
+        const c2 = await s.acquire({ id, rules: [tight], costs: ones(2), turn: 0 });
+        expect(c2).toMatchObject({ granted: 1, blocked: 'rate' });
+        expectMs(c2.retryAfter, 1);
+        // Within the grace, the new ticket is behind A's; after it, A's was skipped and a new line began.
+        if (skipped) expect(c2.turn === a.turn! + 1, `a new line, got ${c2.turn} after ${a.turn}`).toBe(false);
+        else expect(c2.turn).toBe(a.turn! + 1);
+      }
     });
 
     c.itTurns('a caller without a ticket is not held back by the line; the head then waits for the next slot', async (s) => {

@@ -355,20 +355,15 @@ if lined and ticket > 0 then
     return bad_line
   end
   if lh and ticket >= lh and ticket < lt then
+    local turn = la + (ticket - lh) * (ls + floor(ls / 8))
     if ticket == lh then
       lhead = true
+    elseif turn <= now then
+      -- Its turn has come and the tickets before it did not use theirs: it goes first.
+      lh, la, lhead = ticket, turn, true
     else
-      -- Behind the head: wait for its turn (or, when that has come, one step, at most until
-      -- just after the head's grace ends). Nothing is read or spent.
-      local turn = la + (ticket - lh) * (ls + floor(ls / 8))
-      local wait = turn - now
-      if wait <= 0 then
-        wait = la + GRACE + 1 - now
-        if ls < wait then
-          wait = ls
-        end
-      end
-      local behind = { 0, wait, 2, 0, now, 0 }
+      -- Behind the head: wait for its turn. Nothing is read or spent.
+      local behind = { 0, turn - now, 2, 0, now, 0 }
       if recorded then
         behind[#behind + 1] = recorded
       end
