@@ -2,7 +2,7 @@
  * Conformance cases for a store that keeps a line of turns (`AcquireRequest.turn`, see
  * docs/architecture.md, "Turns"): registered with `turns: true` and a controlled clock. A rule of
  * 1000/s with burst 1 (one slot per ms) makes every time below exact: turns are one step (1 ms)
- * apart for the head and one step and an eighth (1.125 ms) for each ticket behind it, a ticket
+ * apart for the head and one step and 0.1 ms (1.1 ms) for each ticket behind it, a ticket
  * whose turn has come goes before the tickets ahead of it that did not use theirs, and an unused
  * turn is skipped 2 ms after it came.
  */
@@ -32,8 +32,8 @@ export function turnCases(c: CaseRegistry): void {
       // The head waits exactly for its slot.
       expectMs(a.retryAfter, 1);
       expect(b).toMatchObject({ granted: 0, blocked: 'rate', turn: a.turn! + 1 });
-      // The ticket behind: the head's turn plus one step and an eighth.
-      expectMs(b.retryAfter, 2.125);
+      // The ticket behind: the head's turn plus one step and the 0.1 ms pad.
+      expectMs(b.retryAfter, 2.1);
       // Without `turn`, no ticket is answered and the hint is the rules' own.
       const plain = await s.acquire({ id, rules: [tight], costs: [1] });
       expect(plain.turn).toBeUndefined();
@@ -47,12 +47,12 @@ export function turnCases(c: CaseRegistry): void {
       // The slot is open, but it is the head's: B is refused without spending, told its turn.
       const early = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
       expect(early).toMatchObject({ granted: 0, blocked: 'rate', turn: b.turn });
-      expectMs(early.retryAfter, 1.125);
+      expectMs(early.retryAfter, 1.1);
       // The head is granted at its turn, and (wanting more) takes the ticket behind B.
       const head = await s.acquire({ id, rules: [tight], costs: ones(2), turn: a.turn });
       expect(head).toMatchObject({ granted: 1, blocked: 'rate', turn: b.turn! + 1 });
-      expectMs(head.retryAfter, 2.125);
-      await s.advance(1.125);
+      expectMs(head.retryAfter, 2.1);
+      await s.advance(1.1);
       const served = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
       expect(served).toMatchObject({ granted: 1, blocked: null, turn: 0 });
       // Every grant is still the rules': a caller without a ticket finds the slot taken.
@@ -62,7 +62,7 @@ export function turnCases(c: CaseRegistry): void {
     c.itTurns('a ticket whose turn has come goes before the tickets ahead that did not use theirs', async (s) => {
       const id = newId();
       const { a, b } = await twoInLine(s, id);
-      await s.advance(2.124);
+      await s.advance(2.099);
       // 1 µs before its turn, B is behind the head (which has not come).
       const early = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
       expect(early).toMatchObject({ granted: 0, blocked: 'rate', turn: b.turn });

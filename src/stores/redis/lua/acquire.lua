@@ -301,7 +301,7 @@ end
 -- The line (src/stores/turns.ts): for callers taking part, under GCRA rules only, without
 -- leases. lh, lt, la, ls: the live line's head, tail, head's turn and step (lh nil: no line),
 -- read when the caller holds a ticket (or, below, when it is refused); late tickets skipped.
--- The ticket k places behind the head has its turn at la + k * (ls + floor(ls / 8)).
+-- The ticket k places behind the head has its turn at la + k * gap, gap = ls + min(floor(ls / 8), 100).
 -- A caller holding a ticket behind the head is refused here, without reading the rules.
 local GRACE = 2000
 local ticket_arg = ARGV[tail + 2]
@@ -329,7 +329,7 @@ if lined then
       if not h or h >= t or s < 1 or a > now + AHEAD or s > AHEAD then
         return corrupt(KEYS[5 + m], raw_line, 'a line "<head>:<tail>:<turn µs>:<step µs>" with head < tail')
       end
-      local gap = s + floor(s / 8)
+      local gap = s + (s < 800 and floor(s / 8) or 100)
       if now <= a + (t - h - 1) * gap + GRACE then
         local late = now - a - GRACE
         if late > 0 then
@@ -355,7 +355,7 @@ if lined and ticket > 0 then
     return bad_line
   end
   if lh and ticket >= lh and ticket < lt then
-    local turn = la + (ticket - lh) * (ls + floor(ls / 8))
+    local turn = la + (ticket - lh) * (ls + (ls < 800 and floor(ls / 8) or 100))
     if ticket == lh then
       lhead = true
     elseif turn <= now then
@@ -850,7 +850,7 @@ if lined then
     end
     held = lt
     lt = lt + 1
-    local turn = la + (held - lh) * (ls + floor(ls / 8))
+    local turn = la + (held - lh) * (ls + (ls < 800 and floor(ls / 8) or 100))
     if turn - now > retry then
       retry = turn - now
     end
@@ -858,7 +858,7 @@ if lined then
   end
   if changed then
     if lh then
-      local ttl = ceil((la + (lt - lh - 1) * (ls + floor(ls / 8)) + GRACE - now + 1) / 1000)
+      local ttl = ceil((la + (lt - lh - 1) * (ls + (ls < 800 and floor(ls / 8) or 100)) + GRACE - now + 1) / 1000)
       redis.call('SET', KEYS[5 + m], string.format('%d:%d:%d:%d', lh, lt, la, ls), 'PX',
         ttl + (testing and 600000 or 0))
     else
