@@ -74,7 +74,12 @@ const scenarios: Record<string, ScenarioSpec> = {
   },
   'shared-limit': {
     script: 'shared-limit.ts',
-    cases: ['burst 1, 4 processes', 'burst 1, 16 processes', 'burst 20, 4 processes', 'burst 20, 16 processes'],
+    cases: [
+      'burst 1, 4 processes',
+      'burst 1, 16 processes',
+      'burst 20, 4 processes',
+      'burst 20, 16 processes',
+    ],
     peers: () => ['valve-redis', 'bottleneck-redis', 'rlf-redis'],
     valve: 'valve-redis',
     repeat: 2,

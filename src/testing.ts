@@ -19,13 +19,13 @@ import { admissionCases } from './testing/admission.js';
 import { leaseCases } from './testing/leases.js';
 import { pauseCases } from './testing/pauses.js';
 import { sharingCases } from './testing/sharing.js';
-import { turnCases } from './testing/turns.js';
 import {
   createRegistry,
   type DescribeFunction,
   type StoreUnderTest,
   type TestFunction,
 } from './testing/suite.js';
+import { turnCases } from './testing/turns.js';
 
 export type { DescribeFunction, StoreUnderTest, TestFunction } from './testing/suite.js';
 

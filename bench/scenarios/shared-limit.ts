@@ -13,7 +13,13 @@ import { emit, parseScenarioArgs, round, windowStats } from '../lib/common.js';
 import { runFleet } from '../lib/fleet.js';
 import { startRedis } from '../lib/redis-server.js';
 
-export const peers = ['valve-redis', 'valve-redis-plain-timers', 'bottleneck-redis', 'rlf-redis', 'ref-redis-poll'];
+export const peers = [
+  'valve-redis',
+  'valve-redis-plain-timers',
+  'bottleneck-redis',
+  'rlf-redis',
+  'ref-redis-poll',
+];
 const side = ['valve-redis', 'bottleneck-redis', 'rlf-redis'];
 export const cases: Record<string, { burst: number; processes: number; peers: string[] }> = {
   'burst 1': { burst: 1, processes: 4, peers },

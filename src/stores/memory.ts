@@ -290,7 +290,12 @@ class MemoryStore implements Store {
       }
       if (blocked === 'rate' && held === 0) {
         if (line === null) {
-          line = { head: now, tail: now, at: now + waitUs, step: this.stepFor(n, costs[granted] as number, now) };
+          line = {
+            head: now,
+            tail: now,
+            at: now + waitUs,
+            step: this.stepFor(n, costs[granted] as number, now),
+          };
         }
         held = line.tail;
         line.tail += 1;
@@ -346,7 +351,12 @@ class MemoryStore implements Store {
     let open = 0;
     for (let i = 0; i < n; i++) {
       const rule = this.rs[i]!;
-      const w = gcraWait(gcraNext(this.a[i]!, now, gcraIncrement(c, rule.emissionUs)), now, rule.burst, rule.emissionUs);
+      const w = gcraWait(
+        gcraNext(this.a[i]!, now, gcraIncrement(c, rule.emissionUs)),
+        now,
+        rule.burst,
+        rule.emissionUs,
+      );
       if (w > open) open = w;
     }
     return open;

@@ -42,7 +42,7 @@ export const TURN_PAD_US = 100;
  */
 export function spacing(step: number): number {
   const pad = Math.floor(step / 8);
-  return step + (pad < TURN_PAD_US ? pad : TURN_PAD_US);
+  return step + Math.min(pad, TURN_PAD_US);
 }
 
 /** The last moment (µs) the line holds anything: its last ticket's turn plus the grace. */
@@ -102,5 +102,5 @@ export function advance(line: TurnLine, now: number, open: number): void {
 export function turnStep(inc: number, cap: number): number {
   const room = Math.floor(cap / inc);
   const per = Math.floor(room / 2);
-  return inc * (per > 1 ? per : 1);
+  return inc * Math.max(per, 1);
 }

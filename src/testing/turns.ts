@@ -24,60 +24,71 @@ export function turnCases(c: CaseRegistry): void {
   }
 
   c.describe('the line of turns', () => {
-    c.itTurns('a caller refused on rate takes a ticket; the next one takes the next, a turn later', async (s) => {
-      const id = newId();
-      const { a, b } = await twoInLine(s, id);
-      expect(a).toMatchObject({ granted: 1, blocked: 'rate' });
-      expect(typeof a.turn === 'number' && a.turn > 0, `a ticket, got ${a.turn}`).toBe(true);
-      // The head waits exactly for its slot.
-      expectMs(a.retryAfter, 1);
-      expect(b).toMatchObject({ granted: 0, blocked: 'rate', turn: a.turn! + 1 });
-      // The ticket behind: the head's turn plus one step and the 0.1 ms pad.
-      expectMs(b.retryAfter, 2.1);
-      // Without `turn`, no ticket is answered and the hint is the rules' own.
-      const plain = await s.acquire({ id, rules: [tight], costs: [1] });
-      expect(plain.turn).toBeUndefined();
-      expectMs(plain.retryAfter, 1);
-    });
+    c.itTurns(
+      'a caller refused on rate takes a ticket; the next one takes the next, a turn later',
+      async (s) => {
+        const id = newId();
+        const { a, b } = await twoInLine(s, id);
+        expect(a).toMatchObject({ granted: 1, blocked: 'rate' });
+        expect(typeof a.turn === 'number' && a.turn > 0, `a ticket, got ${a.turn}`).toBe(true);
+        // The head waits exactly for its slot.
+        expectMs(a.retryAfter, 1);
+        expect(b).toMatchObject({ granted: 0, blocked: 'rate', turn: a.turn! + 1 });
+        // The ticket behind: the head's turn plus one step and the 0.1 ms pad.
+        expectMs(b.retryAfter, 2.1);
+        // Without `turn`, no ticket is answered and the hint is the rules' own.
+        const plain = await s.acquire({ id, rules: [tight], costs: [1] });
+        expect(plain.turn).toBeUndefined();
+        expectMs(plain.retryAfter, 1);
+      },
+    );
 
-    c.itTurns('a ticket behind the head is refused while the turn is the head’s; then served at its turn', async (s) => {
-      const id = newId();
-      const { a, b } = await twoInLine(s, id);
-      await s.advance(1);
-      // The slot is open, but it is the head's: B is refused without spending, told its turn.
-      const early = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
-      expect(early).toMatchObject({ granted: 0, blocked: 'rate', turn: b.turn });
-      expectMs(early.retryAfter, 1.1);
-      // The head is granted at its turn, and (wanting more) takes the ticket behind B.
-      const head = await s.acquire({ id, rules: [tight], costs: ones(2), turn: a.turn });
-      expect(head).toMatchObject({ granted: 1, blocked: 'rate', turn: b.turn! + 1 });
-      expectMs(head.retryAfter, 2.1);
-      await s.advance(1.1);
-      const served = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
-      expect(served).toMatchObject({ granted: 1, blocked: null, turn: 0 });
-      // Every grant is still the rules': a caller without a ticket finds the slot taken.
-      expect((await s.acquire({ id, rules: [tight], costs: [1] })).granted).toBe(0);
-    });
+    c.itTurns(
+      'a ticket behind the head is refused while the turn is the head’s; then served at its turn',
+      async (s) => {
+        const id = newId();
+        const { a, b } = await twoInLine(s, id);
+        await s.advance(1);
+        // The slot is open, but it is the head's: B is refused without spending, told its turn.
+        const early = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
+        expect(early).toMatchObject({ granted: 0, blocked: 'rate', turn: b.turn });
+        expectMs(early.retryAfter, 1.1);
+        // The head is granted at its turn, and (wanting more) takes the ticket behind B.
+        const head = await s.acquire({ id, rules: [tight], costs: ones(2), turn: a.turn });
+        expect(head).toMatchObject({ granted: 1, blocked: 'rate', turn: b.turn! + 1 });
+        expectMs(head.retryAfter, 2.1);
+        await s.advance(1.1);
+        const served = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
+        expect(served).toMatchObject({ granted: 1, blocked: null, turn: 0 });
+        // Every grant is still the rules': a caller without a ticket finds the slot taken.
+        expect((await s.acquire({ id, rules: [tight], costs: [1] })).granted).toBe(0);
+      },
+    );
 
-    c.itTurns('a ticket whose turn has come goes before the tickets ahead that did not use theirs', async (s) => {
-      const id = newId();
-      const { a, b } = await twoInLine(s, id);
-      await s.advance(2.099);
-      // 1 µs before its turn, B is behind the head (which has not come).
-      const early = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
-      expect(early).toMatchObject({ granted: 0, blocked: 'rate', turn: b.turn });
-      expectMs(early.retryAfter, 0.001);
-      await s.advance(0.001);
-      expect(await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn })).toMatchObject({
-        granted: 1,
-        turn: 0,
-      });
-      // A's ticket is no longer one: the rules refuse it (B took the slot), and it takes a new one.
-      const late = await s.acquire({ id, rules: [tight], costs: [1], turn: a.turn });
-      expect(late.granted).toBe(0);
-      expect(typeof late.turn === 'number' && late.turn > b.turn!, `a new ticket, got ${late.turn}`).toBe(true);
-      expectMs(late.retryAfter, 1);
-    });
+    c.itTurns(
+      'a ticket whose turn has come goes before the tickets ahead that did not use theirs',
+      async (s) => {
+        const id = newId();
+        const { a, b } = await twoInLine(s, id);
+        await s.advance(2.099);
+        // 1 µs before its turn, B is behind the head (which has not come).
+        const early = await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn });
+        expect(early).toMatchObject({ granted: 0, blocked: 'rate', turn: b.turn });
+        expectMs(early.retryAfter, 0.001);
+        await s.advance(0.001);
+        expect(await s.acquire({ id, rules: [tight], costs: [1], turn: b.turn })).toMatchObject({
+          granted: 1,
+          turn: 0,
+        });
+        // A's ticket is no longer one: the rules refuse it (B took the slot), and it takes a new one.
+        const late = await s.acquire({ id, rules: [tight], costs: [1], turn: a.turn });
+        expect(late.granted).toBe(0);
+        expect(typeof late.turn === 'number' && late.turn > b.turn!, `a new ticket, got ${late.turn}`).toBe(
+          true,
+        );
+        expectMs(late.retryAfter, 1);
+      },
+    );
 
     c.itTurns('an unused turn is skipped 2 ms after it came', async (s) => {
       for (const [after, skipped] of [
@@ -92,21 +103,25 @@ export function turnCases(c: CaseRegistry): void {
         expect(c2).toMatchObject({ granted: 1, blocked: 'rate' });
         expectMs(c2.retryAfter, 1);
         // Within the grace, the new ticket is behind A's; after it, A's was skipped and a new line began.
-        if (skipped) expect(c2.turn === a.turn! + 1, `a new line, got ${c2.turn} after ${a.turn}`).toBe(false);
+        if (skipped)
+          expect(c2.turn === a.turn! + 1, `a new line, got ${c2.turn} after ${a.turn}`).toBe(false);
         else expect(c2.turn).toBe(a.turn! + 1);
       }
     });
 
-    c.itTurns('a caller without a ticket is not held back by the line; the head then waits for the next slot', async (s) => {
-      const id = newId();
-      const { a } = await twoInLine(s, id);
-      await s.advance(1);
-      expect((await s.acquire({ id, rules: [tight], costs: [1], turn: 0 })).granted).toBe(1);
-      // The head keeps its ticket, told the exact wait for the next slot.
-      const head = await s.acquire({ id, rules: [tight], costs: [1], turn: a.turn });
-      expect(head).toMatchObject({ granted: 0, blocked: 'rate', turn: a.turn });
-      expectMs(head.retryAfter, 1);
-    });
+    c.itTurns(
+      'a caller without a ticket is not held back by the line; the head then waits for the next slot',
+      async (s) => {
+        const id = newId();
+        const { a } = await twoInLine(s, id);
+        await s.advance(1);
+        expect((await s.acquire({ id, rules: [tight], costs: [1], turn: 0 })).granted).toBe(1);
+        // The head keeps its ticket, told the exact wait for the next slot.
+        const head = await s.acquire({ id, rules: [tight], costs: [1], turn: a.turn });
+        expect(head).toMatchObject({ granted: 0, blocked: 'rate', turn: a.turn });
+        expectMs(head.retryAfter, 1);
+      },
+    );
 
     c.itTurns('no line with leases or a window rule: the answer carries no ticket', async (s) => {
       const id = newId();
@@ -135,7 +150,9 @@ export function turnCases(c: CaseRegistry): void {
         } catch (err) {
           thrown = err;
         }
-        expect(thrown instanceof TypeError, `a turn of ${String(bad)} is refused with a TypeError`).toBe(true);
+        expect(thrown instanceof TypeError, `a turn of ${String(bad)} is refused with a TypeError`).toBe(
+          true,
+        );
       }
     });
   });

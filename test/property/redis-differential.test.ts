@@ -332,14 +332,21 @@ for (const target of ['redis standalone', 'redis cluster', 'valkey standalone'] 
               us: fc.oneof(fc.integer({ min: 0, max: 3_000 }), fc.constantFrom(1999, 2000, 2001, 20_000)),
             }),
           },
-          { weight: 1, arbitrary: fc.record({ t: fc.constant('pause' as const), ms: fc.constantFrom(0, 1) }) },
+          {
+            weight: 1,
+            arbitrary: fc.record({ t: fc.constant('pause' as const), ms: fc.constantFrom(0, 1) }),
+          },
         ),
         { minLength: 10, maxLength: 60 },
       );
       await fc.assert(
-        fc.asyncProperty(fc.array(gcraArb, { minLength: 1, maxLength: 3 }), lineArb, async (rules, commands) => {
-          await compare(make, rules, commands);
-        }),
+        fc.asyncProperty(
+          fc.array(gcraArb, { minLength: 1, maxLength: 3 }),
+          lineArb,
+          async (rules, commands) => {
+            await compare(make, rules, commands);
+          },
+        ),
         { numRuns: target === 'redis standalone' ? runs : Math.ceil(runs / 3) },
       );
     }, 120_000);

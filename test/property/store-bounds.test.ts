@@ -459,7 +459,9 @@ describe('the line of turns', () => {
       intervalUs: fc.oneof(fc.integer({ min: 100, max: 20_000 }), fc.constantFrom(1_000_000, 100_000)),
       burst: fc.constantFrom(1, 1, 2, 5, 20),
     })
-    .map(({ limit, intervalUs, burst }) => normalizeRule({ limit, interval: intervalUs / 1000, burst }, 'rule'));
+    .map(({ limit, intervalUs, burst }) =>
+      normalizeRule({ limit, interval: intervalUs / 1000, burst }, 'rule'),
+    );
   type Ask = { kind: 'ask'; caller: number; jobs: number; ticket: 'held' | 'none' | 'stale' | 'made-up' };
   type Step = Ask | { kind: 'advance'; us: number };
   const stepArb: fc.Arbitrary<Step> = fc.oneof(
@@ -498,9 +500,12 @@ describe('the line of turns', () => {
               clock.advance(s.us / 1000);
               continue;
             }
-            const ticket = { held: held[s.caller]!, none: 0, stale: stale[s.caller]!, 'made-up': held[s.caller]! + 1 }[
-              s.ticket
-            ];
+            const ticket = {
+              held: held[s.caller]!,
+              none: 0,
+              stale: stale[s.caller]!,
+              'made-up': held[s.caller]! + 1,
+            }[s.ticket];
             const r = store.acquire({
               id: ID,
               rules,
@@ -557,7 +562,10 @@ describe('the line of turns', () => {
         for (const seed of [1, 2, 3]) {
           const r = await fleet(callers, burst, true, seed);
           const what = `${callers} callers, burst ${burst}, seed ${seed}: ${r.calls} calls, ${r.grants.length} grants`;
-          expect(r.violations.map((v) => v.message), what).toEqual([]);
+          expect(
+            r.violations.map((v) => v.message),
+            what,
+          ).toEqual([]);
           expect(r.perJob, what).toBeLessThanOrEqual(burst === 1 ? 1.5 : 0.3);
           expect(r.used, what).toBeGreaterThanOrEqual(burst === 1 ? 0.85 : 0.99);
         }

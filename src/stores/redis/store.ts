@@ -11,9 +11,9 @@ import {
   checkMs,
   checkRequest,
   checkTokens,
+  checkTurn,
   inPrevious,
   MAX_BATCH,
-  checkTurn,
   recordTtlUs,
 } from '../checks.js';
 import type {
