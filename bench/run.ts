@@ -74,11 +74,13 @@ const scenarios: Record<string, ScenarioSpec> = {
   },
   'shared-limit': {
     script: 'shared-limit.ts',
-    cases: ['burst 1', 'burst 20'],
-    peers: (c) =>
-      c === 'burst 20'
-        ? ['valve-redis', 'valve-redis-plain-timers']
-        : ['valve-redis', 'valve-redis-plain-timers', 'bottleneck-redis', 'rlf-redis', 'ref-redis-poll'],
+    cases: [
+      'burst 1, 4 processes',
+      'burst 1, 16 processes',
+      'burst 20, 4 processes',
+      'burst 20, 16 processes',
+    ],
+    peers: () => ['valve-redis', 'bottleneck-redis', 'rlf-redis'],
     valve: 'valve-redis',
     repeat: 2,
     ratios: [],

@@ -76,6 +76,13 @@ export class Admission {
   private lastSentAt = Number.NEGATIVE_INFINITY;
   /** The rules sent, their changes and the id's rule-set record (rulesets.ts). */
   private readonly ruleSet: RuleSet;
+  /**
+   * The ticket this valve holds in the id's line (0: none), from the last answer that carried
+   * one: sent with every acquisition, so that a store keeping a line (docs/architecture.md,
+   * "Turns") refuses the callers behind this one while it is its turn, and tells it when its
+   * turn comes (the answer's retryAfter, which the pace follows as any other).
+   */
+  private turn = 0;
   /** After setRules() with calls in flight: their jobs not granted are checked against this cost once back in the queue. */
   private costCheck: ((job: Job) => Error | undefined) | undefined;
 
@@ -248,6 +255,7 @@ export class Admission {
       return true;
     }
     this.ruleSet.fill(call.request);
+    call.request.turn = this.turn;
     line.send(call, now, this.pauses.raiseEpoch, this.pauses.resumeEpoch);
     call.releaseEpoch = this.releases;
     this.lastSentAt = now;
@@ -316,6 +324,8 @@ export class Admission {
     }
     const now = this.clock.now();
     const granted = r.granted;
+    // The ticket held after this call (a store without a line answers none).
+    this.turn = r.turn ?? 0;
     this.pace.storeAnswered();
     const mismatch = this.ruleSet.answered(call.request, r, call.request.id);
     if (mismatch !== undefined) this.events.emit('rule-mismatch', mismatch);

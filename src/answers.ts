@@ -15,7 +15,7 @@ import type { AcquireResult } from './stores/store.js';
  */
 export function checkAcquireAnswer(r: unknown, n: number, global: boolean): TypeError | undefined {
   if (typeof r !== 'object' || r === null) return invalid(`${describe(r)}, not an object`);
-  const { granted, retryAfter, now, pausedUntil, leases } = r as AcquireResult;
+  const { granted, retryAfter, now, pausedUntil, leases, turn } = r as AcquireResult;
   if (typeof granted !== 'number' || !Number.isInteger(granted) || granted < 0 || granted > n) {
     return invalid(`granted ${describe(granted)}, not an integer from 0 to ${n} (the jobs asked for)`);
   }
@@ -36,6 +36,10 @@ export function checkAcquireAnswer(r: unknown, n: number, global: boolean): Type
     return invalid(
       `${granted} granted with ${Array.isArray(leases) ? leases.length : describe(leases)} leases`,
     );
+  }
+  // A ticket is sent back with the next call: it must be one the store can read again.
+  if (turn !== undefined && (typeof turn !== 'number' || !Number.isSafeInteger(turn) || turn < 0)) {
+    return invalid(`turn ${describe(turn)}, not absent or an integer ≥ 0 (a ticket in the id's line)`);
   }
   return undefined;
 }

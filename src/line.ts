@@ -26,6 +26,8 @@ interface CallRequest {
   previous: readonly StoreRule[] | undefined;
   convert: boolean | undefined;
   record: string | undefined;
+  /** The ticket the valve holds in the id's line (0: none), from its last answer (see Admission.turn). */
+  turn: number;
 }
 
 /**
@@ -71,6 +73,7 @@ export class Call {
       previous: undefined,
       convert: undefined,
       record: undefined,
+      turn: 0,
     };
     this.onAnswer = (result) => settled(this, true, result);
     this.onFail = (err) => settled(this, false, err);

@@ -41,6 +41,8 @@ export class Pace {
   private backoff = 0;
   /** onStoreError 'open': until then (local clock) jobs start without asking the store. */
   private openUntilAt = 0;
+  /** When the last call that granted nothing was sent (local clock). */
+  private lastEmptyAt = Number.NEGATIVE_INFINITY;
 
   constructor(
     /** The most jobs one store call asks for. */
@@ -166,10 +168,18 @@ export class Pace {
       this.preciseRate = this.precise && (sync || this.nextAt - now < 1);
     }
     // Nothing granted: the next call waits at least MIN_EMPTY_CALL_GAP after this one was sent,
-    // on a plain timer (a partial grant is never held back).
-    if (granted === 0 && this.nextAt < sentAt + MIN_EMPTY_CALL_GAP) {
-      this.nextAt = sentAt + MIN_EMPTY_CALL_GAP;
-      this.preciseRate = false;
+    // on a plain timer (a partial grant is never held back). Except (the store's line, see
+    // docs/architecture.md, "Turns") when the answer leaves this valve holding a ticket and its
+    // previous empty call is at least that gap old: its turn came a little before the slot
+    // opened (the callers before it were late), and the hint is the exact wait for the slot, which
+    // is kept for it. So still at most two empty calls per MIN_EMPTY_CALL_GAP.
+    if (granted === 0) {
+      const turn = (r.turn ?? 0) > 0 && sentAt - this.lastEmptyAt >= MIN_EMPTY_CALL_GAP;
+      this.lastEmptyAt = sentAt;
+      if (!turn && this.nextAt < sentAt + MIN_EMPTY_CALL_GAP) {
+        this.nextAt = sentAt + MIN_EMPTY_CALL_GAP;
+        this.preciseRate = false;
+      }
     }
   }
 

@@ -25,6 +25,7 @@ import {
   type StoreUnderTest,
   type TestFunction,
 } from './testing/suite.js';
+import { turnCases } from './testing/turns.js';
 
 export type { DescribeFunction, StoreUnderTest, TestFunction } from './testing/suite.js';
 
@@ -42,9 +43,15 @@ export interface StoreContractOptions {
   controlledClock?: boolean;
   /** The store implements `subscribe()`: adds the wake-up case. Default true. */
   wakeUps?: boolean;
+  /**
+   * The store keeps a line of turns (`AcquireRequest.turn`, docs/architecture.md "Turns"), like
+   * valve's memory and Redis stores: adds its cases (with `controlledClock` only). Default false:
+   * a store may ignore `turn`.
+   */
+  turns?: boolean;
 }
 
-const OPTIONS = ['describe', 'it', 'controlledClock', 'wakeUps'];
+const OPTIONS = ['describe', 'it', 'controlledClock', 'wakeUps', 'turns'];
 
 function check(name: unknown, makeStore: unknown, options: unknown): asserts options is StoreContractOptions {
   if (typeof name !== 'string')
@@ -61,7 +68,7 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
   for (const key of Object.keys(o)) {
     if (!OPTIONS.includes(key)) {
       throw new TypeError(
-        `Unknown option \`${key}\`; storeContract() takes \`describe\`, \`it\`, \`controlledClock\` and \`wakeUps\``,
+        `Unknown option \`${key}\`; storeContract() takes \`describe\`, \`it\`, \`controlledClock\`, \`wakeUps\` and \`turns\``,
       );
     }
   }
@@ -72,7 +79,7 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
       );
     }
   }
-  for (const key of ['controlledClock', 'wakeUps'] as const) {
+  for (const key of ['controlledClock', 'wakeUps', 'turns'] as const) {
     if (o[key] !== undefined && typeof o[key] !== 'boolean') {
       throw new TypeError(`Expected \`${key}\` to be a boolean, got ${describe(o[key])}`);
     }
@@ -101,11 +108,13 @@ export function storeContract(
     it: options.it,
     controlledClock: options.controlledClock === true,
     wakeUps: options.wakeUps !== false,
+    turns: options.turns === true,
   });
   registry.describe(`Store contract: ${name}`, () => {
     admissionCases(registry);
     pauseCases(registry);
     leaseCases(registry);
     sharingCases(registry);
+    turnCases(registry);
   });
 }

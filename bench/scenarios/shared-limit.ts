@@ -1,22 +1,18 @@
 /**
- * Scenario 4, shared limit: 4 processes share 2000/s through one Redis for 10 s, each keeping
- * 500 jobs outstanding. Per peer: utilisation (all processes' starts in the 10 s after the first
- * start, over 2000 × 10) and violations over the merged start times (starts that make some
- * half-open 1 s window hold more than limit + burst - 1). For valve also on the grant times
+ * Scenario 4, shared limit: 4 or 16 processes share 2000/s through one Redis, each keeping 500
+ * jobs outstanding. Per peer: utilisation (all processes' starts in the run after the first
+ * start, over 2000 × its length) and violations over the merged start times (starts that make
+ * some half-open 1 s window hold more than limit + burst - 1). For valve also on the grant times
  * reported by the store (AcquireResult.now, the store's clock), logged by wrapping the store,
- * with jobs granted per store call and the share of calls that granted nothing.
+ * with jobs granted per store call, store calls per granted job and the share of calls that
+ * granted nothing. For every peer the store's cost: Redis commands per job and Redis server CPU
+ * per job (INFO commandstats and used_cpu deltas, as in redis-throughput.ts).
+ * Cases: "burst B, P processes" for B in 1, 20 and P in 4, 16 (10 s each, 3 s with --quick).
  */
 import { emit, parseScenarioArgs, round, windowStats } from '../lib/common.js';
 import { runFleet } from '../lib/fleet.js';
 import { startRedis } from '../lib/redis-server.js';
 
-export const cases: Record<string, { burst: number; peers: string[] }> = {
-  'burst 1': {
-    burst: 1,
-    peers: ['valve-redis', 'valve-redis-plain-timers', 'bottleneck-redis', 'rlf-redis', 'ref-redis-poll'],
-  },
-  'burst 20': { burst: 20, peers: ['valve-redis', 'valve-redis-plain-timers'] },
-};
 export const peers = [
   'valve-redis',
   'valve-redis-plain-timers',
@@ -24,14 +20,22 @@ export const peers = [
   'rlf-redis',
   'ref-redis-poll',
 ];
+const side = ['valve-redis', 'bottleneck-redis', 'rlf-redis'];
+export const cases: Record<string, { burst: number; processes: number; peers: string[] }> = {
+  'burst 1': { burst: 1, processes: 4, peers },
+  'burst 20': { burst: 20, processes: 4, peers: ['valve-redis', 'valve-redis-plain-timers'] },
+  'burst 1, 4 processes': { burst: 1, processes: 4, peers: side },
+  'burst 1, 16 processes': { burst: 1, processes: 16, peers: side },
+  'burst 20, 4 processes': { burst: 20, processes: 4, peers: side },
+  'burst 20, 16 processes': { burst: 20, processes: 16, peers: side },
+};
 
 const args = parseScenarioArgs();
-const durationMs = args.quick ? 2000 : 10_000;
+const durationMs = args.quick ? 3000 : 10_000;
 const limit = 2000;
 const intervalMs = 1000;
-const processes = 4;
 
-async function measure(peer: string, name: string, burst: number): Promise<void> {
+async function measure(peer: string, name: string, burst: number, processes: number): Promise<void> {
   const server = await startRedis();
   try {
     const isValve = peer.startsWith('valve') || peer === 'ref-redis-poll';
@@ -51,6 +55,7 @@ async function measure(peer: string, name: string, burst: number): Promise<void>
     const inRun = r.starts.filter((t) => t < s0 + durationMs).length;
     const observed = windowStats(r.starts, intervalMs, bound);
     const granted = isValve ? windowStats(r.grants, intervalMs, bound) : undefined;
+    const jobs = Math.max(1, r.started);
     emit({
       scenario: 'shared-limit',
       case: name,
@@ -63,6 +68,10 @@ async function measure(peer: string, name: string, burst: number): Promise<void>
         grantViolations: granted ? granted.violations : null,
         grantMaxIn1s: granted ? granted.maxInWindow : null,
         jobsPerCall: isValve && r.calls > 0 ? round(r.grants.length / r.calls, 2) : null,
+        callsPerGrantedJob: isValve && r.grants.length > 0 ? round(r.calls / r.grants.length, 3) : null,
+        commandsPerJob: round(r.redis.commands / jobs, 2),
+        redisCpuUsPerJob: round((r.redis.cpuSec * 1e6) / jobs, 2),
+        clientCpuPctPerProcess: round((r.clientCpuMs / processes / r.elapsedMs) * 100, 1),
         emptyCallsPct: isValve && r.calls > 0 ? round((r.emptyCalls / r.calls) * 100, 1) : null,
       },
     });
@@ -73,9 +82,10 @@ async function measure(peer: string, name: string, burst: number): Promise<void>
 
 async function main(): Promise<void> {
   for (const [name, c] of Object.entries(cases)) {
-    if (args.case && args.case !== name) continue;
+    // The first two cases (4 processes, the history's names) run only when asked for by name.
+    if (args.case ? args.case !== name : !name.includes('processes')) continue;
     for (const peer of args.peer ? [args.peer] : c.peers) {
-      if (c.peers.includes(peer)) await measure(peer, name, c.burst);
+      if (c.peers.includes(peer)) await measure(peer, name, c.burst, c.processes);
     }
   }
   process.exit(0);

@@ -247,3 +247,14 @@ export function recordTtlUs(rules: readonly (StoreRule | undefined)[], n: number
   for (let i = 0; i < n; i++) if (rules[i]!.intervalUs > ttl) ttl = rules[i]!.intervalUs;
   return ttl > 0 ? ttl : 60_000_000;
 }
+
+/** Checks an acquire request's `turn` (see AcquireRequest.turn): undefined, or a ticket ≥ 0. */
+export function checkTurn(turn: unknown): number | undefined {
+  if (turn === undefined) return undefined;
+  if (typeof turn !== 'number' || !Number.isSafeInteger(turn) || turn < 0) {
+    throw new TypeError(
+      `Expected \`request.turn\` to be a non-negative integer (an answer's \`turn\`, or 0), got ${describe(turn)}`,
+    );
+  }
+  return turn;
+}

@@ -1,4 +1,5 @@
 import type { SlidingState } from '../rules/sliding-window.js';
+import { lineEnd, type TurnLine } from './turns.js';
 
 /*
  * What the memory store holds per id, and the small operations on it that do not depend on the
@@ -40,6 +41,8 @@ export class IdState {
   record: string | null = null;
   /** µs at which `record` is forgotten. */
   recordUs = 0;
+  /** The id's line of turns (turns.ts), never empty; null when no caller waits for a turn. */
+  line: TurnLine | null = null;
   constructor(readonly id: string) {}
 }
 
@@ -80,7 +83,8 @@ export function isIdle(state: IdState): boolean {
     state.rules.size === 0 &&
     state.leases === null &&
     state.fence === 0 &&
-    state.record === null
+    state.record === null &&
+    state.line === null
   );
 }
 
@@ -90,6 +94,7 @@ export function dropExpired(state: IdState, now: number): boolean {
   for (const [digest, s] of state.rules) if (now >= s.expiresUs) state.rules.delete(digest);
   purgeLeases(state, now);
   if (state.record !== null && now >= state.recordUs) state.record = null;
+  if (state.line !== null && now > lineEnd(state.line)) state.line = null;
   return isIdle(state);
 }
 

@@ -13,6 +13,7 @@ import {
   checkMs,
   checkRequest,
   checkTokens,
+  checkTurn,
   inPrevious,
   recordTtlUs,
 } from './checks.js';
@@ -28,6 +29,7 @@ import {
 } from './memory-state.js';
 import { MemoryWakeups } from './memory-wakeups.js';
 import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from './store.js';
+import { advance, lineEnd, skipLate, standing, type TurnLine, turnOf, turnStep } from './turns.js';
 
 /** Options of {@link memoryStore}. */
 export interface MemoryStoreOptions {
@@ -85,8 +87,10 @@ class MemoryStore implements Store {
     const { id, costs, count, lease, previous, record } = request;
     const convert = request.convert === true && previous !== undefined;
     let ttlUs: number;
+    let ticket: number | undefined;
     try {
       ttlUs = checkLease(lease);
+      ticket = checkTurn(request.turn);
     } catch (err) {
       this.clearScratch(n);
       throw err;
@@ -109,6 +113,7 @@ class MemoryStore implements Store {
           now: now / 1000,
         };
         if (lease !== undefined) paused.leases = [];
+        if (ticket !== undefined) paused.turn = 0;
         return paused;
       }
       state.pauseUs = 0;
@@ -170,11 +175,32 @@ class MemoryStore implements Store {
       }
     }
 
+    // 3d. The line (turns.ts): for callers taking part, under GCRA rules only, without leases.
+    // A caller holding a ticket behind the head is refused without reading the rules.
+    const lined = ticket !== undefined && lease === undefined && n > 0 && this.allGcra(n);
+    let line: TurnLine | null = null;
+    let head = false;
+    let behind = false;
+    if (lined && state !== undefined && state.line !== null) {
+      line = state.line;
+      if (now > lineEnd(line)) line = null;
+      else skipLate(line, now);
+      if (line !== null && line.head >= line.tail) line = null;
+      if (line !== null && ticket! >= line.head && ticket! < line.tail) {
+        head = standing(line, ticket!, now);
+        behind = !head;
+      }
+    }
+
     // 4. Jobs in order, each against every rule as updated by the grants before it.
     let granted = 0;
     let waitUs = 0;
     let blocked: BlockReason | null = null;
-    for (let j = 0; j < count; j++) {
+    if (behind) {
+      blocked = 'rate';
+      waitUs = turnOf(line!, ticket!) - now;
+    }
+    for (let j = 0; j < (behind ? 0 : count); j++) {
       if (granted >= free) {
         blocked = 'concurrency';
         break;
@@ -250,6 +276,41 @@ class MemoryStore implements Store {
         }
       }
     }
+    // 5b. The line: the head's turn is used once it is granted; a caller refused on rate takes
+    // a ticket at the tail (or keeps the head, when it came before its slot opened).
+    let held = 0;
+    if (lined && !behind) {
+      if (head && granted > 0) {
+        const open = blocked === 'rate' ? waitUs : this.openAfter(n, costs[count - 1] as number, now);
+        advance(line!, now, open);
+        if (line!.head >= line!.tail) line = null;
+      } else if (head) {
+        line!.at = Math.max(line!.at, now + waitUs);
+        held = ticket!;
+      }
+      if (blocked === 'rate' && held === 0) {
+        if (line === null) {
+          line = {
+            head: now,
+            tail: now,
+            at: now + waitUs,
+            step: this.stepFor(n, costs[granted] as number, now),
+          };
+        }
+        held = line.tail;
+        line.tail += 1;
+        const turn = turnOf(line, held);
+        if (turn - now > waitUs) waitUs = turn - now;
+      }
+    }
+    if (behind) held = ticket!;
+    if (lined && line !== null && state === undefined) {
+      state = new IdState(id);
+      this.ids.set(id, state);
+      this.scheduleFullSweep();
+    }
+    if (lined && state !== undefined) state.line = line;
+
     if (blocked === 'concurrency') {
       // A hint: the earliest expiry. A release (with a wake-up) usually comes sooner.
       let earliest = Number.POSITIVE_INFINITY;
@@ -275,7 +336,47 @@ class MemoryStore implements Store {
     };
     if (leases !== undefined) result.leases = leases;
     if (recorded !== undefined) result.recorded = recorded;
+    if (ticket !== undefined) result.turn = held;
     return result;
+  }
+
+  /** Whether the first `n` scratch rules are all GCRA (the line applies only then). */
+  private allGcra(n: number): boolean {
+    for (let i = 0; i < n; i++) if (this.rs[i]!.algorithm !== 'gcra') return false;
+    return true;
+  }
+
+  /** µs until one more job of cost `c` fits every (GCRA) rule, as updated by this call's grants. */
+  private openAfter(n: number, c: number, now: number): number {
+    let open = 0;
+    for (let i = 0; i < n; i++) {
+      const rule = this.rs[i]!;
+      const w = gcraWait(
+        gcraNext(this.a[i]!, now, gcraIncrement(c, rule.emissionUs)),
+        now,
+        rule.burst,
+        rule.emissionUs,
+      );
+      if (w > open) open = w;
+    }
+    return open;
+  }
+
+  /** The spacing of turns for a refused job of cost `c`: from the rule that keeps it waiting longest. */
+  private stepFor(n: number, c: number, now: number): number {
+    let worst = -1;
+    let step = 1;
+    for (let i = 0; i < n; i++) {
+      const rule = this.rs[i]!;
+      const inc = gcraIncrement(c, rule.emissionUs);
+      const cap = rule.burst * rule.emissionUs;
+      const w = Math.max(this.a[i]!, now) + inc - now - cap;
+      if (w > worst) {
+        worst = w;
+        step = turnStep(inc, cap);
+      }
+    }
+    return step;
   }
 
   /**

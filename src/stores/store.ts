@@ -54,6 +54,11 @@ export interface AcquireRequest {
    * answer `recorded` when the store holds another set for the id.
    */
   readonly record?: string | undefined;
+  /**
+   * Take part in the id's line (docs/architecture.md, "Turns"): the ticket this caller holds,
+   * from its last answer's `turn`, or 0 for none. A store without a line ignores it.
+   */
+  readonly turn?: number | undefined;
 }
 
 /** Why the store stopped granting before the end of the batch. */
@@ -79,6 +84,13 @@ export interface AcquireResult {
   now: number;
   /** With `record`: the digests the store held for the id when they differ from `record`. */
   recorded?: string[] | undefined;
+  /**
+   * With `turn`: the ticket the caller holds after this call (send it with the next call), or 0
+   * for none. While it holds one, `retryAfter` is the wait until its turn, which may be later
+   * than the rules alone would say: the callers before it take the slots before. Absent when
+   * the store keeps no line; a caller then simply sends 0.
+   */
+  turn?: number | undefined;
 }
 
 /** A notification from another valve: hints only, admission is always decided by acquire(). */

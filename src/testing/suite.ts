@@ -43,6 +43,8 @@ export interface CaseRegistry {
   it(name: string, body: (s: CaseContext) => Promise<unknown>): void;
   /** Registered only with `controlledClock: true`. */
   itClock(name: string, body: (s: ClockCaseContext) => Promise<unknown>): void;
+  /** Registered only with `turns: true` and `controlledClock: true`. */
+  itTurns(name: string, body: (s: ClockCaseContext) => Promise<unknown>): void;
   /** Registered unless `wakeUps: false`; fails when the store has no `subscribe()`. */
   itWake(name: string, body: (s: CaseContext) => Promise<unknown>): void;
   /** A fresh id, unique to this run of the suite (so a shared server can hold many runs). */
@@ -51,6 +53,8 @@ export interface CaseRegistry {
   readonly controlledClock: boolean;
   /** Whether the wake-up cases are registered. */
   readonly wakeUps: boolean;
+  /** Whether the line-of-turns cases are registered (`turns` and `controlledClock`). */
+  readonly turns: boolean;
 }
 
 export const rule = (r: Rule): StoreRule => normalizeRule(r, 'rule');
@@ -83,6 +87,7 @@ export interface RegistryOptions {
   it: TestFunction;
   controlledClock: boolean;
   wakeUps: boolean;
+  turns: boolean;
 }
 
 /** Builds the registry the case files use, on the caller's runner. */
@@ -157,6 +162,12 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
         if (!s.advance) throw missing('a controlled clock');
       });
     },
+    itTurns: (title, body) => {
+      if (!options.turns || !options.controlledClock) return;
+      register(title, body, (s) => {
+        if (!s.advance) throw missing('a controlled clock');
+      });
+    },
     itWake: (title, body) => {
       if (!options.wakeUps) return;
       register(title, body, (s) => {
@@ -166,5 +177,6 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
     newId: () => `contract:${name}:${run}:${++seq}`,
     controlledClock: options.controlledClock,
     wakeUps: options.wakeUps,
+    turns: options.turns && options.controlledClock,
   };
 }

@@ -98,6 +98,26 @@ describe('several processes share one budget through Redis', () => {
     expect(used).toBeLessThanOrEqual(1.0000001);
   }, 30_000);
 
+  it('a tight rule (1000/s, burst 1) shared by 4 processes: they take turns in the line, every window holds on the store clock', async () => {
+    const rules: Rule[] = [{ limit: 1000, interval: '1s' }];
+    const [reports] = await run([{ prefix: uniquePrefix('mp-line'), rules, workers: 4 }], 3000);
+    const grants = grantsOf(reports!);
+    for (const r of reports!) {
+      expect(r.storeErrors).toEqual([]);
+      expect(r.grants.length, r.name).toBeGreaterThan(20); // every process got turns
+      // The processes were told turns by the store (and sent them back).
+      expect(r.ticketed, r.name).toBeGreaterThan(10);
+    }
+    // Every half-open window of 1 s, and every pair of starts (spaced 1 ms), on the store's clock.
+    expect(checkRules(grants, rules)).toEqual([]);
+    const calls = reports!.reduce((s, r) => s + r.calls, 0);
+    const used = gcraUtilization(grants, { limit: 1000, intervalMs: 1000, burst: 1 });
+    // Speed is the benchmark's to measure (bench/scenarios/shared-limit.ts); this logs it.
+    console.log(
+      `GCRA 1000/s burst 1, 4 processes: ${grants.length} starts, ${(used * 100).toFixed(2)}% of the limit, ${(calls / grants.length).toFixed(2)} store calls per granted job`,
+    );
+  }, 30_000);
+
   it('on a Redis Cluster: 4 saturated processes never break the bound and use >= 95% of the limit', async () => {
     const rules: Rule[] = [{ limit: 200, interval: '1s', burst: 5 }];
     const [reports] = await run(

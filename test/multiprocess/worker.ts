@@ -53,6 +53,9 @@ export interface WorkerReport {
   resumes: number[];
   storeErrors: string[];
   notifies: boolean;
+  /** Store acquisitions, and those answered with a ticket in the id's line (stores/turns.ts). */
+  calls: number;
+  ticketed: number;
 }
 
 const config = JSON.parse(process.env.VALVE_WORKER ?? '{}') as WorkerConfig;
@@ -76,12 +79,16 @@ const report: WorkerReport = {
   resumes: [],
   storeErrors: [],
   notifies: false,
+  calls: 0,
+  ticketed: 0,
 };
 
 // The store as the valve sees it, logging the store's clock of every grant.
 const store: Store = {
   acquire: async (request) => {
     const r = await inner.acquire(request);
+    report.calls++;
+    if ((r.turn ?? 0) > 0) report.ticketed++;
     for (let i = 0; i < r.granted; i++) report.grants.push({ t: r.now, cost: request.costs[i]! });
     return r;
   },

@@ -34,7 +34,14 @@ const ruleArb: fc.Arbitrary<Rule> = fc.oneof(
 );
 
 type Command =
-  | { t: 'acquire'; costs: number[]; mask: number; lease: { limit: number; ttl: number } | undefined }
+  | {
+      t: 'acquire';
+      costs: number[];
+      mask: number;
+      lease: { limit: number; ttl: number } | undefined;
+      /** Which of four callers asks, sending the ticket of its last answer (the line, stores/turns.ts); none: no part in it. */
+      caller?: number | undefined;
+    }
   | { t: 'advance'; us: number }
   /** Advances by the last retry hint plus `delta` µs: the boundaries where rounding errors hide. */
   | { t: 'wait'; delta: number }
@@ -55,6 +62,7 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
         fc.record({ limit: fc.integer({ min: 1, max: 4 }), ttl: fc.constantFrom(1000, 1500, 3000.5) }),
         { nil: undefined, freq: 3 },
       ),
+      caller: fc.option(fc.integer({ min: 0, max: 3 }), { nil: undefined, freq: 4 }),
     }),
   },
   {
@@ -108,6 +116,8 @@ async function compare(
   // Lease tokens issued so far, [memory token, redis token] in the same order.
   const tokens: [string, string][] = [];
   let lastHintUs = 0;
+  // Each caller's ticket in the id's line, from its last answer (the same in both stores).
+  const tickets = [0, 0, 0, 0];
   for (const [step, c] of commands.entries()) {
     const where = `step ${step}: ${JSON.stringify(c)}`;
     if (c.t === 'advance') {
@@ -119,7 +129,8 @@ async function compare(
       const maxCost = Math.min(...subset.map((r) => r.maxCost));
       // A cost above 5 stands for the rule's largest cost (the extremes).
       const costs = c.costs.map((x) => (x > 5 ? Math.min(maxCost, 1e15) : Math.min(x, maxCost)));
-      const request = { id, rules: subset, costs, count: costs.length, lease: c.lease };
+      const turn = c.caller === undefined ? undefined : tickets[c.caller];
+      const request = { id, rules: subset, costs, count: costs.length, lease: c.lease, turn };
       const a = await mem.acquire(request);
       const b = await lua.acquire(request);
       expect(
@@ -130,6 +141,7 @@ async function compare(
           pausedUntil: b.pausedUntil,
           now: b.now,
           leases: b.leases?.map((l) => [l.fence, l.expiresAt]),
+          turn: b.turn,
         },
         where,
       ).toEqual({
@@ -139,7 +151,9 @@ async function compare(
         pausedUntil: a.pausedUntil,
         now: a.now,
         leases: a.leases?.map((l) => [l.fence, l.expiresAt]),
+        turn: a.turn,
       });
+      if (c.caller !== undefined) tickets[c.caller] = a.turn ?? 0;
       if (a.retryAfter > 0) lastHintUs = Math.round(a.retryAfter * 1000);
       for (let i = 0; i < (a.leases?.length ?? 0); i++)
         tokens.push([a.leases![i]!.token, b.leases![i]!.token]);
@@ -281,6 +295,54 @@ for (const target of ['redis standalone', 'redis cluster', 'valkey standalone'] 
             ),
             { minLength: 10, maxLength: 60 },
           ),
+          async (rules, commands) => {
+            await compare(make, rules, commands);
+          },
+        ),
+        { numRuns: target === 'redis standalone' ? runs : Math.ceil(runs / 3) },
+      );
+    }, 120_000);
+
+    it('on the line of turns (tight GCRA rules, four callers, steps around the hints and the grace)', async () => {
+      const gcraArb: fc.Arbitrary<Rule> = fc.record({
+        limit: fc.integer({ min: 1, max: 20 }),
+        interval: fc.constantFrom(1, 7, 10, 100, 1000),
+        burst: fc.constantFrom(1, 1, 2, 5, 20),
+      });
+      const lineArb = fc.array(
+        fc.oneof(
+          {
+            weight: 8,
+            arbitrary: fc.record({
+              t: fc.constant('acquire' as const),
+              costs: fc.array(fc.constantFrom(1, 1, 1, 2, 3), { minLength: 1, maxLength: 4 }),
+              mask: fc.integer({ min: 1, max: 7 }),
+              lease: fc.constant(undefined),
+              caller: fc.option(fc.integer({ min: 0, max: 3 }), { nil: undefined, freq: 8 }),
+            }),
+          },
+          {
+            weight: 4,
+            arbitrary: fc.record({ t: fc.constant('wait' as const), delta: fc.constantFrom(-1, 0, 1, 2000) }),
+          },
+          {
+            weight: 3,
+            arbitrary: fc.record({
+              t: fc.constant('advance' as const),
+              us: fc.oneof(fc.integer({ min: 0, max: 3_000 }), fc.constantFrom(1999, 2000, 2001, 20_000)),
+            }),
+          },
+          {
+            weight: 1,
+            arbitrary: fc.record({ t: fc.constant('pause' as const), ms: fc.constantFrom(0, 1) }),
+          },
+        ),
+        { minLength: 10, maxLength: 60 },
+      );
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(gcraArb, { minLength: 1, maxLength: 3 }),
+          lineArb,
           async (rules, commands) => {
             await compare(make, rules, commands);
           },

@@ -6,6 +6,7 @@ import { memoryStore } from '../../src/stores/memory.js';
 import type { AcquireResult, Store } from '../../src/stores/store.js';
 import { checkBounds, checkRules, type Grant } from '../helpers/bounds.js';
 import { FakeClock } from '../helpers/fake-clock.js';
+import { simulateFleet } from '../helpers/fleet-sim.js';
 
 /**
  * Properties of the memory store, driven directly with a FakeClock: random rules (1–3,
@@ -441,5 +442,141 @@ describe('memory store properties', () => {
       ),
       { numRuns: 200 },
     );
+  });
+});
+
+/**
+ * The line of turns (src/stores/turns.ts): callers taking part send the ticket of their last
+ * answer. The line only ever refuses, so whatever tickets the callers send (held, stale, made
+ * up), every bound holds; and a fleet whose callers follow the answers (the simulation in
+ * test/helpers/fleet-sim.ts, on the virtual clock) asks the store about once per granted job
+ * while keeping the rule busy, where without the line it asks several times.
+ */
+describe('the line of turns', () => {
+  const gcraArb = fc
+    .record({
+      limit: fc.integer({ min: 1, max: 20 }),
+      intervalUs: fc.oneof(fc.integer({ min: 100, max: 20_000 }), fc.constantFrom(1_000_000, 100_000)),
+      burst: fc.constantFrom(1, 1, 2, 5, 20),
+    })
+    .map(({ limit, intervalUs, burst }) =>
+      normalizeRule({ limit, interval: intervalUs / 1000, burst }, 'rule'),
+    );
+  type Ask = { kind: 'ask'; caller: number; jobs: number; ticket: 'held' | 'none' | 'stale' | 'made-up' };
+  type Step = Ask | { kind: 'advance'; us: number };
+  const stepArb: fc.Arbitrary<Step> = fc.oneof(
+    {
+      weight: 3,
+      arbitrary: fc.record({
+        kind: fc.constant('ask' as const),
+        caller: fc.integer({ min: 0, max: 5 }),
+        jobs: fc.integer({ min: 1, max: 4 }),
+        ticket: fc.constantFrom('held', 'held', 'held', 'none', 'stale', 'made-up'),
+      }),
+    },
+    {
+      weight: 2,
+      arbitrary: fc.record({
+        kind: fc.constant('advance' as const),
+        us: fc.oneof(fc.integer({ min: 0, max: 3000 }), fc.integer({ min: 0, max: 200_000 })),
+      }),
+    },
+  );
+
+  it('every bound holds whatever tickets the callers send', () => {
+    let lined = 0;
+    fc.assert(
+      fc.property(
+        fc.array(gcraArb, { minLength: 1, maxLength: 3 }),
+        fc.array(stepArb, { minLength: 10, maxLength: 120 }),
+        (rules, steps) => {
+          const clock = new FakeClock();
+          const store = memoryStore({ clock });
+          const held = [0, 0, 0, 0, 0, 0];
+          const stale = [0, 0, 0, 0, 0, 0];
+          const grants: Grant[] = [];
+          for (const s of steps) {
+            if (s.kind === 'advance') {
+              clock.advance(s.us / 1000);
+              continue;
+            }
+            const ticket = {
+              held: held[s.caller]!,
+              none: 0,
+              stale: stale[s.caller]!,
+              'made-up': held[s.caller]! + 1,
+            }[s.ticket];
+            const r = store.acquire({
+              id: ID,
+              rules,
+              costs: Array.from({ length: s.jobs }, () => 1),
+              count: s.jobs,
+              turn: ticket,
+            }) as AcquireResult;
+            if (held[s.caller]! > 0) stale[s.caller] = held[s.caller]!;
+            held[s.caller] = r.turn ?? 0;
+            if ((r.turn ?? 0) > 0) lined++;
+            for (let k = 0; k < r.granted; k++) grants.push({ t: r.now, cost: 1 });
+          }
+          expect(checkRules(grants, rules).map((v) => v.message)).toEqual([]);
+        },
+      ),
+      { numRuns: 300 },
+    );
+    // The line was there most of the time: the property is not vacuous.
+    expect(lined).toBeGreaterThan(1000);
+  });
+
+  /** Simulates `callers` following the answers for 1 s on a rule of 2000/s with `burst`. */
+  async function fleet(callers: number, burst: number, turns: boolean, seed: number) {
+    const clock = new FakeClock();
+    const rule = normalizeRule({ limit: 2000, interval: 1000, burst }, 'rule');
+    let x = seed;
+    const random = (): number => {
+      x = (x * 1103515245 + 12345) % 2147483648;
+      return x / 2147483648;
+    };
+    const r = await simulateFleet({
+      store: memoryStore({ clock }),
+      now: () => clock.now(),
+      advanceTo: (ms) => clock.advance(ms - clock.now()),
+      id: ID,
+      rules: [rule],
+      callers,
+      durationMs: 1000,
+      // A precise timer and a quiet network: up to 50 µs late, 100 µs round trips.
+      lateness: () => random() * 0.05,
+      rttMs: 0.1,
+      turns,
+    });
+    const violations = checkBounds(
+      r.grants.map((t) => ({ t, cost: 1 })),
+      rule,
+    );
+    return { ...r, violations, perJob: r.calls / r.grants.length, used: r.grants.length / 2000 };
+  }
+
+  it('a fleet following the answers asks at most 1.5 times per granted job and keeps the rule busy', async () => {
+    for (const callers of [2, 4, 16]) {
+      for (const burst of [1, 20]) {
+        for (const seed of [1, 2, 3]) {
+          const r = await fleet(callers, burst, true, seed);
+          const what = `${callers} callers, burst ${burst}, seed ${seed}: ${r.calls} calls, ${r.grants.length} grants`;
+          expect(
+            r.violations.map((v) => v.message),
+            what,
+          ).toEqual([]);
+          expect(r.perJob, what).toBeLessThanOrEqual(burst === 1 ? 1.5 : 0.3);
+          expect(r.used, what).toBeGreaterThanOrEqual(burst === 1 ? 0.85 : 0.99);
+        }
+      }
+    }
+  });
+
+  it('without the line the same fleet races: several calls per granted job, growing with the fleet', async () => {
+    const four = await fleet(4, 1, false, 1);
+    const sixteen = await fleet(16, 1, false, 1);
+    expect(four.perJob).toBeGreaterThan(2);
+    expect(sixteen.perJob).toBeGreaterThan(2 * four.perJob);
   });
 });

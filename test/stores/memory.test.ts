@@ -11,7 +11,7 @@ storeContract(
     const clock = new FakeClock();
     return { store: memoryStore({ clock }), advance: (ms: number) => clock.advance(ms) };
   },
-  { controlledClock: true },
+  { controlledClock: true, turns: true },
 );
 
 storeContract('memory (system clock)', () => ({ store: memoryStore() }));

@@ -66,7 +66,7 @@ for (const kind of ['redis', 'valkey'] as const) {
               advance: (ms: number) => clock.advance(ms),
             };
           },
-          { controlledClock: true },
+          { controlledClock: true, turns: true },
         );
       });
     }

@@ -96,6 +96,33 @@ describe('keys holding what valve never writes: an error naming the key, never a
     });
   }
 
+  for (const value of ['abc', '5:3:1700000000000000:500', '1:2:1700000000000000:0', '1:2:-5:500', '1:2:3']) {
+    it(`a line key holding ${JSON.stringify(value)}: refused before anything is spent`, async () => {
+      const { store, id, key } = await setup();
+      const k = key('line');
+      await redis().set(k, value, 'PX', 60_000);
+      // A caller holding a ticket reads the line first; one without reads it when the rules refuse it.
+      await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1, turn: 7 })).rejects.toThrow(
+        corrupt(k),
+      );
+      expect(await redis().exists(key(`r:${gcra.digest}`))).toBe(0);
+      await expect(store.acquire({ id, rules: [gcra], costs: [1, 1, 1], count: 3, turn: 0 })).rejects.toThrow(
+        corrupt(k),
+      );
+      expect(await redis().exists(key(`r:${gcra.digest}`))).toBe(0);
+      expect(await redis().get(k)).toBe(value);
+    });
+  }
+
+  it('a line key of another type', async () => {
+    const { store, id, key } = await setup();
+    const k = key('line');
+    await redis().rpush(k, '1');
+    await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1, turn: 7 })).rejects.toThrow(
+      corrupt(k),
+    );
+  });
+
   for (const value of ['abc', '1e999', '-1', '12.5']) {
     it(`a fence key holding ${JSON.stringify(value)}: refused before anything is spent`, async () => {
       const { store, id, key } = await setup();

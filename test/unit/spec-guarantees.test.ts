@@ -105,7 +105,19 @@ describe('Guarantees: Timing', () => {
 
   it('"Every wakeup still asks the store, and another worker may have spent the budget first"', async () => {
     const clock = new FakeClock();
-    const store = spyStore(memoryStore({ clock }), clock);
+    // A store that keeps no line (a custom store may ignore `turn`): both valves race.
+    const memory = memoryStore({ clock });
+    const store = spyStore(
+      {
+        ...memory,
+        acquire: (request) => memory.acquire({ ...request, turn: undefined }),
+        pause: memory.pause.bind(memory),
+        resume: memory.resume.bind(memory),
+        renew: memory.renew.bind(memory),
+        release: memory.release.bind(memory),
+      },
+      clock,
+    );
     const rules = { limit: 1, interval: '1s' };
     const a = createValve({ id: 's', clock, store, rules });
     const b = createValve({ id: 's', clock, store, rules });
@@ -127,6 +139,36 @@ describe('Guarantees: Timing', () => {
     await clock.runAllAsync();
     await Promise.all(jobs);
     expect(starts.map(([, t]) => t)).toEqual([0, 1000, 2000]);
+  });
+
+  it('with a store that keeps a line, the valve behind wakes at its own turn instead (docs/how-it-works.md)', async () => {
+    const clock = new FakeClock();
+    const store = spyStore(memoryStore({ clock }), clock);
+    const rules = { limit: 1, interval: '1s' };
+    const a = createValve({ id: 's', clock, store, rules });
+    const b = createValve({ id: 's', clock, store, rules });
+    const t0 = clock.now();
+    const starts: [string, number][] = [];
+    await a.run(() => starts.push(['a', clock.now() - t0]));
+    const jobs = [
+      a.run(() => starts.push(['a', clock.now() - t0])),
+      b.run(() => starts.push(['b', clock.now() - t0])),
+    ];
+    await flushMicrotasks();
+    const acquiresBefore = store.acquires.length;
+    await clock.tickAsync(1000);
+    // Only the head of the line asked at 1000, and got the slot.
+    expect(starts.slice(1)).toEqual([['a', 1000]]);
+    expect(store.acquires.length - acquiresBefore).toBe(1);
+    await clock.runAllAsync();
+    await Promise.all(jobs);
+    // b's turn: one step (1 s) and the 0.1 ms pad after a's.
+    expect(starts.map(([v, t]) => [v, Math.round(t * 1000) / 1000])).toEqual([
+      ['a', 0],
+      ['a', 1000],
+      ['b', 2000.1],
+    ]);
+    expect(store.acquires.length - acquiresBefore).toBe(2);
   });
 });
 

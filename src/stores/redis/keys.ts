@@ -21,6 +21,8 @@ export interface IdKeys {
   readonly rulePrefix: string;
   /** `<prefix>:{<id>}:rules`: the rule set recorded for the id (digests joined by ','). */
   readonly rules: string;
+  /** `<prefix>:{<id>}:line`: the id's line of turns (stores/turns.ts). */
+  readonly line: string;
 }
 
 export function idKeys(prefix: string, id: string): IdKeys {
@@ -33,6 +35,7 @@ export function idKeys(prefix: string, id: string): IdKeys {
     wake: `${base}wake`,
     rulePrefix: `${base}r:`,
     rules: `${base}rules`,
+    line: `${base}line`,
   };
 }
 

@@ -11,6 +11,7 @@ import {
   checkMs,
   checkRequest,
   checkTokens,
+  checkTurn,
   inPrevious,
   MAX_BATCH,
   recordTtlUs,
@@ -279,8 +280,13 @@ class RedisStore implements Store {
       for (let i = 0; i < count; i++) args.push(String(costs[i]));
     }
     // The tail: the rule-set record, and a rule change's conversion (see acquire.lua).
-    keyList.push(keys.rules);
-    args.push(record === undefined ? '-' : `=${record}`, String(Math.ceil(recordTtlUs(distinct, m0) / 1000)));
+    keyList.push(keys.rules, keys.line);
+    const ticket = checkTurn(request.turn);
+    args.push(
+      record === undefined ? '-' : `=${record}`,
+      String(Math.ceil(recordTtlUs(distinct, m0) / 1000)),
+      ticket === undefined ? '' : String(ticket),
+    );
     if (request.convert === true && previous !== undefined) {
       let roles = '';
       for (let r = 0; r < m; r++) roles += r >= m0 ? 'o' : inPrevious(distinct[r]!, previous) ? 'b' : 'n';
@@ -313,7 +319,10 @@ class RedisStore implements Store {
       result.leases = leases;
     }
     const at = lease ? 6 + 2 * granted : 6;
-    if (record !== undefined && reply.length > at) {
+    // The ticket held, last when the call took part in the line; `recorded` before it.
+    const end = ticket === undefined ? reply.length : reply.length - 1;
+    if (ticket !== undefined) result.turn = replyNumber(reply[end], 'acquire');
+    if (record !== undefined && end > at) {
       const held = replyString(reply[at], 'acquire');
       result.recorded = held === '' ? [] : held.split(',');
     }

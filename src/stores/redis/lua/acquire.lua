@@ -18,6 +18,9 @@ KEYS[3+r]    <prefix>:{<id>}:r:<digest of rule r>, r = 1..m
                                      (during a rule change, the rules 1..m are the request's
                                      rules and then the previous rules that are not among them)
 KEYS[4+m]    <prefix>:{<id>}:rules   string, the id's recorded rule set "<until µs>:<digests joined by ','>"
+KEYS[5+m]    <prefix>:{<id>}:line    string, the id's line of turns "<head>:<tail>:<turn µs>:<step µs>"
+                                     (src/stores/turns.ts: tickets head..tail-1 wait, the head's turn
+                                     is at <turn>, each next one <step> later)
 ARGV[1]      "" (use Redis TIME), or the time in µs (test-only virtual clock)
 ARGV[2]      n, the number of jobs
 ARGV[3]      m, the number of rules
@@ -32,9 +35,10 @@ ARGV[8+3m..7+3m+n]        when ARGV[7+3m] is "": the cost of each job, in queue 
 then, from t = 8+3m (shared cost) or 8+3m+n (costs each):
 ARGV[t]      "-", or "=" and the rule set to record (digests joined by ',')
 ARGV[t+1]    the record's TTL (whole ms)
-ARGV[t+2]    "" or, for a rule change's conversion, one role per rule: "n" new (converted),
+ARGV[t+2]    "" (no part in the line), or the caller's ticket ("0" for none)
+ARGV[t+3]    "" or, for a rule change's conversion, one role per rule: "n" new (converted),
              "b" new and previous (a source), "o" previous only (a source)
-ARGV[t+3+2(r-1)], ARGV[t+4+2(r-1)]  with roles: rule r's intervalUs and limit
+ARGV[t+4+2(r-1)], ARGV[t+5+2(r-1)]  with roles: rule r's intervalUs and limit
 
 Flags (#!lua, no allow-oom): under maxmemory with noeviction the server refuses the whole
 call with OOM before it runs, so nothing is ever half-written.
@@ -43,8 +47,9 @@ tat, window count or fence that is malformed, negative, non-finite or beyond wha
 allows, or a lease expiring further ahead than any ttl): valve refuses to guess.
 
 Reply: { granted, retryAfterUs, blocked, pausedUntilUs, nowUs, leaseExpiresUs,
-         token_1, fence_1, ..., token_granted, fence_granted, recorded }
+         token_1, fence_1, ..., token_granted, fence_granted, recorded, turn }
   recorded: the rule set recorded before, when it differs from ARGV[t] (absent otherwise)
+  turn: with ARGV[t+2] ~= "", the ticket the caller holds after the call (0 for none)
   blocked: 0 whole batch granted, 1 pause, 2 rate, 3 concurrency
   retryAfterUs: µs until the first refused job could fit (0 when all granted)
   pausedUntilUs: the active pause's end, 0 when not paused
@@ -95,6 +100,10 @@ if paused then
     return corrupt(KEYS[1], paused, 'a pause end in epoch ms at most 365 days ahead')
   end
   if until_us > now then
+    local tail = 8 + 3 * tonumber(ARGV[3]) + (ARGV[7 + 3 * tonumber(ARGV[3])] == '' and tonumber(ARGV[2]) or 0)
+    if ARGV[tail + 2] ~= '' then
+      return { 0, until_us - now, 1, until_us, now, 0, 0 }
+    end
     return { 0, until_us - now, 1, until_us, now, 0 }
   end
 end
@@ -138,7 +147,7 @@ end
 -- rules' states prove may have been spent in its current window, written before the batch is
 -- read below. The record of the id's rule set is compared and written.
 local tail = 8 + 3 * m + (shared == '' and n or 0)
-local roles = ARGV[tail + 2]
+local roles = ARGV[tail + 3]
 if roles and roles ~= '' then
   local DAY = 86400000000
   local val, kk = {}, {}
@@ -200,7 +209,7 @@ if roles and roles ~= '' then
     if string.sub(roles, r, r) == 'n' then
       local base = 4 + 3 * r
       local kind, x, y, key = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), KEYS[3 + r]
-      local iv, lim = tonumber(ARGV[tail + 1 + 2 * r]), tonumber(ARGV[tail + 2 + 2 * r])
+      local iv, lim = tonumber(ARGV[tail + 2 + 2 * r]), tonumber(ARGV[tail + 3 + 2 * r])
       local start = kind == 'w' and kk[r] * x or now - iv + 1
       local units = math.huge
       for j = 1, m do
@@ -286,6 +295,81 @@ if record and string.sub(record, 1, 1) == '=' then
     recorded = held
     local ttl = tonumber(ARGV[tail + 1])
     redis.call('SET', key, string.format('%d', now + ttl * 1000) .. ':' .. record, 'PX', ttl + (testing and 600000 or 0))
+  end
+end
+
+-- The line (src/stores/turns.ts): for callers taking part, under GCRA rules only, without
+-- leases. lh, lt, la, ls: the live line's head, tail, head's turn and step (lh nil: no line),
+-- read when the caller holds a ticket (or, below, when it is refused); late tickets skipped.
+-- The ticket k places behind the head has its turn at la + k * gap, gap = ls + min(floor(ls / 8), 100).
+-- A caller holding a ticket behind the head is refused here, without reading the rules.
+local GRACE = 2000
+local ticket_arg = ARGV[tail + 2]
+local lined = ticket_arg ~= '' and lease_limit == 0 and m > 0
+if lined then
+  for r = 1, m do
+    if ARGV[4 + 3 * r] ~= 'g' then
+      lined = false
+    end
+  end
+end
+local ticket = lined and tonumber(ticket_arg) or 0
+local lh, lt, la, ls
+-- Reads the live line into lh, lt, la, ls (late tickets skipped); an error reply when corrupt.
+local read_line
+if lined then
+  read_line = function()
+    local raw_line, bad_line = read(KEYS[5 + m])
+    if bad_line then
+      return bad_line
+    end
+    if raw_line then
+      local h, t, a, s = string.match(raw_line, '^(%d+):(%d+):(%d+):(%d+)$')
+      h, t, a, s = tonumber(h), tonumber(t), tonumber(a), tonumber(s)
+      if not h or h >= t or s < 1 or a > now + AHEAD or s > AHEAD then
+        return corrupt(KEYS[5 + m], raw_line, 'a line "<head>:<tail>:<turn µs>:<step µs>" with head < tail')
+      end
+      local gap = s + (s < 800 and floor(s / 8) or 100)
+      if now <= a + (t - h - 1) * gap + GRACE then
+        local late = now - a - GRACE
+        if late > 0 then
+          local k = floor((late - 1) / gap) + 1
+          if k > t - h then
+            k = t - h
+          end
+          h = h + k
+          a = a + k * gap
+        end
+        if h < t then
+          lh, lt, la, ls = h, t, a, s
+        end
+      end
+    end
+  end
+end
+local line_read, lhead = false, false
+if lined and ticket > 0 then
+  line_read = true
+  local bad_line = read_line()
+  if bad_line then
+    return bad_line
+  end
+  if lh and ticket >= lh and ticket < lt then
+    local turn = la + (ticket - lh) * (ls + (ls < 800 and floor(ls / 8) or 100))
+    if ticket == lh then
+      lhead = true
+    elseif turn <= now then
+      -- Its turn has come and the tickets before it did not use theirs: it goes first.
+      lh, la, lhead = ticket, turn, true
+    else
+      -- Behind the head: wait for its turn. Nothing is read or spent.
+      local behind = { 0, turn - now, 2, 0, now, 0 }
+      if recorded then
+        behind[#behind + 1] = recorded
+      end
+      behind[#behind + 1] = ticket
+      return behind
+    end
   end
 end
 
@@ -706,6 +790,83 @@ for r, v in pairs(sl) do
   end
 end
 
+-- The line: the head's turn is used once it is granted; a caller refused on rate takes a
+-- ticket at the tail (or keeps the head, when it came before its slot opened).
+local held = 0
+if lined then
+  local changed = false
+  if lhead and granted > 0 then
+    local open = retry
+    if blocked ~= 2 then
+      -- All granted: when one more job of the last cost would fit.
+      open = 0
+      local c = tonumber(shared ~= '' and shared or ARGV[7 + 3 * m + granted])
+      for q = 0, 5 * m - 5, 5 do
+        local o = st[q + 4] + ceil(c * st[q + 2]) - now - st[q + 3]
+        if o > open then
+          open = o
+        end
+      end
+    end
+    lh = lh + 1
+    local at = now + open
+    if la + ls > at then
+      at = la + ls
+    end
+    la = at
+    if lh >= lt then
+      lh = nil
+    end
+    changed = true
+  elseif lhead then
+    if now + retry > la then
+      la = now + retry
+    end
+    held = ticket
+    changed = true
+  end
+  if blocked == 2 and held == 0 then
+    if not line_read then
+      local bad_line = read_line()
+      if bad_line then
+        return bad_line
+      end
+    end
+    if not lh then
+      -- A new line: its step from the rule that keeps the refused job waiting longest.
+      local c = tonumber(shared ~= '' and shared or ARGV[7 + 3 * m + granted + 1])
+      local worst, step = -math.huge, 1
+      for q = 0, 5 * m - 5, 5 do
+        local inc = ceil(c * st[q + 2])
+        local cap = st[q + 3]
+        local w = st[q + 4] + inc - now - cap
+        if w > worst then
+          worst = w
+          local per = floor(floor(cap / inc) / 2)
+          step = inc * (per > 1 and per or 1)
+        end
+      end
+      lh, lt, la, ls = now, now, now + retry, step
+    end
+    held = lt
+    lt = lt + 1
+    local turn = la + (held - lh) * (ls + (ls < 800 and floor(ls / 8) or 100))
+    if turn - now > retry then
+      retry = turn - now
+    end
+    changed = true
+  end
+  if changed then
+    if lh then
+      local ttl = ceil((la + (lt - lh - 1) * (ls + (ls < 800 and floor(ls / 8) or 100)) + GRACE - now + 1) / 1000)
+      redis.call('SET', KEYS[5 + m], string.format('%d:%d:%d:%d', lh, lt, la, ls), 'PX',
+        ttl + (testing and 600000 or 0))
+    else
+      redis.call('DEL', KEYS[5 + m])
+    end
+  end
+end
+
 local reply = { granted, retry, blocked, 0, now, 0 }
 if granted > 0 then
   -- Spend: write every rule's state with a TTL (whole ms, at least 1; long under the test
@@ -768,6 +929,9 @@ if granted > 0 then
 end
 if recorded then
   reply[#reply + 1] = recorded
+end
+if ticket_arg ~= '' then
+  reply[#reply + 1] = held
 end
 
 if blocked == 3 then

@@ -1,0 +1,106 @@
+/*
+ * The line of an id: turns for the callers a tight GCRA rule turned away (see
+ * docs/architecture.md, "Turns"). Pure arithmetic on integer µs, used by the memory store; the
+ * Redis script (lua/acquire.lua) mirrors it line by line.
+ *
+ * Without a line, every process sharing a tight rule is told the same retry hint and they all
+ * ask again at once: one grant, the rest refused, over and over (store load that grows with the
+ * fleet). With it, a refused caller gets a ticket, and the tickets' turns are spread about one
+ * `step` apart: each caller sleeps until its own turn, and a caller holding a later ticket is
+ * refused without reading the rules until the tickets before it were used or skipped. The line
+ * only ever refuses: every grant is still checked against every rule, at admission, on the
+ * store's clock, so every bound holds whatever the line says (and a caller without a ticket is
+ * not held back by it at all).
+ */
+
+/** An unused turn is skipped this long (µs) after it came: its caller was late, gone or cancelled. */
+export const TURN_GRACE_US = 2000;
+
+/**
+ * An id's line: the tickets `head`..`tail − 1` wait, the head's turn is at `at` (µs), and the
+ * ticket k places behind the head has its turn at `at + k × spacing(step)`. Tickets are numbers
+ * seeded from the store's clock in µs when a line starts, so a ticket of a line that ended is
+ * (in practice) never one of the next line's. A stored line is never empty (`head < tail`).
+ */
+export interface TurnLine {
+  head: number;
+  tail: number;
+  at: number;
+  step: number;
+}
+
+/** The most (µs) a turn is told later than one step after the one before: see spacing(). */
+export const TURN_PAD_US = 100;
+
+/**
+ * How far apart the turns of the tickets behind the head are: one step, plus an eighth of it
+ * but no more than 100 µs. Turns run late (a head whose timer fires late delays the slot after
+ * it, and nothing catches up); told exactly one step apart, the callers behind would come
+ * before their slot opened and ask twice. The pad is about a timer's and a network's jitter,
+ * and a turn that really takes one step leaves that much unused (0.01 % of a 1 s step, 11 % of
+ * a 0.5 ms one, where the jitter would cost it anyway).
+ */
+export function spacing(step: number): number {
+  const pad = Math.floor(step / 8);
+  return step + Math.min(pad, TURN_PAD_US);
+}
+
+/** The last moment (µs) the line holds anything: its last ticket's turn plus the grace. */
+export function lineEnd(line: TurnLine): number {
+  return line.at + (line.tail - line.head - 1) * spacing(line.step) + TURN_GRACE_US;
+}
+
+/** Skips the tickets whose turn ended more than the grace before `now` (their callers did not come). */
+export function skipLate(line: TurnLine, now: number): void {
+  const late = now - line.at - TURN_GRACE_US;
+  if (late <= 0) return;
+  const gap = spacing(line.step);
+  // Ticket head + j is late when now > at + j × gap + grace, i.e. j < late / gap.
+  let k = Math.floor((late - 1) / gap) + 1;
+  if (k > line.tail - line.head) k = line.tail - line.head;
+  line.head += k;
+  line.at += k * gap;
+}
+
+/** When (µs) the ticket `ticket` of the line has its turn. */
+export function turnOf(line: TurnLine, ticket: number): number {
+  return line.at + (ticket - line.head) * spacing(line.step);
+}
+
+/**
+ * A caller holding `ticket` (one of the line's) comes at `now`: when it is behind the head but
+ * its own turn has come, the tickets before it did not use theirs in time, and it goes first
+ * (it becomes the head, at its turn; theirs are no longer tickets). Returns whether it is the
+ * head now; if not, it must wait `turnOf(line, ticket) − now` µs.
+ */
+export function standing(line: TurnLine, ticket: number, now: number): boolean {
+  if (ticket > line.head) {
+    const turn = turnOf(line, ticket);
+    if (turn > now) return false;
+    line.at = turn;
+    line.head = ticket;
+  }
+  return true;
+}
+
+/**
+ * The head's turn was used at `now`, and the next job could fit `open` µs later: the next
+ * ticket becomes the head, its turn one step after this one's, or when the slot opens if later.
+ */
+export function advance(line: TurnLine, now: number, open: number): void {
+  let at = line.at + line.step;
+  if (now + open > at) at = now + open;
+  line.head += 1;
+  line.at = at;
+}
+
+/**
+ * The step of turns under a GCRA rule of tolerance `cap` (burst × emission) for jobs of
+ * increment `inc`: one job's increment with a burst of 1 or 2; otherwise about half the burst,
+ * so that each caller takes several jobs per call while the tolerance absorbs a late turn.
+ */
+export function turnStep(inc: number, cap: number): number {
+  const room = Math.floor(cap / inc);
+  const per = Math.floor(room / 2);
+  return inc * Math.max(per, 1);
+}
