@@ -44,6 +44,7 @@ const GROUP_OPTIONS = [
   'maxWait',
   'batch',
   'onStoreError',
+  'precision',
   'feedback',
   'clock',
   'idleTimeout',
