@@ -220,3 +220,17 @@ describe('precision: validation', () => {
     );
   });
 });
+
+describe('examples/precision.ts (docs/api.md, Precision)', () => {
+  it('its three valves run jobs on the real clock, within their rule', async () => {
+    const { tightValves, saturate } = await import('../../examples/precision.js');
+    const { cheap, exact, bursty } = tightValves();
+    for (const valve of [cheap, exact, bursty]) {
+      const { started, elapsed } = await saturate(valve, 60);
+      // Jobs started, and no more than the rule allows in the time they had (1 per ms, plus
+      // a burst of at most 3).
+      expect(started).toBeGreaterThan(0);
+      expect(started).toBeLessThanOrEqual(3 + Math.ceil(elapsed) + 1);
+    }
+  });
+});
