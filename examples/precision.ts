@@ -51,6 +51,8 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const valves = tightValves();
   for (const [name, valve] of Object.entries(valves)) {
     const { perSecond, cpuPct } = await saturate(valve, 3000);
-    console.log(`${name.padEnd(6)} ${perSecond.toFixed(0)} starts/s of 1000, CPU ${cpuPct.toFixed(0)} % of a core`);
+    console.log(
+      `${name.padEnd(6)} ${perSecond.toFixed(0)} starts/s of 1000, CPU ${cpuPct.toFixed(0)} % of a core`,
+    );
   }
 }
