@@ -36,6 +36,15 @@ export interface AdmissionHost {
   checkClosed(): void;
 }
 
+/**
+ * Whether a precise timer buys rate under `rules`: some rule has less than 2 ms of burst
+ * tolerance ((burst − 1) × emission interval), so a start a timer tick late is lost for good
+ * instead of being absorbed by the burst.
+ */
+function spinHelps(rules: readonly StoreRule[]): boolean {
+  return rules.some((rule) => (rule.burst - 1) * rule.emissionUs < 2000);
+}
+
 export class Admission {
   /** Where the budget lives: every acquisition goes to it. */
   private readonly store: Store;
@@ -83,6 +92,9 @@ export class Admission {
    * turn comes (the answer's retryAfter, which the pace follows as any other).
    */
   private turn = 0;
+
+  /** precision: 'spin': rate waits under rules that cannot absorb a late start use the clock's precise timer. */
+  private readonly spin: boolean;
   /** After setRules() with calls in flight: their jobs not granted are checked against this cost once back in the queue. */
   private costCheck: ((job: Job) => Error | undefined) | undefined;
 
@@ -130,8 +142,8 @@ export class Admission {
       },
       storeError: host.storeError,
     });
-    const precise = o.rules.some((rule) => (rule.burst - 1) * rule.emissionUs < 2000);
-    this.pace = new Pace(o.batch, precise, this.wakeups);
+    this.spin = o.precision === 'spin';
+    this.pace = new Pace(o.batch, this.spin && spinHelps(o.rules), this.wakeups);
   }
 
   /** Store calls in flight. */
@@ -164,6 +176,7 @@ export class Admission {
    */
   setRules(rules: readonly StoreRule[], tooCostly: (job: Job) => Error | undefined): void {
     this.ruleSet.set(rules);
+    this.pace.precise = this.spin && spinHelps(rules);
     this.waiting.endWhere(tooCostly);
     this.costCheck = this.line.inFlight > 0 ? tooCostly : undefined;
     this.schedulePump();

@@ -45,6 +45,7 @@ const GROUP_OPTIONS = [
   'maxWait',
   'batch',
   'onStoreError',
+  'precision',
   'feedback',
   'clock',
   'idleTimeout',

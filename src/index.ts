@@ -34,6 +34,7 @@ export { createValveGroup } from './group.js';
 export type {
   ConcurrencyOption,
   FeedbackOptions,
+  Precision,
   StoreErrorMode,
   ValveOptions,
 } from './options.js';

@@ -24,6 +24,14 @@ export interface FeedbackOptions {
 /** What the scheduler does while the store fails. */
 export type StoreErrorMode = 'wait' | 'throw' | 'open';
 
+/**
+ * How a rate wait wakes up: `'timer'` (default) on Node's timers alone, which fire up to about
+ * a millisecond late; `'spin'` also checks the clock on every event-loop turn during the last
+ * 1.5 ms of a wait under a rule that cannot absorb a late start (less than 2 ms of burst
+ * tolerance), for the last few percent of a tight rate at the cost of CPU.
+ */
+export type Precision = 'timer' | 'spin';
+
 /** Options of createValve(). */
 export interface ValveOptions {
   /** Names the shared budget: 1 to 200 characters, without '{' or '}'. */
@@ -42,6 +50,8 @@ export interface ValveOptions {
   batch?: number;
   /** While the store fails: 'wait' (default), 'throw' or 'open'. */
   onStoreError?: StoreErrorMode;
+  /** How rate waits wake up: 'timer' (default, cheap) or 'spin' (precise, costs CPU). */
+  precision?: Precision;
   /** Feedback tuning for observe() and wrapFetch(). */
   feedback?: FeedbackOptions;
   /**
@@ -70,6 +80,7 @@ export interface NormalizedOptions {
   readonly maxWait: number;
   readonly batch: number;
   readonly onStoreError: StoreErrorMode;
+  readonly precision: Precision;
   readonly feedback: FeedbackSettings;
   readonly clock: Clock;
 }
@@ -83,6 +94,7 @@ const OPTION_NAMES = [
   'maxWait',
   'batch',
   'onStoreError',
+  'precision',
   'feedback',
   'clock',
 ] as const;
@@ -176,6 +188,18 @@ function validateClock(value: unknown): Clock {
     );
   }
   return value as Clock;
+}
+
+/** Only an absent precision means 'timer': null is refused like any other value. */
+function validatePrecision(value: unknown): Precision {
+  if (value === undefined) return 'timer';
+  if (typeof value !== 'string') {
+    throw new TypeError(`Expected \`precision\` to be 'timer' or 'spin', got ${describe(value)}`);
+  }
+  if (value !== 'timer' && value !== 'spin') {
+    throw new RangeError(`Expected \`precision\` to be 'timer' or 'spin', got ${describe(value)}`);
+  }
+  return value;
 }
 
 function validateFeedback(value: unknown): FeedbackSettings {
@@ -330,6 +354,7 @@ export function normalizeOptions(options: unknown): NormalizedOptions {
       "`onStoreError: 'open'` cannot be combined with `concurrency.scope: 'global'`: global slots need the store; use 'wait' or 'throw'",
     );
   }
+  const precision = validatePrecision(options.precision);
   const feedback = validateFeedback(options.feedback);
   const clock = validateClock(options.clock);
 
@@ -347,6 +372,7 @@ export function normalizeOptions(options: unknown): NormalizedOptions {
     maxWait,
     batch,
     onStoreError,
+    precision,
     feedback,
     clock,
   };

@@ -48,12 +48,12 @@ export class Pace {
     /** The most jobs one store call asks for. */
     private readonly batch: number,
     /**
-     * Some rule cannot absorb a late start ((burst − 1) × emission interval under 2 ms), so a
-     * rate wait with a synchronous store uses the clock's precise timer: with burst 1 every
-     * late wake-up pushes all later starts back. With Redis the network's jitter dominates and
-     * plain timers are used (spinning processes would also take CPU from a local Redis).
+     * precision: 'spin', and some rule cannot absorb a late start ((burst − 1) × emission
+     * interval under 2 ms): a rate wait uses the clock's precise timer (see granted()), since
+     * with burst 1 every late wake-up pushes all later starts back. False by default: plain
+     * timers only, no store call before the hint. Changes with setRules().
      */
-    private readonly precise: boolean,
+    public precise: boolean,
     /** Tells how long to wait for a release (polling or notified). */
     private readonly wakeups: Wakeups,
   ) {
@@ -159,12 +159,13 @@ export class Pace {
       // so that a refused call does not take a whole batch out of the queue and put it back,
       // while a partial answer still carries the wait for the next job.
       this.askFor = Math.min(this.batch, Math.max(2, granted + 1));
-      // A rule that cannot absorb a late start waits for its slot on the clock's precise timer:
-      // after a synchronous answer always; after an asynchronous one when less than a timer
-      // tick (1 ms) is left, so that a store a round trip away is not asked a whole tick late
-      // (the call, sent at sentAt + hint, reaches the store about when the slot opens). Longer
-      // waits on a network store use plain timers: its jitter dominates, and a spinning process
-      // would take CPU from a local Redis.
+      // precision 'spin': a rule that cannot absorb a late start waits for its slot on the
+      // clock's precise timer: after a synchronous answer always; after an asynchronous one
+      // when less than a timer tick (1 ms) is left, so that a store a round trip away is not
+      // asked a whole tick late (the call, sent at sentAt + hint, reaches the store about when
+      // the slot opens). Longer waits on a network store use plain timers: its jitter
+      // dominates, and a spinning process would take CPU from a local Redis. By default
+      // (precise false) every rate wait is one plain timer to the hint.
       this.preciseRate = this.precise && (sync || this.nextAt - now < 1);
     }
     // Nothing granted: the next call waits at least MIN_EMPTY_CALL_GAP after this one was sent,

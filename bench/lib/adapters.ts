@@ -95,7 +95,8 @@ const timerClock = {
 /**
  * valve over its memory store, or (with `redis`) over redisStore through ioredis. With
  * `plainTimers`, valve (and its memory store) run on `timerClock` instead of the default clock;
- * `batch` overrides valve's default of 32 jobs per store call. With `sliding`, the rule is a
+ * `batch` overrides valve's default of 32 jobs per store call; `precision: 'spin'` is valve's
+ * precise option (`valve-spin`). With `sliding`, the rule is a
  * sliding window of `limit` per `intervalMs` (burst ignored: the whole limit may start at once);
  * a limit above the sliding window's cap (10,000, e.g. NEVER_BINDS) becomes 10,000 per 1 ms,
  * which never binds either. With `otel`, the store is wrapped by valve/otel's instrumentStore()
@@ -110,6 +111,7 @@ function valveAdapter(
   batch?: number,
   sliding = false,
   otel?: 'sdk' | 'sdk-attributes' | 'none',
+  precision?: 'spin',
 ): Adapter {
   let valve: ValveLike | undefined;
   let port: number | undefined;
@@ -144,6 +146,7 @@ function valveAdapter(
         ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}),
         ...((o.batch ?? batch) !== undefined ? { batch: o.batch ?? batch } : {}),
         ...(plainTimers ? { clock: timerClock } : {}),
+        ...(precision !== undefined ? { precision } : {}),
       });
       instrumentation?.instrument(valve, attributes);
     },
@@ -397,6 +400,7 @@ const factories: Record<string, () => Adapter> = {
   'valve-group': () => groupAdapter('valve-group', false),
   'valve-group-redis': () => groupAdapter('valve-group-redis', true),
   'valve-redis': () => valveAdapter('valve-redis', true),
+  'valve-spin': () => valveAdapter('valve-spin', false, false, undefined, false, undefined, 'spin'),
   'valve-plain-timers': () => valveAdapter('valve-plain-timers', false, true),
   'valve-redis-plain-timers': () => valveAdapter('valve-redis-plain-timers', true, true),
   'valve-redis-batch128': () => valveAdapter('valve-redis-batch128', true, false, 128),

@@ -9,6 +9,8 @@
  * and the job's first line. `cpuPct`: the process's CPU time over the run, in % of one core.
  * `valve-sliding` (case 200/s b1) runs the same limit as a sliding window (200 in any 1 s, all
  * at once allowed): the same bound, no lateness figure (its schedule is not evenly spaced).
+ * `valve` is the default (`precision: 'timer'`, plain timers); `valve-spin` is `precision: 'spin'`.
+ * `cpuUsPerStart`: the process's CPU time over the run ÷ the jobs started in it.
  */
 import { createAdapter } from '../lib/adapters.js';
 import { emit, lateness, parseScenarioArgs, percentile, round, windowStats } from '../lib/common.js';
@@ -16,6 +18,7 @@ import { runFor } from '../lib/drive.js';
 
 export const peers = [
   'valve',
+  'valve-spin',
   'valve-sliding',
   'p-queue',
   'p-queue-strict',
@@ -68,6 +71,7 @@ async function measure(peer: string, name: string, limit: number, burst: number)
       grantViolations: g ? g.violations : null,
       grantMaxIn1s: g ? g.maxInWindow : null,
       cpuPct: round(((cpu.user + cpu.system) / 1000 / run.elapsedMs) * 100, 1),
+      cpuUsPerStart: round((cpu.user + cpu.system) / Math.max(1, log.length), 1),
     },
   });
 }

@@ -48,10 +48,23 @@ export class FakeClock implements Clock {
   /** Delays asked of setPreciseTimeout, in order (they also appear in `requested`). */
   readonly preciseRequested: number[] = [];
 
+  /**
+   * With `lateness` set: precise timers ignore it (they model a timer that checks the time on
+   * every event-loop turn and fires on its target), while plain timers stay late.
+   */
+  preciseExact = false;
+
   /** A precise timer: on a virtual clock every timer is exact, so only the request is recorded. */
   setPreciseTimeout(fn: () => void, ms: number): unknown {
     this.preciseRequested.push(Math.max(0, Number.isFinite(ms) ? ms : 0));
-    return this.setTimeout(fn, ms);
+    if (!this.preciseExact) return this.setTimeout(fn, ms);
+    const lateness = this.lateness;
+    this.lateness = 0;
+    try {
+      return this.setTimeout(fn, ms);
+    } finally {
+      this.lateness = lateness;
+    }
   }
 
   clearTimeout(handle: unknown): void {

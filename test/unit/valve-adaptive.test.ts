@@ -211,27 +211,36 @@ describe('sub-millisecond re-ask (asynchronous stores only)', () => {
   /** µs since t0, rounded (the FakeClock's resolution). */
   const us = (t: number | undefined, t0: number) => Math.round((t! - t0) * 1000);
 
-  it('a synchronous store, even one whose calls take 0.2 ms, is never re-asked: it gets the precise timer', async () => {
-    const clock = new FakeClock();
-    const store = recording(memoryStore({ clock }), clock, { syncCost: 0.2, maxCalls: 200 });
-    const valve = valveOver(store, clock, { rules: { limit: 2000, interval: 1000, burst: 1 } });
-    const { all } = queue(valve, clock, 10);
-    await clock.tickAsync(10);
-    await Promise.all(all);
-    const calls = store.acquires;
-    const t0 = calls[0]!.at;
-    expect(calls.map((c) => c.granted)).toEqual(Array(10).fill(1));
-    // Each call is sent the hint (0.5 ms) after the previous reply, by the precise timer.
-    expect(calls.map((c) => us(c.at, t0))).toEqual(Array.from({ length: 10 }, (_, i) => i * 700));
-    expect(clock.preciseRequested.length).toBe(9);
-    for (const d of clock.preciseRequested) expect(d).toBeCloseTo(0.5, 3);
-  });
+  for (const precision of ['timer', 'spin'] as const) {
+    it(`precision '${precision}': a synchronous store, even one whose calls take 0.2 ms, is never re-asked: one ${precision === 'spin' ? 'precise' : 'plain'} timer per slot`, async () => {
+      const clock = new FakeClock();
+      const store = recording(memoryStore({ clock }), clock, { syncCost: 0.2, maxCalls: 200 });
+      const valve = valveOver(store, clock, {
+        rules: { limit: 2000, interval: 1000, burst: 1 },
+        precision,
+      });
+      const { all } = queue(valve, clock, 10);
+      await clock.tickAsync(10);
+      await Promise.all(all);
+      const calls = store.acquires;
+      const t0 = calls[0]!.at;
+      expect(calls.map((c) => c.granted)).toEqual(Array(10).fill(1));
+      // Each call is sent the hint (0.5 ms) after the previous reply, by one timer.
+      expect(calls.map((c) => us(c.at, t0))).toEqual(Array.from({ length: 10 }, (_, i) => i * 700));
+      expect(clock.requested.length).toBe(9);
+      for (const d of clock.requested) expect(d).toBeCloseTo(0.5, 3);
+      expect(clock.preciseRequested.length).toBe(precision === 'spin' ? 9 : 0);
+    });
+  }
 
   for (const rtt of [0.2, 0.06]) {
-    it(`round trip ${rtt} ms, 2000/s burst 1: the sub-millisecond rest of a wait is spent on the precise timer, not a whole tick; no call is refused`, async () => {
+    it(`precision 'spin', round trip ${rtt} ms, 2000/s burst 1: the sub-millisecond rest of a wait is spent on the precise timer, not a whole tick; no call is refused`, async () => {
       const clock = new FakeClock();
       const store = recording(memoryStore({ clock }), clock, { rtt });
-      const valve = valveOver(store, clock, { rules: { limit: 2000, interval: 1000, burst: 1 } });
+      const valve = valveOver(store, clock, {
+        rules: { limit: 2000, interval: 1000, burst: 1 },
+        precision: 'spin',
+      });
       const { starts, all } = queue(valve, clock, 10);
       await clock.tickAsync(20);
       await Promise.all(all);

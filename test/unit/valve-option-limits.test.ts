@@ -67,7 +67,7 @@ describe('null is not "absent"', () => {
 describe('unknown keys: one message form everywhere', () => {
   it('createValve(), feedback, concurrency, run() and close()', async () => {
     expect(make({ onStoreErorr: 'throw' })).toThrow(
-      'Unknown option `onStoreErorr`; createValve() takes `id`, `rules`, `store`, `concurrency`, `maxQueue`, `maxWait`, `batch`, `onStoreError`, `feedback` and `clock`',
+      'Unknown option `onStoreErorr`; createValve() takes `id`, `rules`, `store`, `concurrency`, `maxQueue`, `maxWait`, `batch`, `onStoreError`, `precision`, `feedback` and `clock`',
     );
     expect(make({ feedback: { maxPuase: 1 } })).toThrow(
       'Unknown option `feedback.maxPuase`; feedback takes `maxPause`, `backoffInitial` and `backoffMax`',

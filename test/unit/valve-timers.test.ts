@@ -8,8 +8,18 @@ import { FakeClock, setup, track } from './harness.js';
 const noop = () => undefined;
 
 describe('wake-up timers', () => {
-  it('a burst-1 rate wait with a synchronous store uses the precise timer, for the exact hint', async () => {
+  it('by default a burst-1 rate wait with a synchronous store is one plain timer, for the exact hint', async () => {
     const { valve, clock } = setup({ rules: { limit: 1000, interval: '1s' } });
+    const jobs = Array.from({ length: 5 }, () => track(valve.run(noop)));
+    await clock.runAllAsync();
+    expect(jobs.every((j) => j.ok)).toBe(true);
+    // One start now, then four rate waits of exactly one emission interval each, none precise.
+    expect(clock.requested).toEqual([1, 1, 1, 1]);
+    expect(clock.preciseRequested).toEqual([]);
+  });
+
+  it("precision 'spin': a burst-1 rate wait with a synchronous store uses the precise timer, for the exact hint", async () => {
+    const { valve, clock } = setup({ rules: { limit: 1000, interval: '1s' }, precision: 'spin' });
     const jobs = Array.from({ length: 5 }, () => track(valve.run(noop)));
     await clock.runAllAsync();
     expect(jobs.every((j) => j.ok)).toBe(true);
@@ -17,8 +27,8 @@ describe('wake-up timers', () => {
     expect(clock.preciseRequested).toEqual([1, 1, 1, 1]);
   });
 
-  it('a rule whose burst absorbs lateness (≥ 2 ms of tolerance) uses plain timers', async () => {
-    const { valve, clock } = setup({ rules: { limit: 1000, interval: '1s', burst: 10 } });
+  it("a rule whose burst absorbs lateness (≥ 2 ms of tolerance) uses plain timers, even with precision 'spin'", async () => {
+    const { valve, clock } = setup({ rules: { limit: 1000, interval: '1s', burst: 10 }, precision: 'spin' });
     const jobs = Array.from({ length: 30 }, () => track(valve.run(noop)));
     await clock.runAllAsync();
     expect(jobs.every((j) => j.ok)).toBe(true);
@@ -26,8 +36,8 @@ describe('wake-up timers', () => {
     expect(clock.preciseRequested).toEqual([]);
   });
 
-  it('an asynchronous store uses plain timers for waits of 1 ms or more (network jitter dominates; spinning would take CPU from a local Redis)', async () => {
-    const { valve, clock, store } = setup({ rules: { limit: 100, interval: '1s' } });
+  it("an asynchronous store uses plain timers for waits of 1 ms or more, even with precision 'spin' (network jitter dominates; spinning would take CPU from a local Redis)", async () => {
+    const { valve, clock, store } = setup({ rules: { limit: 100, interval: '1s' }, precision: 'spin' });
     store.async = { delay: 0.2 };
     const jobs = Array.from({ length: 5 }, () => track(valve.run(noop)));
     await clock.runAllAsync();
@@ -35,8 +45,8 @@ describe('wake-up timers', () => {
     expect(clock.preciseRequested).toEqual([]);
   });
 
-  it('an asynchronous store: a rate wait of less than 1 ms uses the precise timer, not a whole tick', async () => {
-    const { valve, clock, store } = setup({ rules: { limit: 1000, interval: '1s' } });
+  it("precision 'spin', an asynchronous store: a rate wait of less than 1 ms uses the precise timer, not a whole tick", async () => {
+    const { valve, clock, store } = setup({ rules: { limit: 1000, interval: '1s' }, precision: 'spin' });
     store.async = { delay: 0.2 };
     const jobs = Array.from({ length: 5 }, () => track(valve.run(noop)));
     await clock.runAllAsync();
@@ -44,6 +54,20 @@ describe('wake-up timers', () => {
     // Each wait is the 1 ms slot minus the round trip, sent so that it arrives on the slot.
     expect(clock.preciseRequested).toHaveLength(4);
     for (const ms of clock.preciseRequested) expect(ms).toBeCloseTo(0.8, 3);
+    expect(store.acquires.map((a) => a.granted)).toEqual([1, 1, 1, 1, 1]);
+  });
+
+  it('by default, an asynchronous store: a rate wait of less than 1 ms is one plain timer to the hint, never precise', async () => {
+    const { valve, clock, store } = setup({ rules: { limit: 1000, interval: '1s' } });
+    store.async = { delay: 0.2 };
+    const jobs = Array.from({ length: 5 }, () => track(valve.run(noop)));
+    await clock.runAllAsync();
+    expect(jobs.every((j) => j.ok)).toBe(true);
+    expect(clock.preciseRequested).toEqual([]);
+    // The valve's own timers (the store's 0.2 ms round trips aside): the slot minus the round trip.
+    const waits = clock.requested.filter((ms) => Math.abs(ms - 0.2) > 1e-9);
+    expect(waits).toHaveLength(4);
+    for (const ms of waits) expect(ms).toBeCloseTo(0.8, 3);
     expect(store.acquires.map((a) => a.granted)).toEqual([1, 1, 1, 1, 1]);
   });
 
