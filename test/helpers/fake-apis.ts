@@ -13,6 +13,12 @@
  *   request); a customer object; beyond it a 429 with Stripe's `rate_limit` error body,
  *   `request-id` and `stripe-should-retry: true`. No rate-limit header, as Stripe.
  *
+ * - `generic`: any path. A fixed window as Stripe's, with the IETF draft-8 fields that
+ *   express-rate-limit sends (`RateLimit-Policy: "default";q=…;w=…`, `RateLimit: "default";r=…;t=…`,
+ *   whole seconds) and, beyond it, a 429 with `Retry-After` (seconds) and a JSON problem body.
+ *   With `always429`, a bare 429 (no header: valve backs off), to count attempts quickly. A path
+ *   starting with `/missing` is a 404.
+ *
  * `always429: true` answers every request with the limited answer (for counting attempts).
  * Requests may carry `x-call` (the caller's id) and `x-sent-at` (epoch ms when the client
  * sent it, performance-based clock): both are logged, with the SDK's retry counters
@@ -22,7 +28,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { formatGoDuration } from './fake-provider.js';
 
-export type FakeApiKind = 'openai' | 'anthropic' | 'stripe';
+export type FakeApiKind = 'openai' | 'anthropic' | 'stripe' | 'generic';
 
 export interface FakeApiOptions {
   limit: number;
@@ -175,6 +181,54 @@ export async function startFakeApi(kind: FakeApiKind, options: FakeApiOptions): 
     };
   };
 
+  const generic = (t: number, path: string): Answer => {
+    if (windowStart < 0 || t >= windowStart + options.windowMs) {
+      windowStart = t;
+      count = 0;
+    }
+    const limited = options.always429 === true || count >= options.limit;
+    if (!limited) count++;
+    served++;
+    if (options.always429 === true) {
+      return {
+        status: 429,
+        headers: {},
+        body: '{"title":"Too Many Requests","status":429}',
+        blockedUntil: undefined,
+      };
+    }
+    if (path.startsWith('/missing')) {
+      return {
+        status: 404,
+        headers: {},
+        body: '{"title":"Not Found","status":404}',
+        blockedUntil: undefined,
+      };
+    }
+    const reset = windowStart + options.windowMs;
+    const remaining = options.limit - count;
+    const seconds = Math.ceil((reset - t) / 1000);
+    const headers = {
+      'content-type': 'application/json',
+      'ratelimit-policy': `"default";q=${options.limit};w=${Math.ceil(options.windowMs / 1000)}`,
+      ratelimit: `"default";r=${limited ? 0 : remaining};t=${seconds}`,
+    };
+    if (limited) {
+      return {
+        status: 429,
+        headers: { ...headers, 'retry-after': String(seconds) },
+        body: '{"title":"Too Many Requests","status":429}',
+        blockedUntil: reset,
+      };
+    }
+    return {
+      status: 200,
+      headers,
+      body: JSON.stringify({ ok: true, n: served }),
+      blockedUntil: remaining === 0 ? reset : undefined,
+    };
+  };
+
   const stripe = (t: number): Answer => {
     if (windowStart < 0 || t >= windowStart + options.windowMs) {
       windowStart = t;
@@ -213,7 +267,8 @@ export async function startFakeApi(kind: FakeApiKind, options: FakeApiOptions): 
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      const answer = kind === 'stripe' ? stripe(at) : bucket(at);
+      const answer =
+        kind === 'stripe' ? stripe(at) : kind === 'generic' ? generic(at, req.url ?? '/') : bucket(at);
       const header = (name: string) => {
         const v = req.headers[name];
         return typeof v === 'string' ? v : undefined;
