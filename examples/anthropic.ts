@@ -8,9 +8,10 @@
  * test/integrations/sdks.test.ts drives createAnthropic() against a local fake of Anthropic;
  * test/acceptance/examples.test.ts runs this file.
  */
-import { pathToFileURL } from 'node:url';
+// #region imports
 import Anthropic from '@anthropic-ai/sdk';
 import { createValve, memoryStore, type Store } from '../src/index.js';
+// #endregion imports
 
 export interface AnthropicClientOptions {
   apiKey: string;
@@ -66,7 +67,7 @@ export function createAnthropic({
   return { anthropic, ask, requests, outputTokens, close };
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+if (process.argv[1] === import.meta.filename) {
   const client = createAnthropic({
     apiKey: process.env.ANTHROPIC_API_KEY ?? '',
     baseURL: process.env.ANTHROPIC_BASE_URL,

@@ -7,10 +7,11 @@
  * test/integrations/http-clients.test.ts drives createAxios() against a local rate-limited
  * server; test/acceptance/examples.test.ts runs this file.
  */
-import { pathToFileURL } from 'node:url';
+// #region imports
 import axios, { isAxiosError } from 'axios';
 import { valveAdapter } from '../src/axios.js';
 import { createValve, memoryStore, type Valve } from '../src/index.js';
+// #endregion imports
 
 export function createAxios(valve: Valve, baseURL: string) {
   // #region client
@@ -19,7 +20,7 @@ export function createAxios(valve: Valve, baseURL: string) {
   return api;
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+if (process.argv[1] === import.meta.filename) {
   // #region valve
   const valve = createValve({
     id: 'api.example.com',

@@ -6,9 +6,10 @@
  * test/integrations/http-clients.test.ts drives createKy() against a local rate-limited server;
  * test/acceptance/examples.test.ts runs this file.
  */
-import { pathToFileURL } from 'node:url';
+// #region imports
 import ky from 'ky';
 import { createValve, memoryStore, type Valve } from '../src/index.js';
+// #endregion imports
 
 export function createKy(valve: Valve, prefixUrl: string) {
   // #region client
@@ -22,7 +23,7 @@ export function createKy(valve: Valve, prefixUrl: string) {
   return api;
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+if (process.argv[1] === import.meta.filename) {
   // #region valve
   const valve = createValve({
     id: 'api.example.com',

@@ -8,10 +8,11 @@
  * test/integrations/sdks.test.ts drives createOpenAI() against a local fake of OpenAI;
  * test/acceptance/examples.test.ts runs this file.
  */
-import { pathToFileURL } from 'node:url';
+// #region imports
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import { createValve, memoryStore, type Store } from '../src/index.js';
+// #endregion imports
 
 export interface OpenAIClientOptions {
   apiKey: string;
@@ -78,7 +79,7 @@ export function createOpenAI({
   return { openai, chat, requests, tokens, close };
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+if (process.argv[1] === import.meta.filename) {
   const client = createOpenAI({
     apiKey: process.env.OPENAI_API_KEY ?? '',
     baseURL: process.env.OPENAI_BASE_URL,

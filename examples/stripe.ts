@@ -8,9 +8,10 @@
  * test/integrations/sdks.test.ts drives createStripe() against a local fake of Stripe;
  * test/acceptance/examples.test.ts runs this file.
  */
-import { pathToFileURL } from 'node:url';
+// #region imports
 import Stripe from 'stripe';
 import { createValve, memoryStore, type Valve } from '../src/index.js';
+// #endregion imports
 
 /** Where the API is (only to point the SDK at a test server): host, port, protocol. */
 export type StripeEndpoint = Pick<Stripe.StripeConfig, 'host' | 'port' | 'protocol'>;
@@ -32,7 +33,7 @@ function endpointOf(url: string | undefined): StripeEndpoint {
   return { host: u.hostname, port: Number(u.port), protocol: u.protocol === 'http:' ? 'http' : 'https' };
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+if (process.argv[1] === import.meta.filename) {
   // #region valve
   // One valve per Stripe account, below its limit (25 requests/s in test mode, 100 live).
   const valve = createValve({

@@ -8,11 +8,13 @@
  * test/integrations/http-clients.test.ts drives createDispatcher() against local rate-limited
  * servers; test/acceptance/examples.test.ts runs this file.
  */
+
+// #region imports
 import { createHash } from 'node:crypto';
-import { pathToFileURL } from 'node:url';
 import { Agent, request, setGlobalDispatcher } from 'undici';
 import { createValveGroup, memoryStore, type ValveGroup } from '../src/index.js';
 import { requestHeader, valveInterceptor } from '../src/undici.js';
+// #endregion imports
 
 export function createDispatcher(group: ValveGroup): Agent {
   // #region dispatcher
@@ -28,7 +30,7 @@ export function createDispatcher(group: ValveGroup): Agent {
   return dispatcher as unknown as Agent;
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+if (process.argv[1] === import.meta.filename) {
   const api = process.env.API_URL ?? 'https://api.example.com';
   // #region group
   const group = createValveGroup({

@@ -37,6 +37,12 @@ export interface ValveInterceptorOptions extends ValveTarget<DispatchOptions> {
    * Upgrades and CONNECT requests (WebSockets, proxies' tunnels) never go through it.
    */
   match?: (request: DispatchOptions) => boolean;
+  /**
+   * Bytes of a streamed request body (a stream, an async iterable: every body `fetch()` sends)
+   * read into memory before the request is queued, so that a retry can send it again. A longer
+   * body is sent once, as it streams (its 429 is observed and returned). Default 1 MiB; 0 never buffers.
+   */
+  maxBufferedBody?: number;
 }
 
 interface Pending {
@@ -83,6 +89,51 @@ function replayable(body: unknown): boolean {
   if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) return true;
   const tag = Object.prototype.toString.call(body);
   return tag === '[object Blob]' || tag === '[object File]' || tag === '[object FormData]';
+}
+
+function isAsyncIterable(body: unknown): body is AsyncIterable<unknown> {
+  return (
+    body !== null &&
+    typeof body === 'object' &&
+    typeof (body as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function'
+  );
+}
+
+/** A streamed body read whole (up to `max` bytes), or, beyond that, a stream of what was read and the rest. */
+async function readBody(
+  body: AsyncIterable<unknown>,
+  max: number,
+  signal: AbortSignal,
+): Promise<{ body: Buffer | AsyncIterable<unknown>; whole: boolean }> {
+  const iterator = body[Symbol.asyncIterator]();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for (;;) {
+    if (signal.aborted) {
+      void iterator.return?.()?.catch?.(() => {});
+      throw signal.reason;
+    }
+    const next = await iterator.next();
+    if (next.done) return { body: Buffer.concat(chunks), whole: true };
+    const chunk = Buffer.isBuffer(next.value)
+      ? next.value
+      : typeof next.value === 'string'
+        ? Buffer.from(next.value)
+        : Buffer.from(next.value as Uint8Array);
+    chunks.push(chunk);
+    size += chunk.length;
+    if (size > max) {
+      const rest = async function* () {
+        yield* chunks;
+        for (;;) {
+          const more = await iterator.next();
+          if (more.done) return;
+          yield more.value;
+        }
+      };
+      return { body: rest(), whole: false };
+    }
+  }
 }
 
 function hrefOf(request: DispatchOptions): string {
@@ -248,14 +299,26 @@ class Attempt implements DispatchHandler {
  *   signal, `request({ signal })`) rejects at once and nothing is sent.
  * - Its answer is observed; a 429 (or 503 with Retry-After) is retried up to `retries` times at
  *   the original position, its body discarded; then the last answer is handed over as is.
- * - A body that cannot be sent twice (a stream, an async iterable: every `fetch()` body) is
- *   sent once: its 429 is observed and returned, not retried.
+ * - A streamed body (a stream, an async iterable: every `fetch()` body) is read into memory
+ *   first, up to `maxBufferedBody` bytes, so that a retry can send it again; a longer one is sent
+ *   once, as it streams: its 429 is observed and returned, not retried.
  */
 export function valveInterceptor(options: ValveInterceptorOptions): Dispatcher.DispatcherComposeInterceptor {
-  const { match, ...target } = (options ?? {}) as ValveInterceptorOptions;
+  const { match, maxBufferedBody, ...target } = (options ?? {}) as ValveInterceptorOptions;
   if (match !== undefined && typeof match !== 'function') {
     throw new TypeError(
       `Expected \`match\` to be a function of the request returning a boolean, got ${describe(match)}`,
+    );
+  }
+  const maxBuffered = maxBufferedBody ?? 1_048_576;
+  if (typeof maxBuffered !== 'number') {
+    throw new TypeError(
+      `Expected \`maxBufferedBody\` to be a non-negative integer (bytes), got ${describe(maxBuffered)}`,
+    );
+  }
+  if (!Number.isSafeInteger(maxBuffered) || maxBuffered < 0) {
+    throw new RangeError(
+      `Expected \`maxBufferedBody\` to be a non-negative integer (bytes), got ${String(maxBuffered)}`,
     );
   }
   /** Each request's dispatch, controller and caller handler, read by `send` (wrapFetch passes only the request). */
@@ -291,8 +354,6 @@ export function valveInterceptor(options: ValveInterceptorOptions): Dispatcher.D
         return dispatch(request, handler);
       }
       const outer = new OuterController();
-      const outgoing: Outgoing<DispatchOptions> = { href: hrefOf(request), request };
-      pending.set(outgoing, { outer, handler, dispatch });
       // The caller gets its controller now: an abort while queued reaches the valve.
       handler.onRequestStart?.(outer, {});
       const fail = (err: unknown) => {
@@ -302,11 +363,25 @@ export function valveInterceptor(options: ValveInterceptorOptions): Dispatcher.D
         fail(outer.reason);
         return true;
       }
-      const through = replayable(request.body) ? wrapped.replayable : wrapped.once;
-      through(outgoing, { signal: outer.abortController.signal }).then(
-        (answer) => answer.attempt.release(),
-        fail,
-      );
+      const queue = (req: DispatchOptions, again: boolean) => {
+        const outgoing: Outgoing<DispatchOptions> = { href: hrefOf(req), request: req };
+        pending.set(outgoing, { outer, handler, dispatch });
+        const through = again ? wrapped.replayable : wrapped.once;
+        through(outgoing, { signal: outer.abortController.signal }).then(
+          (answer) => answer.attempt.release(),
+          fail,
+        );
+      };
+      const body: unknown = request.body;
+      if (replayable(body) || maxBuffered === 0 || !isAsyncIterable(body)) {
+        queue(request, replayable(body));
+      } else {
+        // A streamed body (every fetch() body): read it first, so that a retry can send it again.
+        readBody(body, maxBuffered, outer.abortController.signal).then(
+          (read) => queue({ ...request, body: read.body as DispatchOptions['body'] }, read.whole),
+          fail,
+        );
+      }
       return true;
     };
 }

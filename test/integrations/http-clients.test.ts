@@ -231,20 +231,38 @@ describe('valve/undici (examples/undici.ts)', () => {
     expect(api.log.map((r) => r.body)).toEqual(Array(4).fill('{"a":1}'));
   });
 
-  it('a body that cannot be sent twice (a stream) is sent once: its 429 is returned', async () => {
+  it('fetch() bodies (streamed) and small streams are read first and sent again on each retry; a longer stream once', async () => {
     const api = await fake(true);
     const v = createValve({ id: 'api', feedback: { backoffInitial: '10ms' } });
     closers.push(() => v.close());
-    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    const agent = new Agent().compose(valveInterceptor({ valve: v, maxBufferedBody: 16 }));
     closers.push(() => agent.close());
-    const res = await request(`${api.url}/items`, {
+    setGlobalDispatcher(agent);
+    const viaFetch = await fetch(`${api.url}/items`, { method: 'POST', body: '{"fetch":1}' });
+    expect(viaFetch.status).toBe(429);
+    await viaFetch.text();
+    expect(api.log.map((r) => r.body)).toEqual(Array(4).fill('{"fetch":1}'));
+
+    api.log.length = 0;
+    const small = await request(`${api.url}/items`, {
       method: 'POST',
       body: Readable.from(['{"a":', '1}']),
       dispatcher: agent,
     });
-    expect(res.statusCode).toBe(429);
-    await res.body.text();
-    expect(api.log.map((r) => r.body)).toEqual(['{"a":1}']);
+    expect(small.statusCode).toBe(429);
+    await small.body.text();
+    expect(api.log.map((r) => r.body)).toEqual(Array(4).fill('{"a":1}'));
+
+    api.log.length = 0;
+    const long = '{"long":"0123456789abcdef"}'; // 27 bytes, over maxBufferedBody (16)
+    const once = await request(`${api.url}/items`, {
+      method: 'POST',
+      body: Readable.from([long.slice(0, 10), long.slice(10)]),
+      dispatcher: agent,
+    });
+    expect(once.statusCode).toBe(429);
+    await once.body.text();
+    expect(api.log.map((r) => r.body)).toEqual([long]);
   });
 
   it('a call aborted while queued rejects at once and never reaches the server (fetch and request)', async () => {
@@ -292,6 +310,10 @@ describe('valve/undici (examples/undici.ts)', () => {
     expect(() => valveInterceptor({ valve: v, retries: -1 })).toThrow(RangeError);
     expect(() => valveInterceptor({ valve: v, match: true } as never)).toThrow(/`match`/);
     expect(() => valveInterceptor({ valve: {} as Valve })).toThrow(/`valve`/);
+    expect(() => valveInterceptor({ valve: v, maxBufferedBody: -1 })).toThrow(RangeError);
+    expect(() => valveInterceptor({ valve: v, maxBufferedBody: '1mb' } as never)).toThrow(
+      /`maxBufferedBody`/,
+    );
   });
 });
 
@@ -382,5 +404,20 @@ describe('valve/axios (examples/axios.ts)', () => {
     expect(() => valveAdapter({} as never)).toThrow(/either `valve`/);
     expect(() => valveAdapter({ valve: valve(), priority: Number.NaN })).toThrow(RangeError);
     expect(() => valveAdapter({ group: group(), key: 'x' } as never)).toThrow(/`key`/);
+  });
+});
+
+describe('the check itself (insideAnnouncedPauses)', () => {
+  const announced = { at: 100, sentAt: 99, blockedUntil: 600 };
+  it('finds a request sent after the client learnt of the pause and arriving inside it', () => {
+    const late = { at: 300, sentAt: 299 };
+    expect(insideAnnouncedPauses([announced, late], [{ at: 110, until: 600 }])).toEqual([late]);
+    // No pause event covered it: the client knew from the announcement's arrival on.
+    expect(insideAnnouncedPauses([announced, late], [])).toEqual([late]);
+  });
+  it('lets through requests in flight when the client learnt of it, and requests after its end', () => {
+    const inFlight = { at: 120, sentAt: 105 };
+    const after = { at: 601, sentAt: 600 };
+    expect(insideAnnouncedPauses([announced, inFlight, after], [{ at: 110, until: 600 }])).toEqual([]);
   });
 });
