@@ -21,7 +21,7 @@ export function createStripe(valve: Valve, apiKey: string, endpoint: StripeEndpo
   const stripe = new Stripe(apiKey, {
     httpClient: Stripe.createFetchHttpClient(valve.wrapFetch(fetch)), // every attempt through the valve
     maxNetworkRetries: 0, // valve retries 429s; Stripe's retries (2 by default) would multiply them
-    ...endpoint,
+    ...endpoint, // host, port, protocol: only to point the SDK at a test server
   });
   // #endregion client
   return stripe;

@@ -24,7 +24,14 @@ import { createAxios } from '../../examples/axios.js';
 import { createKy } from '../../examples/ky.js';
 import { createDispatcher } from '../../examples/undici.js';
 import { valveAdapter } from '../../src/axios.js';
-import { createValve, createValveGroup, memoryStore, type Valve, type ValveGroup } from '../../src/index.js';
+import {
+  createValve,
+  createValveGroup,
+  isValveError,
+  memoryStore,
+  type Valve,
+  type ValveGroup,
+} from '../../src/index.js';
 import { requestHeader, valveInterceptor } from '../../src/undici.js';
 import { insideAnnouncedPauses, recordPauses, stampedFetch } from '../helpers/announced-pauses.js';
 import { type FakeApi, startFakeApi } from '../helpers/fake-apis.js';
@@ -129,6 +136,18 @@ describe('ky (examples/ky.ts)', () => {
     await queued(v);
     controller.abort();
     expect((await settled) as Error).toMatchObject({ name: 'AbortError' });
+    expect(api.log).toEqual([]);
+  });
+
+  it('a call that does not start within maxWait rejects with the ValveError, never sent', async () => {
+    const api = await fake();
+    const v = createValve({ id: 'api', maxWait: 50 });
+    closers.push(() => v.close());
+    await v.pause(60_000);
+    const error = await createKy(v, api.url)
+      .get('items/1')
+      .catch((e: unknown) => e);
+    expect(isValveError(error, 'MAX_WAIT')).toBe(true);
     expect(api.log).toEqual([]);
   });
 });
@@ -385,6 +404,18 @@ describe('valve/axios (examples/axios.ts)', () => {
     expect(a).toMatchObject({ name: 'CanceledError', code: 'ERR_CANCELED' });
     expect(axios.isCancel(b)).toBe(true);
     expect(b as Error).toMatchObject({ message: 'no longer needed' });
+    expect(api.log).toEqual([]);
+  });
+
+  it('a request that does not start within maxWait rejects with the ValveError, never sent', async () => {
+    const api = await fake();
+    const v = createValve({ id: 'api', maxWait: 50 });
+    closers.push(() => v.close());
+    await v.pause(60_000);
+    const error = await createAxios(v, api.url)
+      .get('/items')
+      .catch((e: unknown) => e);
+    expect(isValveError(error, 'MAX_WAIT')).toBe(true);
     expect(api.log).toEqual([]);
   });
 
