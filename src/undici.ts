@@ -80,6 +80,42 @@ export function requestHeader(request: DispatchOptions, name: string): string | 
   return found.length === 0 ? undefined : found.join(', ');
 }
 
+/** `13, 13`: one length repeated (RFC 9110 §8.6 lets a recipient collapse it to one). */
+const REPEATED_LENGTH = /^\s*(\d+)(?:\s*,\s*\1)+\s*$/;
+
+/**
+ * Node 20's bundled fetch sends `content-length: 13, 13` when the caller set the header itself
+ * (stripe-node's fetch client does), which undici 7 refuses ('invalid content-length header').
+ * Collapses one repeated length to a single value, as RFC 9110 allows; anything else is left
+ * for undici to judge. Headers as an object (fetch's form) or a flat array.
+ */
+function withSingleContentLength(request: DispatchOptions): DispatchOptions {
+  const headers = request.headers as unknown;
+  if (headers === null || typeof headers !== 'object') return request;
+  if (Array.isArray(headers)) {
+    for (let i = 0; i + 1 < headers.length; i += 2) {
+      const value = headers[i + 1];
+      if (String(headers[i]).toLowerCase() !== 'content-length' || typeof value !== 'string') continue;
+      const repeated = REPEATED_LENGTH.exec(value);
+      if (repeated === null) continue;
+      const copy = headers.slice();
+      copy[i + 1] = repeated[1];
+      return { ...request, headers: copy as string[] };
+    }
+    return request;
+  }
+  if (typeof (headers as Iterable<unknown>)[Symbol.iterator] === 'function') return request;
+  const record = headers as Record<string, unknown>;
+  for (const name of Object.keys(record)) {
+    const value = record[name];
+    if (name.toLowerCase() !== 'content-length' || typeof value !== 'string') continue;
+    const repeated = REPEATED_LENGTH.exec(value);
+    if (repeated === null) return request;
+    return { ...request, headers: { ...record, [name]: repeated[1] } as Record<string, string> };
+  }
+  return request;
+}
+
 function hrefOf(request: DispatchOptions): string {
   const origin = request.origin === undefined ? '' : String(request.origin).replace(/\/$/, '');
   return `${origin}${request.path}`;
@@ -145,6 +181,7 @@ export function valveInterceptor(options: ValveInterceptorOptions): Dispatcher.D
 
   return (dispatch: Dispatch): Dispatch =>
     (request: DispatchOptions, handler: DispatchHandler): boolean => {
+      request = withSingleContentLength(request);
       if (request.upgrade || request.method === 'CONNECT' || (match !== undefined && !match(request))) {
         return dispatch(request, handler);
       }

@@ -11,6 +11,8 @@
 import { Readable } from 'node:stream';
 import axios, { AxiosError, getAdapter, type InternalAxiosRequestConfig } from 'axios';
 import { HTTPError } from 'ky';
+import OpenAI from 'openai';
+import Stripe from 'stripe';
 import {
   Agent,
   type Dispatcher,
@@ -236,6 +238,44 @@ describe('valve/undici (examples/undici.ts)', () => {
     );
     expect(statuses).toEqual(Array(N).fill(200));
     expect(limiter.log).toHaveLength(N + retries.length);
+  });
+
+  it('the OpenAI SDK on the global fetch (no wrapFetch): its POSTs are retried at their place, 4 attempts for a call that only gets 429s', async () => {
+    const api = await startFakeApi('openai', { limit: 4, windowMs: 400, always429: true });
+    servers.push(api);
+    const v = valve();
+    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    setGlobalDispatcher(agent);
+    const openai = new OpenAI({ apiKey: 'sk-test', baseURL: api.url, maxRetries: 0 });
+    const error = await openai.chat.completions
+      .create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'Say call-0.' }] })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.RateLimitError);
+    // fetch() streams its bodies: the interceptor read this one first, and sent it 4 times.
+    expect(api.log.map((r) => r.body)).toEqual(Array(4).fill(api.log[0]?.body));
+    expect(api.log[0]?.body).toContain('call-0');
+  });
+
+  it("stripe-node's fetch client on the global fetch: its Content-Length, which Node 20's fetch repeats, is sent once", async () => {
+    // Node 20's bundled fetch sends `content-length: N, N` when the caller sets it; undici 7 refuses that.
+    const api = await startFakeApi('stripe', { limit: 4, windowMs: 400, always429: true });
+    servers.push(api);
+    const v = createValve({ id: 'stripe:acct_test', feedback: { backoffInitial: '10ms' } });
+    closers.push(() => v.close());
+    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    setGlobalDispatcher(agent);
+    const stripe = new Stripe('sk_test_1', {
+      httpClient: Stripe.createFetchHttpClient(),
+      maxNetworkRetries: 0,
+      host: '127.0.0.1',
+      port: api.port,
+      protocol: 'http',
+    });
+    const error = await stripe.customers.create({ description: 'call-0' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Stripe.errors.StripeRateLimitError);
+    expect(api.log.map((r) => r.body)).toEqual(Array(4).fill('description=call-0'));
   });
 
   it("a 429 is retried up to valve's attempts, and the caller gets the last answer with its body", async () => {
