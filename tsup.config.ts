@@ -1,11 +1,28 @@
-import { defineConfig } from 'tsup';
+import { defineConfig, type Options } from 'tsup';
 
-export default defineConfig({
-  entry: ['src/index.ts', 'src/testing.ts', 'src/undici.ts', 'src/axios.ts'],
-  format: ['esm', 'cjs'],
-  dts: true,
-  sourcemap: true,
-  clean: true,
+/** The `valve` command (package.json `bin`): one ESM file run by node, the core bundled in. */
+export const cliConfig: Options = {
+  entry: { cli: 'src/cli/main.ts' },
+  format: ['esm'],
+  banner: { js: '#!/usr/bin/env node' },
+  dts: false,
+  sourcemap: false,
+  clean: false,
+  splitting: false,
   target: 'node20',
   treeshake: true,
-});
+};
+
+export default defineConfig([
+  {
+    entry: ['src/index.ts', 'src/testing.ts', 'src/otel.ts', 'src/undici.ts', 'src/axios.ts'],
+    format: ['esm', 'cjs'],
+    dts: true,
+    sourcemap: true,
+    // The command's file (built by the config below, at the same time) is left alone.
+    clean: ['!cli.js'],
+    target: 'node20',
+    treeshake: true,
+  },
+  cliConfig,
+]);

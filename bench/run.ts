@@ -30,7 +30,7 @@ const scenarios: Record<string, ScenarioSpec> = {
   overhead: {
     script: 'overhead.ts',
     cases: ['never-binds'],
-    peers: () => ['valve', 'p-limit', 'p-queue', 'bottleneck', 'rlf-memory'],
+    peers: () => ['valve', 'valve-otel', 'p-limit', 'p-queue', 'bottleneck', 'rlf-memory'],
     valve: 'valve',
     exposeGc: true,
     repeat: 3,
@@ -363,6 +363,12 @@ function targets(rows: readonly Aggregate[]): Target[] {
     '×',
   );
   add('overhead: ≤ 400 B per queued job', ov('valve')?.median.bytesPerQueuedJob, (v) => v <= 400, ' B');
+  add(
+    'overhead: with valve/otel and a meter provider, jobs/s ≥ 0.9× valve',
+    ratio(ov('valve-otel')?.median.jobsPerSec, ov('valve')?.median.jobsPerSec),
+    (v) => v >= 0.9,
+    '×',
+  );
 
   const want: Record<string, number> = { '1000/s b1': 95, '200/s b1': 99, '1000/s b10': 99.5 };
   for (const [c, pct] of Object.entries(want)) {

@@ -12,6 +12,7 @@ import type {
   ValveGroupStats,
   ValveOverrides,
 } from './group-types.js';
+import { type GroupWatcher, OBSERVE } from './observer.js';
 import { normalizeOptions, type ValveOptions } from './options.js';
 import { readCloseOptions } from './run-options.js';
 import { checkId, checkKnownKeys, MAX_DURATION_MS } from './stores/checks.js';
@@ -97,6 +98,8 @@ class ValveGroupImpl implements ValveGroup {
   };
   private created = 0;
   private evicted = 0;
+  /** Hears each valve joining and leaving (valve/otel), or null: set through the OBSERVE method. */
+  private watcher: GroupWatcher | null = null;
   /** The promise close() returns; null until the first close(). */
   private closePromise: Promise<void> | null = null;
 
@@ -247,10 +250,21 @@ class ValveGroupImpl implements ValveGroup {
     const closes: Promise<void>[] = [...this.closing];
     for (const entry of this.entries.values()) closes.push(entry.valve.close(options));
     this.closePromise = Promise.all(closes).then(() => {
-      for (const entry of this.entries.values()) this.retire(entry.valve.stats());
+      for (const entry of this.entries.values()) {
+        this.retire(entry.valve.stats());
+        this.watcher?.removed(entry.key, entry.valve);
+      }
       this.entries.clear();
     });
     return this.closePromise;
+  }
+
+  /** valve/otel's hook (see observer.ts): sets the one watcher (null: none), told of every live valve now; returns the previous one. */
+  [OBSERVE](watcher: GroupWatcher | null): GroupWatcher | null {
+    const previous = this.watcher;
+    this.watcher = watcher;
+    if (watcher !== null) for (const entry of this.entries.values()) watcher.added(entry.key, entry.valve);
+    return previous;
   }
 
   // ---------------------------------------------------------------- creation and eviction
@@ -279,6 +293,7 @@ class ValveGroupImpl implements ValveGroup {
     });
     this.events.attach(entry);
     this.idle.touch(entry);
+    this.watcher?.added(key, valve);
     return entry;
   }
 
@@ -294,6 +309,7 @@ class ValveGroupImpl implements ValveGroup {
     this.evicted++;
     // Idle, so its counters are final: they join the totals now, not when close() resolves.
     this.retire(s);
+    this.watcher?.removed(entry.key, entry.valve);
     const closing = entry.valve.close();
     this.closing.add(closing);
     void closing.then(() => this.closing.delete(closing));

@@ -1,6 +1,7 @@
 import type { ValveError } from './errors.js';
 import type { LeaseHolder, Leases } from './leases.js';
 import { isThenable } from './maybe-promise.js';
+import type { ValveObserver } from './observer.js';
 import { DeadlineHeap } from './queue.js';
 import type { SignalWatch } from './signals.js';
 import type { Lease } from './stores/store.js';
@@ -65,6 +66,20 @@ export class Job {
     this.seq = seq;
     this.deadline = deadline;
     this.resolve = capturedResolve;
+  }
+}
+
+/**
+ * A job queued while its valve had an observer (valve/otel): it also holds when run() queued
+ * it. A subclass, so that the jobs of a valve nobody observes stay as small as they were.
+ */
+export class TimedJob extends Job {
+  /** When run() queued it (the valve's clock, ms). */
+  readonly queuedAt: number;
+
+  constructor(fn: AnyJob, cost: number, priority: number, seq: number, deadline: number, queuedAt: number) {
+    super(fn, cost, priority, seq, deadline);
+    this.queuedAt = queuedAt;
   }
 }
 
@@ -146,6 +161,8 @@ export class Jobs {
   private failedCount = 0;
   /** Jobs that ended without starting, including refused calls (only grows). */
   private rejectedCount = 0;
+  /** Hears every start and rejection (valve/otel), or null: set through the valve's OBSERVE method. */
+  observer: ValveObserver | null = null;
 
   constructor(
     /** Takes a started job's lease, and releases it when the job settles. */
@@ -187,6 +204,7 @@ export class Jobs {
   /** A call refused before it became a job (bad arguments, QUEUE_FULL, CLOSED, aborted): counted as rejected. */
   refuse(reason: unknown): Promise<never> {
     this.rejectedCount++;
+    if (this.observer !== null) this.observer.rejected(reason);
     return Promise.reject(reason);
   }
 
@@ -208,6 +226,7 @@ export class Jobs {
     this.pendingCount--;
     this.startedCount++;
     if (job.heapIndex >= 0) this.deadlines.remove(job);
+    if (this.observer !== null) this.observer.started(job instanceof TimedJob ? job.queuedAt : -1, now);
     let ctx: Context;
     if (lease !== undefined) {
       ctx = new Context({ token: lease.token, fence: lease.fence });
@@ -287,6 +306,7 @@ export class Jobs {
     job.fn = null;
     const resolve = job.resolve;
     job.resolve = settled;
+    if (this.observer !== null) this.observer.rejected(reason);
     rejectWith(resolve, reason);
     this.host.jobEnded();
   }

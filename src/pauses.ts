@@ -247,7 +247,8 @@ export class Pauses {
     this.host.pauseChanged();
     let result: unknown;
     try {
-      result = this.store.pause(this.id, ms);
+      const { header } = pauseOrigin(detail);
+      result = this.store.pause(this.id, ms, header === undefined ? source : `${source} (${header})`);
     } catch (err) {
       const error = this.storeFailure(err, 'pause');
       return confirm ? Promise.reject(error) : undefined;

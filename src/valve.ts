@@ -13,8 +13,9 @@ import { type FetchLike, type WrapFetchOptions, wrapFetch } from './feedback/fet
 import { observe } from './feedback/observe.js';
 import type { FeedbackReading } from './feedback/types.js';
 import type { ValveInternals } from './feedback-port.js';
-import { type AnyJob, capture, Job, Jobs } from './job.js';
+import { type AnyJob, capture, Job, Jobs, TimedJob } from './job.js';
 import { Leases } from './leases.js';
+import { OBSERVE, type ValveObserver } from './observer.js';
 import { type NormalizedOptions, normalizeOptions, normalizeRules, type ValveOptions } from './options.js';
 import { Pauses } from './pauses.js';
 import type { Rule } from './rules/rule.js';
@@ -265,6 +266,13 @@ class ValveImpl implements Valve {
     return this.closePromise;
   }
 
+  /** valve/otel's hook (see observer.ts): sets the one observer (null: none), returns the previous one. */
+  [OBSERVE](observer: ValveObserver | null): ValveObserver | null {
+    const previous = this.jobs.observer;
+    this.jobs.observer = observer;
+    return previous;
+  }
+
   // ---------------------------------------------------------------- enqueue
 
   runAt(
@@ -307,7 +315,10 @@ class ValveImpl implements Valve {
     const seq = retry ? sequence : this.seq++;
     const deadline = maxWait === Number.POSITIVE_INFINITY ? 0 : this.clock.now() + maxWait;
     const promise = new Promise(capture);
-    const job = new Job(fn, cost, priority, seq, deadline);
+    const job =
+      jobs.observer === null
+        ? new Job(fn, cost, priority, seq, deadline)
+        : new TimedJob(fn, cost, priority, seq, deadline, this.clock.now());
     if (onSequence !== undefined) onSequence(seq);
     jobs.add(job);
     this.waiting.enqueue(job, signal, retry);

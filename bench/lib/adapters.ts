@@ -10,7 +10,7 @@ import { RateLimiterMemory, RateLimiterRedis, type RateLimiterRes } from 'rate-l
 import { nowMs } from './common.js';
 import { referenceAdapter } from './reference.js';
 import { redisReferenceAdapter, roundTripReferenceAdapter } from './reference-redis.js';
-import { loadValve, type ValveGroupLike, type ValveLike } from './valve-module.js';
+import { loadOtel, loadValve, type ValveGroupLike, type ValveLike } from './valve-module.js';
 
 export interface LimiterOptions {
   /** Jobs per interval. */
@@ -98,7 +98,10 @@ const timerClock = {
  * `batch` overrides valve's default of 32 jobs per store call. With `sliding`, the rule is a
  * sliding window of `limit` per `intervalMs` (burst ignored: the whole limit may start at once);
  * a limit above the sliding window's cap (10,000, e.g. NEVER_BINDS) becomes 10,000 per 1 ms,
- * which never binds either.
+ * which never binds either. With `otel`, the store is wrapped by valve/otel's instrumentStore()
+ * and the valve instrumented: 'sdk' with a meter provider registered (valve-otel),
+ * 'sdk-attributes' the same with one attribute (`valve.name`) on every data point, 'none'
+ * with no meter provider (valve-otel-none: both calls then do nothing).
  */
 function valveAdapter(
   name: string,
@@ -106,6 +109,7 @@ function valveAdapter(
   plainTimers = false,
   batch?: number,
   sliding = false,
+  otel?: 'sdk' | 'sdk-attributes' | 'none',
 ): Adapter {
   let valve: ValveLike | undefined;
   let port: number | undefined;
@@ -123,6 +127,10 @@ function valveAdapter(
         store = plainTimers ? mod.memoryStore({ clock: timerClock }) : mod.memoryStore();
       }
       if (o.grantLog) store = logGrants(store as GrantSource, o.grantLog);
+      const instrumentation = otel === undefined ? undefined : await loadOtel(otel !== 'none');
+      // As docs/metrics.md suggests: a name for the valve (one attribute), the store wrapped once.
+      const attributes = otel === 'sdk-attributes' ? { attributes: { 'valve.name': 'bench' } } : {};
+      if (instrumentation) store = instrumentation.instrumentStore(store);
       valve = mod.createValve({
         id: o.redis?.id ?? 'bench',
         rules: [
@@ -137,6 +145,7 @@ function valveAdapter(
         ...((o.batch ?? batch) !== undefined ? { batch: o.batch ?? batch } : {}),
         ...(plainTimers ? { clock: timerClock } : {}),
       });
+      instrumentation?.instrument(valve, attributes);
     },
     schedule: (fn) => valve!.run(fn),
     async teardown() {
@@ -391,6 +400,10 @@ const factories: Record<string, () => Adapter> = {
   'valve-plain-timers': () => valveAdapter('valve-plain-timers', false, true),
   'valve-redis-plain-timers': () => valveAdapter('valve-redis-plain-timers', true, true),
   'valve-redis-batch128': () => valveAdapter('valve-redis-batch128', true, false, 128),
+  'valve-otel': () => valveAdapter('valve-otel', false, false, undefined, false, 'sdk'),
+  'valve-otel-attributes': () =>
+    valveAdapter('valve-otel-attributes', false, false, undefined, false, 'sdk-attributes'),
+  'valve-otel-none': () => valveAdapter('valve-otel-none', false, false, undefined, false, 'none'),
   'valve-sliding': () => valveAdapter('valve-sliding', false, false, undefined, true),
   'valve-redis-sliding': () => valveAdapter('valve-redis-sliding', true, false, undefined, true),
   'p-limit': pLimitAdapter,

@@ -64,3 +64,32 @@ export async function loadValve(): Promise<ValveModule> {
   }
   return mod as ValveModule;
 }
+
+export interface OtelModule {
+  instrument(valve: unknown, options?: unknown): { stop(): void };
+  instrumentStore<S>(store: S, options?: unknown): S;
+}
+
+/** The SDK's meter provider, registered once per process (valve-otel). */
+let registered = false;
+
+/**
+ * valve/otel from the same source as valve. With `sdk`, a global MeterProvider is registered
+ * first (a PeriodicExportingMetricReader exporting in memory every 60 s, the SDK's default
+ * interval: no export happens during a scenario's run); without, no provider exists, as in an
+ * application that installed valve/otel but no OpenTelemetry SDK.
+ */
+export async function loadOtel(sdk: boolean): Promise<OtelModule> {
+  if (sdk && !registered) {
+    const { metrics } = await import('@opentelemetry/api');
+    const { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } =
+      await import('@opentelemetry/sdk-metrics');
+    const reader = new PeriodicExportingMetricReader({
+      exporter: new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE),
+      exportIntervalMillis: 60_000,
+    });
+    metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
+    registered = true;
+  }
+  return (await import(root ? `${root}src/otel.ts` : '../../src/otel.js')) as OtelModule;
+}

@@ -8,7 +8,7 @@ import { createAdapter, NEVER_BINDS } from '../lib/adapters.js';
 import { emit, noop, parseScenarioArgs, peakRssMb, round } from '../lib/common.js';
 import { heapPerQueuedJob, runBatch } from '../lib/drive.js';
 
-export const peers = ['valve', 'p-limit', 'p-queue', 'bottleneck', 'rlf-memory'];
+export const peers = ['valve', 'valve-otel', 'p-limit', 'p-queue', 'bottleneck', 'rlf-memory'];
 
 const args = parseScenarioArgs();
 const N = args.quick ? 20_000 : 200_000;

@@ -107,8 +107,12 @@ export interface WakeStatus {
 export interface Store {
   /** Checks the pause, then grants the longest prefix of jobs that fits every rule (and a lease each); spends it. */
   acquire(request: AcquireRequest): MaybePromise<AcquireResult>;
-  /** Extends the shared pause to at least now + ms (never shortens). Resolves with the pause's end (epoch ms). */
-  pause(id: string, ms: number): MaybePromise<number>;
+  /**
+   * Extends the shared pause to at least now + ms (never shortens). Resolves with the pause's end
+   * (epoch ms). `by` (optional) says what paused, e.g. 'retry-after (retry-after)': a store may
+   * record it with the pause for operators (the Redis store does; `valve status` shows it).
+   */
+  pause(id: string, ms: number, by?: string): MaybePromise<number>;
   /** Deletes the shared pause. */
   resume(id: string): MaybePromise<void>;
   /**

@@ -15,6 +15,7 @@ import {
   copyFileSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   symlinkSync,
@@ -60,6 +61,7 @@ function startTypecheck(): Promise<{ stdout?: string; stderr?: string }> {
   const consumer = `
     import { createValve, isValveError, memoryStore, redisStore, ValveError, type Store } from 'valve';
     import { storeContract } from 'valve/testing';
+    import { instrument, instrumentStore, type Instrumentation } from 'valve/otel';
     import { requestHeader, valveInterceptor, type ValveInterceptorOptions } from 'valve/undici';
     import { valveAdapter, type ValveAdapterOptions } from 'valve/axios';
     import { describe, it } from 'node:test';
@@ -84,6 +86,11 @@ function startTypecheck(): Promise<{ stdout?: string; stderr?: string }> {
     if (isValveError(e, 'LEASE_LOST')) { const c: 'QUEUE_FULL' | 'MAX_WAIT' | 'STORE_UNAVAILABLE' | 'LEASE_LOST' | 'CLOSED' = e.code; void c; }
     if (e instanceof ValveError) void e.code;
     void redisStore; void n; void f; void p; void counters;
+    // valve/otel with the peer @opentelemetry/api (types from it, as a user has them).
+    const handle: Instrumentation = instrument(valve, { attributes: { 'valve.name': 'ts' }, includeId: false });
+    handle.stop();
+    const timed: Store = instrumentStore(mine, { clock: { now: () => 0 } });
+    void timed;
     // valve/testing with node:test's describe and it (vitest's are checked by the project's own tests).
     storeContract('typed', () => ({ store: memoryStore(), cleanup: async () => {} }), { describe, it, wakeUps: true });
     // The subpaths of the integrations, typed against the real undici and axios.
@@ -564,6 +571,65 @@ describe('the built package (dist/)', () => {
     expect(stderr).toMatch(/listener/i); // reported as a process warning, not thrown
   });
 
+  it('valve/otel: the package root never loads @opentelemetry/api; without it installed only valve/otel fails to load', async () => {
+    for (const file of ['dist/index.js', 'dist/index.cjs', 'dist/testing.js', 'dist/testing.cjs']) {
+      expect(readFileSync(join(root, file), 'utf8'), file).not.toMatch(/@opentelemetry/);
+    }
+    // A project where valve is installed (a copy: no node_modules of this repository to fall back on) and OpenTelemetry is not.
+    const bare = mkdtempSync(join(tmpdir(), 'valve-no-otel-'));
+    try {
+      const pkg = join(bare, 'node_modules/valve');
+      mkdirSync(join(pkg, 'dist'), { recursive: true });
+      copyFileSync(join(root, 'package.json'), join(pkg, 'package.json'));
+      for (const f of ['index.js', 'index.cjs', 'testing.js', 'testing.cjs', 'otel.js', 'otel.cjs']) {
+        copyFileSync(join(root, 'dist', f), join(pkg, 'dist', f));
+      }
+      for (const f of readdirSync(join(root, 'dist')).filter((f) => /^chunk-.*\.js$/.test(f))) {
+        copyFileSync(join(root, 'dist', f), join(pkg, 'dist', f));
+      }
+      const script = `
+        import { createRequire } from 'node:module';
+        const require = createRequire(import.meta.url);
+        const esm = await import('valve');
+        const cjs = require('valve');
+        const v = esm.createValve({ id: 'bare' });
+        const out = { ran: await v.run(() => 'ran'), cjs: typeof cjs.createValve };
+        out.esmOtel = await import('valve/otel').then(() => 'loaded', (e) => e.code + ' ' + e.message);
+        try { require('valve/otel'); out.cjsOtel = 'loaded'; } catch (e) { out.cjsOtel = e.code + ' ' + e.message; }
+        console.log(JSON.stringify(out));
+      `;
+      writeFileSync(join(bare, 'bare.mjs'), script);
+      const { stdout } = await run(process.execPath, ['bare.mjs'], { cwd: bare });
+      const out = JSON.parse(stdout.trim());
+      expect(out).toMatchObject({ ran: 'ran', cjs: 'function' });
+      expect(out.esmOtel).toMatch(/^ERR_MODULE_NOT_FOUND .*@opentelemetry\/api/);
+      expect(out.cjsOtel).toMatch(/^MODULE_NOT_FOUND .*@opentelemetry\/api/);
+    } finally {
+      rmSync(bare, { recursive: true, force: true });
+    }
+  });
+
+  it('valve/otel (ESM build) instruments a valve of the CJS build: one hook across two copies of the package', async () => {
+    const otel = await import(/* @vite-ignore */ pathToFileURL(join(root, 'dist/otel.js')).href);
+    const { MeterProvider, MetricReader } = await import('@opentelemetry/sdk-metrics');
+    class Reader extends MetricReader {
+      protected async onForceFlush() {}
+      protected async onShutdown() {}
+    }
+    const reader = new Reader();
+    const provider = new MeterProvider({ readers: [reader] });
+    const valve = cjs.createValve({ id: 'two-copies' });
+    otel.instrument(valve, { meter: provider.getMeter('valve') });
+    await Promise.all([valve.run(() => 1), valve.run(() => 2)]);
+    const { resourceMetrics } = await reader.collect();
+    const started = resourceMetrics.scopeMetrics
+      .flatMap((s) => s.metrics)
+      .find((m) => m.descriptor.name === 'valve.job.started');
+    expect(started?.dataPoints.map((p) => p.value)).toEqual([2]);
+    await valve.close();
+    await provider.shutdown();
+  });
+
   it('valve/testing: the conformance suite runs under node:test (ESM and CJS) and vitest from outside, importing no test runner', async () => {
     for (const file of ['dist/testing.js', 'dist/testing.cjs']) {
       expect(readFileSync(join(root, file), 'utf8'), file).not.toMatch(/vitest/);
@@ -677,7 +743,7 @@ describe('the built package (dist/)', () => {
     // The file list npm packs (prepack itself is skipped here: dist/ was built in beforeAll).
     const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root });
     const files: string[] = JSON.parse(stdout)[0].files.map((f: { path: string }) => f.path);
-    for (const entry of ['index', 'testing', 'undici', 'axios']) {
+    for (const entry of ['index', 'testing', 'otel', 'undici', 'axios']) {
       for (const ext of ['js', 'cjs', 'd.ts', 'd.cts']) expect(files).toContain(`dist/${entry}.${ext}`);
     }
     expect(files.filter((f) => !f.startsWith('dist/')).sort()).toEqual([
@@ -686,6 +752,12 @@ describe('the built package (dist/)', () => {
       'README.md',
       'package.json',
     ]);
+    // The command: bin → an executable ESM file with a node shebang (tested in test/cli/).
+    expect(pkg.bin).toEqual({ valve: './dist/cli.js' });
+    expect(files).toContain('dist/cli.js');
+    expect(readFileSync(join(root, 'dist/cli.js'), 'utf8').split('\n', 1)[0]).toBe('#!/usr/bin/env node');
+    const help = await run(join(outside, 'node_modules/valve/dist/cli.js'), ['--help'], { cwd: outside });
+    expect(help.stdout).toMatch(/^Usage: valve <command>/);
   });
 
   it('type-checks a TypeScript consumer (ESM and CJS) against the bundled declarations, Store type included', async () => {

@@ -83,7 +83,7 @@ function extract(source: string): string {
     .join('\n\n')
     .replace(/'(\.\.\/)+src\/index\.js'/g, "'valve'")
     .replace(/'(\.\.\/)+src\/testing\.js'/g, "'valve/testing'")
-    .replace(/'(\.\.\/)+src\/(undici|axios)\.js'/g, "'valve/$2'");
+    .replace(/'(\.\.\/)+src\/(otel|undici|axios)\.js'/g, "'valve/$2'");
 }
 
 /** Every test file's text, to check that a snippet's file is run by one of them. */

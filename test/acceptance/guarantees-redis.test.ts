@@ -60,7 +60,7 @@ describe('"With a Redis subscriber, pause, resume, and slot release wake waiting
     // b subscribes at its acquisition (a valve follows wake-ups while it has work) and polls
     // until the server confirmed the subscription; then it trusts the wake-ups.
     const waiter = b.run(() => performance.now());
-    await vi.waitFor(() => expect(bStore.listening!('w')).toBe(true), { timeout: 1000, interval: 5 });
+    await vi.waitFor(() => expect(bStore.listening!('w')).toBe(true), { timeout: 10_000, interval: 5 });
     await sleep(100); // b is now blocked on concurrency and sleeping on its (1 s) recheck
     const before = bAcquires;
     await holder;
@@ -80,7 +80,7 @@ describe('"With a Redis subscriber, pause, resume, and slot release wake waiting
     // b follows the wake-ups while it has work: a job of its runs meanwhile.
     let finish = () => {};
     const busy = b.run(() => new Promise<void>((resolve) => (finish = resolve)));
-    await vi.waitFor(() => expect(bStore.listening!('p')).toBe(true), { timeout: 1000, interval: 5 });
+    await vi.waitFor(() => expect(bStore.listening!('p')).toBe(true), { timeout: 10_000, interval: 5 });
     const heard: { until: number; source: string }[] = [];
     b.on('pause', (e) => heard.push(e));
     await a.pause(60_000);

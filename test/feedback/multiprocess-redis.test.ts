@@ -257,6 +257,7 @@ describe('wrapFetch in several processes sharing a pause through Redis', () => {
           `${c.inFlight.length} (all granted before the write: ${c.inFlight.map((r) => `${worker(r.tag)} +${(r.at - c.first429.at).toFixed(1)} ms`).join(', ') || 'none'}); ` +
           `clock skew ≤ ${c.skew.toFixed(2)} ms; learnt: ${c.learnt.map((l) => `${l.name} ${l.source} ${l.afterWriteMs.toFixed(1)} ms`).join(', ')}`,
       );
-    }, 20_000);
+      // The workers take up to 30 s to be ready on a loaded machine (spawnWorker's own limit).
+    }, 90_000);
   }
 });

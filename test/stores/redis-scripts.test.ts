@@ -14,7 +14,15 @@ import { startRedis } from '../helpers/servers.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const luaDir = path.join(root, 'src/stores/redis/lua');
-const all = [scripts.ACQUIRE, scripts.PAUSE, scripts.PROBE, scripts.RESUME, scripts.RENEW, scripts.RELEASE];
+const all = [
+  scripts.ACQUIRE,
+  scripts.PAUSE,
+  scripts.PROBE,
+  scripts.RESUME,
+  scripts.RENEW,
+  scripts.RELEASE,
+  scripts.STATUS,
+];
 
 describe('embedded Lua scripts', () => {
   it('scripts.generated.ts is up to date with the .lua files (run `node scripts/gen-lua.mjs`)', () => {
@@ -50,11 +58,16 @@ describe('embedded Lua scripts', () => {
 
   it('every script declares its flags with a #!lua shebang; only the deleting ones run under OOM', () => {
     // Without allow-oom, Redis 7 / Valkey refuse the whole call under maxmemory + noeviction
-    // before it runs (EVALSHA included): a script can never fail after a first write.
+    // before it runs (EVALSHA included): a script can never fail after a first write. The
+    // command's status script only reads (no-writes: the server refuses any write in it).
     for (const s of all) {
       const first = s.source.split('\n', 1)[0];
       expect(first, s.name).toBe(
-        ['release', 'resume', 'probe'].includes(s.name) ? '#!lua flags=allow-oom' : '#!lua',
+        s.name === 'status'
+          ? '#!lua flags=no-writes'
+          : ['release', 'resume', 'probe'].includes(s.name)
+            ? '#!lua flags=allow-oom'
+            : '#!lua',
       );
     }
   });

@@ -144,6 +144,31 @@ describe('key layout and TTLs', () => {
     expect(leases[1]).toMatch(/^\d{13}(\.\d+)?$/);
   });
 
+  it('a pause records what paused (pause-by, same TTL); an extending pause naming nothing and resume delete it', async () => {
+    const prefix = uniquePrefix('by');
+    const store = redisStore({ client: c.client, prefix });
+    const by = `${prefix}:{z}:pause-by`;
+    await store.pause('z', 5000, 'retry-after (retry-after)');
+    expect(await redis().get(by)).toBe('retry-after (retry-after)');
+    expect(await redis().pttl(by)).toBeGreaterThan(4000);
+    expect(await redis().pttl(by)).toBeLessThanOrEqual(5000);
+    // A shorter pause changes nothing, its cause included.
+    await store.pause('z', 1000, 'manual');
+    expect(await redis().get(by)).toBe('retry-after (retry-after)');
+    await store.pause('z', 8000, 'manual');
+    expect(await redis().get(by)).toBe('manual');
+    expect(await redis().pttl(by)).toBeGreaterThan(7000);
+    // A longer pause that names nothing leaves no stale cause.
+    await store.pause('z', 9000);
+    expect(await redis().exists(by)).toBe(0);
+    await store.pause('z', 10_000, 'manual');
+    await store.resume('z');
+    expect(await redis().exists(by, `${prefix}:{z}:pause`)).toBe(0);
+    await expect(async () => store.pause('z', 10, 5 as unknown as string)).rejects.toThrow(
+      /Expected `by` to be a string, got 5/,
+    );
+  });
+
   it('an idle budget vanishes: every key expires', async () => {
     const prefix = uniquePrefix('idle');
     const store = redisStore({ client: c.client, prefix });

@@ -9,6 +9,8 @@ import { describe } from '../../duration.js';
 export interface IdKeys {
   /** `<prefix>:{<id>}:pause`: pausedUntil (epoch ms). */
   readonly pause: string;
+  /** `<prefix>:{<id>}:pause-by`: what wrote the current pause (for operators), same TTL. */
+  readonly pauseBy: string;
   /** `<prefix>:{<id>}:leases`: sorted set of lease token → expiresAt (epoch ms). */
   readonly leases: string;
   /** `<prefix>:{<id>}:fence`: the last fencing number. */
@@ -25,6 +27,7 @@ export function idKeys(prefix: string, id: string): IdKeys {
   const base = `${prefix}:{${id}}:`;
   return {
     pause: `${base}pause`,
+    pauseBy: `${base}pause-by`,
     leases: `${base}leases`,
     fence: `${base}fence`,
     wake: `${base}wake`,

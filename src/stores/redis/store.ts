@@ -320,11 +320,19 @@ class RedisStore implements Store {
     return result;
   }
 
-  async pause(id: string, ms: number): Promise<number> {
+  async pause(id: string, ms: number, by?: string): Promise<number> {
     const keys = this.keysOf(id);
     const us = checkMs(ms, 'ms', true);
+    if (by !== undefined && typeof by !== 'string') {
+      throw new TypeError(`Expected \`by\` to be a string, got ${describe(by)}`);
+    }
     const reply = replyArray(
-      await this.run(PAUSE, id, [keys.pause], [this.clockArg(), String(us), keys.wake, this.publish]),
+      await this.run(
+        PAUSE,
+        id,
+        [keys.pause, keys.pauseBy],
+        [this.clockArg(), String(us), keys.wake, this.publish, by === undefined ? '' : by.slice(0, 200)],
+      ),
       'pause',
     );
     return replyNumber(reply[0], 'pause') / 1000;
@@ -332,7 +340,7 @@ class RedisStore implements Store {
 
   async resume(id: string): Promise<void> {
     const keys = this.keysOf(id);
-    await this.run(RESUME, id, [keys.pause], [keys.wake, this.publish]);
+    await this.run(RESUME, id, [keys.pause, keys.pauseBy], [keys.wake, this.publish]);
   }
 
   async renew(id: string, tokens: readonly string[], ttl: number): Promise<boolean[]> {

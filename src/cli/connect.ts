@@ -1,0 +1,425 @@
+/**
+ * The command's connection: whichever Redis client is installed (ioredis, iovalkey or
+ * node-redis, the package's optional peers), standalone or cluster, behind one small
+ * interface. The client object itself goes to redisStore(), so pause and resume take the
+ * store's own code path.
+ */
+import { CliError, EXIT, failure, oneLine, usageError } from './errors.js';
+
+export type ClientName = 'ioredis' | 'iovalkey' | 'redis';
+export const CLIENT_NAMES: readonly ClientName[] = ['ioredis', 'iovalkey', 'redis'];
+
+/** Where and how to connect, from the command line. */
+export interface Target {
+  /** Seed URLs (one for a standalone server). */
+  urls: string[];
+  /** Connect as a cluster client even with one seed (otherwise detected with INFO cluster). */
+  cluster: boolean;
+  /** A client package to use instead of the first installed one. */
+  client: ClientName | undefined;
+  /** PEM of a CA to trust for rediss:// (besides Node's own and NODE_EXTRA_CA_CERTS). */
+  ca: string | undefined;
+  /** ms for connecting and for each command. */
+  timeout: number;
+  /** Keep reconnecting after a lost connection (watch), instead of failing. */
+  reconnect: boolean;
+}
+
+export interface Address {
+  host: string;
+  port: number;
+  username: string | undefined;
+  password: string | undefined;
+  tls: boolean;
+  db: number;
+}
+
+/** A node of a cluster (or the standalone server) for per-node commands. */
+export interface NodeConn {
+  readonly name: string;
+  call(args: readonly string[]): Promise<unknown>;
+}
+
+export interface Conn {
+  readonly family: ClientName;
+  readonly cluster: boolean;
+  readonly tls: boolean;
+  /** The client object, for redisStore(). */
+  readonly client: object;
+  /** A command routed by `key` (cluster), or on the only server. */
+  call(args: readonly string[], key?: string): Promise<unknown>;
+  /** The node that owns `key`'s slot (the server itself when standalone). */
+  nodeFor(key: string): Promise<NodeConn>;
+  /** Every master (the server itself when standalone). */
+  nodes(): Promise<NodeConn[]>;
+  /** A second connection for pub/sub (closed by close()). */
+  subscriber(): Promise<object>;
+  close(): Promise<void>;
+}
+
+/** Parses a redis://, rediss://, valkey:// or valkeys:// URL. */
+export function parseUrl(url: string): Address {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw usageError(
+      `--redis: not a URL: ${JSON.stringify(url)} (expected redis://[user:password@]host:port)`,
+    );
+  }
+  const scheme = u.protocol.replace(/:$/, '');
+  if (!['redis', 'rediss', 'valkey', 'valkeys'].includes(scheme)) {
+    throw usageError(`--redis: expected a redis:// or rediss:// URL, got ${JSON.stringify(`${scheme}:`)}`);
+  }
+  const db = u.pathname && u.pathname !== '/' ? Number(u.pathname.slice(1)) : 0;
+  if (!Number.isInteger(db) || db < 0) {
+    throw usageError(
+      `--redis: expected a database number as the URL's path, got ${JSON.stringify(u.pathname)}`,
+    );
+  }
+  const host = u.hostname.replace(/^\[(.*)\]$/, '$1');
+  if (host === '') throw usageError(`--redis: no host in ${JSON.stringify(url)}`);
+  return {
+    host,
+    port: u.port ? Number(u.port) : 6379,
+    username: u.username ? decodeURIComponent(u.username) : undefined,
+    password: u.password ? decodeURIComponent(u.password) : undefined,
+    tls: scheme === 'rediss' || scheme === 'valkeys',
+    db,
+  };
+}
+
+/** CRC16 (XMODEM) of the hash tag: the cluster slot of a key. */
+export function keySlot(key: string): number {
+  const open = key.indexOf('{');
+  let part = key;
+  if (open >= 0) {
+    const close = key.indexOf('}', open + 1);
+    if (close > open + 1) part = key.slice(open + 1, close);
+  }
+  let crc = 0;
+  for (const byte of Buffer.from(part, 'utf8')) {
+    crc ^= byte << 8;
+    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc % 16384;
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: the client packages are loaded at runtime, untyped here
+type Any = any;
+
+async function load(name: ClientName): Promise<Any | undefined> {
+  try {
+    return await import(name);
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') return undefined;
+    throw failure(`could not load the ${name} package: ${oneLine(err)}`);
+  }
+}
+
+async function loadClient(wanted: ClientName | undefined): Promise<{ name: ClientName; lib: Any }> {
+  for (const name of wanted ? [wanted] : CLIENT_NAMES) {
+    const lib = await load(name);
+    if (lib) return { name, lib };
+  }
+  throw failure(
+    wanted
+      ? `--client ${wanted}: the ${wanted} package is not installed (npm install ${wanted})`
+      : 'no Redis client installed: install one of ioredis, iovalkey or redis (e.g. npm install ioredis)',
+  );
+}
+
+/** Rejects after `ms` with a one-line failure, unless `promise` settles first. */
+export function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(failure(`${what}: no answer within ${ms} ms`)), ms);
+    promise.then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e) => {
+        clearTimeout(timer);
+        reject(e);
+      },
+    );
+  });
+}
+
+const quiet = () => {};
+
+/** Connects to the target with the first installed client (or the one asked for). */
+export async function connect(target: Target): Promise<Conn> {
+  if (target.urls.length === 0) {
+    throw usageError('no server: pass --redis <url> or set VALVE_REDIS_URL');
+  }
+  const addresses = target.urls.map(parseUrl);
+  const { name, lib } = await loadClient(target.client);
+  const where = `${addresses[0]!.host}:${addresses[0]!.port}`;
+  let cluster = target.cluster || addresses.length > 1;
+  let conn: Conn | undefined;
+  try {
+    if (!cluster) {
+      conn = await within(
+        connectStandalone(name, lib, addresses[0]!, target),
+        target.timeout,
+        `connect to ${where}`,
+      );
+      const info = String(await within(conn.call(['INFO', 'cluster']), target.timeout, 'INFO cluster'));
+      if (/^cluster_enabled:1/m.test(info)) {
+        await conn.close();
+        conn = undefined;
+        cluster = true;
+      }
+    }
+    if (cluster) {
+      conn = await within(
+        connectCluster(name, lib, addresses, target),
+        target.timeout,
+        `connect to cluster ${where}`,
+      );
+    }
+    return conn!;
+  } catch (err) {
+    await conn?.close().catch(quiet);
+    if (err instanceof CliError) throw err;
+    throw new CliError(EXIT.failure, `cannot use ${where}: ${oneLine(err)}`);
+  }
+}
+
+function tlsOptions(a: Address, target: Target): object | undefined {
+  if (!a.tls) return undefined;
+  return {
+    servername: /^[\d.:]+$/.test(a.host) ? undefined : a.host,
+    ...(target.ca ? { ca: target.ca } : {}),
+  };
+}
+
+async function connectStandalone(name: ClientName, lib: Any, a: Address, target: Target): Promise<Conn> {
+  if (name === 'redis') {
+    const options = {
+      socket: {
+        host: a.host,
+        port: a.port,
+        connectTimeout: target.timeout,
+        reconnectStrategy: target.reconnect ? (n: number) => Math.min(200 * (n + 1), 1000) : false,
+        ...(a.tls ? { tls: true, ...tlsOptions(a, target) } : {}),
+      },
+      username: a.username,
+      password: a.password,
+      database: a.db || undefined,
+      disableOfflineQueue: true,
+    };
+    const client = lib.createClient(options);
+    let lastError: unknown;
+    client.on('error', (e: unknown) => {
+      lastError = e;
+    });
+    try {
+      await client.connect();
+    } catch (err) {
+      client.destroy?.();
+      throw lastError ?? err;
+    }
+    const self: NodeConn = { name: `${a.host}:${a.port}`, call: (args) => client.sendCommand([...args]) };
+    const subs: Any[] = [];
+    return {
+      family: name,
+      cluster: false,
+      tls: a.tls,
+      client,
+      call: self.call,
+      nodeFor: async () => self,
+      nodes: async () => [self],
+      async subscriber() {
+        const sub = client.duplicate();
+        sub.on('error', quiet);
+        subs.push(sub);
+        await sub.connect();
+        return sub;
+      },
+      async close() {
+        for (const c of [client, ...subs]) {
+          try {
+            c.destroy();
+          } catch {}
+        }
+      },
+    };
+  }
+  const Redis = lib.Redis ?? lib.default;
+  const client = new Redis({
+    host: a.host,
+    port: a.port,
+    username: a.username,
+    password: a.password,
+    db: a.db,
+    tls: tlsOptions(a, target),
+    lazyConnect: true,
+    connectTimeout: target.timeout,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    retryStrategy: target.reconnect ? (n: number) => Math.min(200 * n, 1000) : () => null,
+  });
+  // ioredis rejects connect() with "Connection is closed."; the reason came as an 'error' event.
+  let lastError: unknown;
+  client.on('error', (e: unknown) => {
+    lastError = e;
+  });
+  try {
+    await client.connect();
+  } catch (err) {
+    client.disconnect();
+    throw lastError ?? err;
+  }
+  client.removeAllListeners('error');
+  client.on('error', quiet);
+  const self: NodeConn = { name: `${a.host}:${a.port}`, call: (args) => client.call(...args) };
+  const subs: Any[] = [];
+  return {
+    family: name,
+    cluster: false,
+    tls: a.tls,
+    client,
+    call: self.call,
+    nodeFor: async () => self,
+    nodes: async () => [self],
+    async subscriber() {
+      const sub = client.duplicate({ lazyConnect: true });
+      sub.on('error', quiet);
+      subs.push(sub);
+      await sub.connect();
+      return sub;
+    },
+    async close() {
+      for (const c of [client, ...subs]) c.disconnect();
+    },
+  };
+}
+
+async function connectCluster(name: ClientName, lib: Any, seeds: Address[], target: Target): Promise<Conn> {
+  const a = seeds[0]!;
+  if (name === 'redis') {
+    const cluster = lib.createCluster({
+      rootNodes: seeds.map((s) => ({ socket: { host: s.host, port: s.port } })),
+      defaults: {
+        username: a.username,
+        password: a.password,
+        disableOfflineQueue: true,
+        socket: {
+          connectTimeout: target.timeout,
+          reconnectStrategy: target.reconnect ? (n: number) => Math.min(200 * (n + 1), 1000) : false,
+          ...(a.tls ? { tls: true, ...tlsOptions(a, target) } : {}),
+        },
+      },
+    });
+    let lastError: unknown;
+    cluster.on('error', (e: unknown) => {
+      lastError = e;
+    });
+    try {
+      await cluster.connect();
+    } catch (err) {
+      cluster.destroy?.();
+      throw lastError ?? err;
+    }
+    const wrap = (client: Any, nodeName: string): NodeConn => ({
+      name: nodeName,
+      call: (args) => client.sendCommand([...args]),
+    });
+    const subs: Any[] = [];
+    return {
+      family: name,
+      cluster: true,
+      tls: a.tls,
+      client: cluster,
+      call: (args, key) => cluster.sendCommand(key, false, [...args]),
+      async nodeFor(key) {
+        const node = cluster.getSlotMaster(keySlot(key));
+        return wrap(await cluster.nodeClient(node), `${node.host}:${node.port}`);
+      },
+      async nodes() {
+        return Promise.all(
+          cluster.masters.map(async (m: Any) => wrap(await cluster.nodeClient(m), `${m.host}:${m.port}`)),
+        );
+      },
+      async subscriber() {
+        return cluster;
+      },
+      async close() {
+        for (const c of [cluster, ...subs]) {
+          try {
+            c.destroy();
+          } catch {}
+        }
+      },
+    };
+  }
+  const Cluster = lib.Cluster;
+  const redisOptions = {
+    username: a.username,
+    password: a.password,
+    tls: tlsOptions(a, target),
+    connectTimeout: target.timeout,
+    maxRetriesPerRequest: 0,
+  };
+  const options = {
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    clusterRetryStrategy: target.reconnect ? (n: number) => Math.min(200 * n, 1000) : () => null,
+    slotsRefreshTimeout: target.timeout,
+    redisOptions,
+  };
+  const cluster = new Cluster(
+    seeds.map((s) => ({ host: s.host, port: s.port })),
+    options,
+  );
+  let lastError: unknown;
+  const remember = (e: unknown) => {
+    lastError = e;
+  };
+  cluster.on('error', remember);
+  cluster.on('node error', remember);
+  try {
+    await cluster.connect();
+  } catch (err) {
+    cluster.disconnect();
+    throw lastError ?? err;
+  }
+  const wrap = (node: Any): NodeConn => ({
+    name: `${node.options.host}:${node.options.port}`,
+    call: (args) => node.call(...args),
+  });
+  const subs: Any[] = [];
+  return {
+    family: name,
+    cluster: true,
+    tls: a.tls,
+    client: cluster,
+    call: (args) => cluster.call(...args),
+    async nodeFor(key) {
+      const owner: string | undefined = cluster.slots[keySlot(key)]?.[0];
+      const node = cluster.nodes('master').find((n: Any) => `${n.options.host}:${n.options.port}` === owner);
+      if (!node) throw failure(`no cluster node serves the slot of ${key}`);
+      return wrap(node);
+    },
+    async nodes() {
+      return cluster.nodes('master').map(wrap);
+    },
+    async subscriber() {
+      // Sharded pub/sub needs an ioredis Cluster with shardedSubscribers (iovalkey has none).
+      const sub = new Cluster(
+        seeds.map((s) => ({ host: s.host, port: s.port })),
+        { ...options, shardedSubscribers: true },
+      );
+      sub.on('error', quiet);
+      subs.push(sub);
+      await sub.connect();
+      return sub;
+    },
+    async close() {
+      for (const c of [cluster, ...subs]) c.disconnect();
+    },
+  };
+}

@@ -1,0 +1,251 @@
+/**
+ * `valve doctor`: would a redisStore work against this server, as this user? Each check gives
+ * ok, warn or fail; the command exits 0 only when none failed.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Clock } from '../clock.js';
+import { normalizeRule } from '../rules/rule.js';
+import { recordOf } from '../rulesets.js';
+import { redisStore } from '../stores/redis/index.js';
+import { idKeys } from '../stores/redis/keys.js';
+import { ACQUIRE } from '../stores/redis/scripts.generated.js';
+import type { Conn } from './connect.js';
+import { within } from './connect.js';
+import { oneLine } from './errors.js';
+import { readStatus } from './state.js';
+
+export type Level = 'ok' | 'warn' | 'fail';
+export interface Check {
+  name: string;
+  level: Level;
+  detail: string;
+}
+
+/** The commands the store runs (inside its scripts and on connections), as docs/redis.md lists them. */
+function storeCommands(prefix: string, cluster: boolean): string[][] {
+  const key = `${prefix}:{valve-doctor}:pause`;
+  const channel = `${prefix}:{valve-doctor}:wake`;
+  return [
+    ['EVALSHA', ACQUIRE.sha, '1', key],
+    ['EVAL', 'return 1', '1', key],
+    ['TIME'],
+    ['GET', key],
+    ['SET', key, '1'],
+    ['DEL', key],
+    ['EXISTS', key],
+    ['ZADD', key, '1', 'm'],
+    ['ZREM', key, 'm'],
+    ['ZREMRANGEBYSCORE', key, '0', '1'],
+    ['ZCARD', key],
+    ['ZRANGE', key, '0', '1'],
+    ['ZSCORE', key, 'm'],
+    ['LRANGE', key, '0', '1'],
+    ['LINDEX', key, '0'],
+    ['LSET', key, '0', '1'],
+    ['LTRIM', key, '0', '1'],
+    ['RPUSH', key, '1'],
+    ['PEXPIRE', key, '1'],
+    cluster ? ['SPUBLISH', channel, 'm'] : ['PUBLISH', channel, 'm'],
+    cluster ? ['SSUBSCRIBE', channel] : ['SUBSCRIBE', channel],
+    ['PING'],
+    ['INFO', 'server'],
+  ];
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Every doctor check, in order. */
+export async function doctor(conn: Conn, prefix: string, timeout: number): Promise<Check[]> {
+  const checks: Check[] = [];
+  const add = (name: string, level: Level, detail: string) => checks.push({ name, level, detail });
+  const call = (args: string[], key?: string) => within(conn.call(args, key), timeout, args[0]!);
+
+  // Server version and mode (per node on a cluster).
+  const nodes = await conn.nodes();
+  const info = String(await within(nodes[0]!.call(['INFO', 'server']), timeout, 'INFO server'));
+  const version =
+    /^valkey_version:(\S+)/m.exec(info)?.[1] !== undefined
+      ? `Valkey ${/^valkey_version:(\S+)/m.exec(info)![1]}`
+      : `Redis ${/^redis_version:(\S+)/m.exec(info)?.[1] ?? 'unknown'}`;
+  const major = Number(/(\d+)\./.exec(version)?.[1] ?? 0);
+  const mode = conn.cluster ? `cluster of ${nodes.length} masters` : 'standalone';
+  add(
+    'server',
+    major >= 7 ? 'ok' : 'fail',
+    `${version}, ${mode}${major >= 7 ? '' : ': valve needs Redis 7+ or Valkey 7.2+ (its scripts declare flags with #!lua)'}`,
+  );
+  add('client', 'ok', `${conn.family}, ${conn.tls ? 'TLS (rediss://)' : 'no TLS'}`);
+
+  // Round trip: the median of 5 PINGs.
+  const rtts: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    const t0 = performance.now();
+    await call(['PING']);
+    rtts.push(performance.now() - t0);
+  }
+  rtts.sort((a, b) => a - b);
+  const rtt = rtts[2]!;
+  add('latency', rtt < 50 ? 'ok' : 'warn', `round trip ${rtt.toFixed(2)} ms (median of 5 PINGs)`);
+
+  // Clock skew against each node's TIME (the store's clock for the ids it owns).
+  const skews: string[] = [];
+  let worst = 0;
+  for (const node of nodes) {
+    const t0 = Date.now();
+    const [s, u] = (await within(node.call(['TIME']), timeout, 'TIME')) as [string, string];
+    const t1 = Date.now();
+    const skew = Number(s) * 1000 + Number(u) / 1000 - (t0 + t1) / 2;
+    worst = Math.max(worst, Math.abs(skew));
+    skews.push(`${node.name} ${skew >= 0 ? '+' : ''}${skew.toFixed(1)} ms`);
+  }
+  add(
+    'clock',
+    worst <= 1000 ? 'ok' : 'warn',
+    `server TIME minus this machine's clock: ${skews.join(', ')}` +
+      (worst <= 1000
+        ? ''
+        : ' (admission uses only the server clock; pause({ until }) and reset headers in epoch time are read on this machine)'),
+  );
+
+  // Memory policy: bounds hold only while Redis keeps valve's keys (docs/durability.md).
+  try {
+    const memory = String(await within(nodes[0]!.call(['INFO', 'memory']), timeout, 'INFO memory'));
+    const policy = /^maxmemory_policy:(\S+)/m.exec(memory)?.[1] ?? 'unknown';
+    add(
+      'memory',
+      policy === 'noeviction' ? 'ok' : 'warn',
+      `maxmemory-policy ${policy}${policy === 'noeviction' ? '' : ': evictions can drop rule state (see docs/durability.md)'}`,
+    );
+  } catch (err) {
+    add('memory', 'warn', `INFO memory failed: ${oneLine(err)}`);
+  }
+
+  // Permissions: ACL DRYRUN for each command, when this user may ask who it is and run it.
+  try {
+    const user = String(await call(['ACL', 'WHOAMI']));
+    const refused: string[] = [];
+    for (const args of storeCommands(prefix, conn.cluster)) {
+      const answer = String(await call(['ACL', 'DRYRUN', user, ...args]));
+      if (answer !== 'OK') refused.push(`${args[0]} (${answer})`);
+    }
+    add(
+      'acl',
+      refused.length === 0 ? 'ok' : 'fail',
+      refused.length === 0
+        ? `ACL DRYRUN: user ${user} may run every command the store needs on ${prefix}:* keys and channels`
+        : `ACL DRYRUN: user ${user} may not run ${refused.join('; ')}`,
+    );
+  } catch (err) {
+    add(
+      'acl',
+      'ok',
+      `ACL WHOAMI or DRYRUN not permitted (${oneLine(err)}): checked by running the scripts below`,
+    );
+  }
+
+  // Scripts: the read-only status script, then every store script on a scratch id.
+  checks.push(await scriptsCheck(conn, prefix, timeout));
+  checks.push(await wakeUpCheck(conn, prefix, timeout));
+  return checks;
+}
+
+/**
+ * Runs every store operation through redisStore itself on a scratch id, on a virtual clock
+ * (the store's test clock, started at this machine's time) so that each script takes each of
+ * its paths, every command inside them included, without waiting. Deletes its keys after.
+ */
+async function scriptsCheck(conn: Conn, prefix: string, timeout: number): Promise<Check> {
+  const id = `valve-doctor:${randomBytes(4).toString('hex')}`;
+  const keys = idKeys(prefix, id);
+  const rules = [
+    normalizeRule({ limit: 1000, interval: 1000, burst: 10 }, 'rules[0]'),
+    normalizeRule({ limit: 1000, interval: 1000, algorithm: 'fixed-window' }, 'rules[1]'),
+    normalizeRule({ limit: 10, interval: 1000, algorithm: 'sliding-window' }, 'rules[2]'),
+  ];
+  let t = Date.now();
+  const clock = { now: () => t } as unknown as Clock;
+  const store = redisStore({ client: conn.client, prefix, timeout, unsafeTestClock: clock });
+  const lease = { limit: 5, ttl: 30_000 };
+  const record = recordOf(rules);
+  let step = 'status script';
+  try {
+    await readStatus(conn, prefix, id, [], false);
+    step = 'acquire';
+    const first = await store.acquire({ id, rules, costs: [1, 1], count: 2, lease, record });
+    t += 500;
+    await store.acquire({ id, rules, costs: [1], count: 1, lease, record });
+    t += 700; // the first sliding-window entry leaves, the second stays: the log is trimmed
+    const third = await store.acquire({ id, rules, costs: [1], count: 1, lease, record });
+    if (first.granted !== 2 || third.granted !== 1)
+      throw new Error(`acquire granted ${first.granted}, ${third.granted}`);
+    const tokens = [...(first.leases ?? []), ...(third.leases ?? [])].map((l) => l.token);
+    step = 'renew';
+    await store.renew(id, tokens, 30_000);
+    step = 'release';
+    await store.release(id, tokens);
+    step = 'pause';
+    await store.pause(id, 1000);
+    step = 'resume';
+    await store.resume(id);
+    step = 'cleanup';
+    const all = [
+      keys.pause,
+      keys.leases,
+      keys.fence,
+      keys.rules,
+      ...rules.map((r) => keys.rulePrefix + r.digest),
+    ];
+    for (const key of all) await within(conn.call(['DEL', key], key), timeout, 'DEL');
+    return {
+      name: 'scripts',
+      level: 'ok',
+      detail: `status, acquire (GCRA, fixed and sliding window, leases), renew, release, pause and resume ran on ${prefix}:{${id}}`,
+    };
+  } catch (err) {
+    const message = oneLine(err);
+    const hint = /can't run this command|NOPERM/.test(message)
+      ? ' (the user lacks a command the scripts run: see the ACL rule in docs/redis.md)'
+      : '';
+    return {
+      name: 'scripts',
+      level: 'fail',
+      detail: `${step} failed on ${prefix}:{${id}}: ${message}${hint}`,
+    };
+  }
+}
+
+/** Wake-ups: a subscriber connection receives the probe published on a scratch id's channel. */
+async function wakeUpCheck(conn: Conn, prefix: string, timeout: number): Promise<Check> {
+  const id = `valve-doctor:${randomBytes(4).toString('hex')}`;
+  try {
+    const subscriber = await within(conn.subscriber(), timeout, 'subscriber connection');
+    const store = redisStore({ client: conn.client, subscriber, prefix, timeout });
+    if (!store.subscribe || !store.listening)
+      throw new Error('this client cannot follow the store’s pub/sub');
+    let refused: unknown;
+    const stop = store.subscribe(
+      id,
+      () => {},
+      (s) => {
+        if (s.error !== undefined) refused = s.error;
+      },
+    );
+    const deadline = Date.now() + timeout;
+    while (!store.listening(id) && refused === undefined && Date.now() < deadline) await sleep(20);
+    const ok = store.listening(id);
+    stop();
+    if (ok)
+      return {
+        name: 'wake-ups',
+        level: 'ok',
+        detail: `pub/sub delivers ${prefix}:{…}:wake (${conn.cluster ? 'SSUBSCRIBE' : 'SUBSCRIBE'})`,
+      };
+    return {
+      name: 'wake-ups',
+      level: 'warn',
+      detail: `no wake-ups (${refused !== undefined ? oneLine(refused) : `no probe back within ${timeout} ms`}): valves still work, they notice other processes' pauses and releases later`,
+    };
+  } catch (err) {
+    return { name: 'wake-ups', level: 'warn', detail: `no subscriber connection: ${oneLine(err)}` };
+  }
+}

@@ -1,0 +1,62 @@
+/** Human-readable output of the command. */
+import type { IdStatus } from './state.js';
+
+/** A duration in ms for people: "120 ms", "12.3 s", "4m 12s", "2h 05m", "3d 04h". */
+export function human(ms: number): string {
+  if (ms < 1000) return `${Math.ceil(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${(Math.ceil(s * 10) / 10).toFixed(1)} s`;
+  const total = Math.ceil(s);
+  const d = Math.floor(total / 86_400);
+  const h = Math.floor((total % 86_400) / 3600);
+  const m = Math.floor((total % 3600) / 60);
+  const sec = total % 60;
+  if (d > 0) return `${d}d ${String(h).padStart(2, '0')}h`;
+  if (h > 0) return `${h}h ${String(m).padStart(2, '0')}m`;
+  return `${m}m ${String(sec).padStart(2, '0')}s`;
+}
+
+export const iso = (epochMs: number) => new Date(Math.round(epochMs)).toISOString();
+
+/** The lines of `valve status` (without --json). */
+export function statusLines(s: IdStatus): string[] {
+  const lines = [`valve status ${s.id}   prefix ${s.prefix}, store clock ${iso(s.now)}`];
+  lines.push(
+    s.recorded
+      ? `rules     ${s.recorded.digests.length} recorded (kept ${human(s.recorded.until - s.now)} after the last call)`
+      : 'rules     none recorded (no valve has called within its longest interval)',
+  );
+  const width = Math.max(0, ...s.rules.map((r) => r.label.length));
+  for (const r of s.rules) {
+    const mark = r.recorded ? ' ' : '!';
+    let text: string;
+    if (r.problem) text = r.problem;
+    else if (r.nextUnitIn === null) text = `${r.left} of ${r.capacity} left (all available)`;
+    else
+      text =
+        `${r.left} of ${r.capacity} left, next unit in ${human(r.nextUnitIn)}` +
+        (r.allBackIn !== null && r.allBackIn !== r.nextUnitIn ? `, all back in ${human(r.allBackIn)}` : '');
+    lines.push(`  ${mark} ${r.label.padEnd(width)}  ${text}`);
+  }
+  if (s.mismatch.digests.length > 0) {
+    lines.push(
+      `mismatch  ${s.mismatch.digests.length} rule(s) marked ! have live state but are not recorded: another process uses other rules, or the rules changed within the last interval`,
+    );
+  } else if (!s.mismatch.checked) {
+    lines.push(`mismatch  ${s.mismatch.note ?? 'not checked'}`);
+  } else {
+    lines.push('mismatch  none (no live state for other rules)');
+  }
+  lines.push(
+    s.pause
+      ? `pause     PAUSED until ${iso(s.pause.until)} (${human(s.pause.in)} left) by ${s.pause.by ?? 'an unnamed source'}; every valve with this id waits`
+      : 'pause     none',
+  );
+  if (s.leases.length === 0) {
+    lines.push(`leases    none held${s.fence !== null ? ` (last fence ${s.fence})` : ''}`);
+  } else {
+    lines.push(`leases    ${s.leases.length} held (last fence ${s.fence ?? 'unknown'})`);
+    for (const l of s.leases) lines.push(`  ${l.token}  fence ${l.fence}  expires in ${human(l.ttl)}`);
+  }
+  return lines;
+}
