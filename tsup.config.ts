@@ -15,7 +15,7 @@ export const cliConfig: Options = {
 
 export default defineConfig([
   {
-    entry: ['src/index.ts', 'src/testing.ts', 'src/otel.ts'],
+    entry: ['src/index.ts', 'src/testing.ts', 'src/otel.ts', 'src/undici.ts', 'src/axios.ts'],
     format: ['esm', 'cjs'],
     dts: true,
     sourcemap: true,

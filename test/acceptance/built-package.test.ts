@@ -62,6 +62,8 @@ function startTypecheck(): Promise<{ stdout?: string; stderr?: string }> {
     import { createValve, isValveError, memoryStore, redisStore, ValveError, type Store } from 'valve';
     import { storeContract } from 'valve/testing';
     import { instrument, instrumentStore, type Instrumentation } from 'valve/otel';
+    import { requestHeader, valveInterceptor, type ValveInterceptorOptions } from 'valve/undici';
+    import { valveAdapter, type ValveAdapterOptions } from 'valve/axios';
     import { describe, it } from 'node:test';
     const inner: Store = memoryStore();
     const mine: Store = {
@@ -91,6 +93,12 @@ function startTypecheck(): Promise<{ stdout?: string; stderr?: string }> {
     void timed;
     // valve/testing with node:test's describe and it (vitest's are checked by the project's own tests).
     storeContract('typed', () => ({ store: memoryStore(), cleanup: async () => {} }), { describe, it, wakeUps: true });
+    // The subpaths of the integrations, typed against the real undici and axios.
+    const io: ValveInterceptorOptions = { valve, retries: 2, match: (r) => requestHeader(r, 'host') !== undefined };
+    const interceptor = valveInterceptor(io);
+    const ao: ValveAdapterOptions = { valve, adapter: 'http', cost: (config) => (config.method === 'post' ? 5 : 1) };
+    const adapter = valveAdapter(ao);
+    void interceptor; void adapter;
   `;
   writeFileSync(join(outside, 'consumer.mts'), consumer);
   writeFileSync(join(outside, 'consumer.cts'), consumer);
@@ -684,13 +692,58 @@ describe('the built package (dist/)', () => {
     expect(report).toMatchObject({ numFailedTests: 0, numPendingTests: 0, numPassedTests: cases({}) });
   }, 60_000);
 
+  it('valve/undici and valve/axios resolve from outside (ESM and CJS), import none of the core, and work with a valve of the other format', async () => {
+    for (const entry of ['undici', 'axios']) {
+      for (const ext of ['js', 'cjs']) {
+        const code = readFileSync(join(root, `dist/${entry}.${ext}`), 'utf8');
+        // Only the shared integration helpers: no copy of the scheduler (they reach it through wrapFetch).
+        expect(code, `dist/${entry}.${ext}`).not.toMatch(/function (createValve|memoryStore|redisStore)\b/);
+        expect(code).not.toMatch(/from ['"]undici['"]|require\(['"]undici['"]\)/);
+      }
+    }
+    const server = await import('node:http').then(({ createServer }) =>
+      createServer((req, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ path: req.url }));
+      }),
+    );
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    const port = (server.address() as { port: number }).port;
+    const resolveFromRoot = (name: string) => createRequire(join(root, 'package.json')).resolve(name);
+    const script = (kind: 'esm' | 'cjs') => `
+      ${kind === 'esm' ? "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);" : ''}
+      const { createValve } = ${kind === 'esm' ? "await import('valve')" : "require('valve')"};
+      // The other format's subpaths: they drive the valve through its public wrapFetch only.
+      const { valveInterceptor } = ${kind === 'esm' ? "require('valve/undici')" : "await import('valve/undici')"};
+      const { valveAdapter } = ${kind === 'esm' ? "require('valve/axios')" : "await import('valve/axios')"};
+      const { Agent, request } = require(${JSON.stringify(resolveFromRoot('undici'))});
+      const axios = require(${JSON.stringify(resolveFromRoot('axios'))});
+      const valve = createValve({ id: 'outside' });
+      const agent = new Agent().compose(valveInterceptor({ valve }));
+      const viaUndici = await request('http://127.0.0.1:${port}/u', { dispatcher: agent });
+      const viaAxios = await axios.create({ adapter: valveAdapter({ valve }) }).get('http://127.0.0.1:${port}/a');
+      console.log(viaUndici.statusCode, JSON.stringify(await viaUndici.body.json()), viaAxios.data.path, valve.stats().started);
+      await valve.close();
+      await agent.close();
+    `;
+    try {
+      writeFileSync(join(outside, 'subpaths.mjs'), script('esm'));
+      writeFileSync(join(outside, 'subpaths.cjs'), `(async () => {${script('cjs')}})();`);
+      for (const file of ['subpaths.mjs', 'subpaths.cjs']) {
+        const { stdout } = await run(process.execPath, [file], { cwd: outside });
+        expect(stdout.trim(), file).toBe('200 {"path":"/u"} /a 2');
+      }
+    } finally {
+      server.close();
+    }
+  }, 60_000);
+
   it('the package ships dist/ (both entries, ESM, CJS, types), built by prepack on a fresh clone or git install', async () => {
     const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
     expect(pkg.scripts.prepack).toBe('npm run build');
     // The file list npm packs (prepack itself is skipped here: dist/ was built in beforeAll).
     const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root });
     const files: string[] = JSON.parse(stdout)[0].files.map((f: { path: string }) => f.path);
-    for (const entry of ['index', 'testing', 'otel']) {
+    for (const entry of ['index', 'testing', 'otel', 'undici', 'axios']) {
       for (const ext of ['js', 'cjs', 'd.ts', 'd.cts']) expect(files).toContain(`dist/${entry}.${ext}`);
     }
     expect(files.filter((f) => !f.startsWith('dist/')).sort()).toEqual([

@@ -5,7 +5,8 @@
  *
  * must equal that file's `// #region readme` … `// #endregion readme` parts (joined by a blank
  * line, each without its common indentation; the whole file without `#name`), with the examples'
- * source imports ('../src/index.js') written as the package's name ('valve'). Every marked file is run by a test, and in the files
+ * source imports ('../src/index.js') written as the package's name ('valve'), and those of a
+ * subpath ('../src/undici.js') as its export ('valve/undici'). Every marked file is run by a test, and in the files
  * listed in FULLY_CHECKED every ts/js block is marked.
  */
 import { readdirSync, readFileSync } from 'node:fs';
@@ -82,7 +83,7 @@ function extract(source: string): string {
     .join('\n\n')
     .replace(/'(\.\.\/)+src\/index\.js'/g, "'valve'")
     .replace(/'(\.\.\/)+src\/testing\.js'/g, "'valve/testing'")
-    .replace(/'(\.\.\/)+src\/otel\.js'/g, "'valve/otel'");
+    .replace(/'(\.\.\/)+src\/(otel|undici|axios)\.js'/g, "'valve/$2'");
 }
 
 /** Every test file's text, to check that a snippet's file is run by one of them. */

@@ -19,6 +19,7 @@ import { setup as iovalkeyCluster } from '../../examples/redis-clients/iovalkey-
 import { setup as nodeRedis } from '../../examples/redis-clients/node-redis.js';
 import { setup as nodeRedisCluster } from '../../examples/redis-clients/node-redis-cluster.js';
 import { createValve, type Store } from '../../src/index.js';
+import { type FakeApiKind, startFakeApi } from '../helpers/fake-apis.js';
 import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 
 const root = resolve(import.meta.dirname, '../..');
@@ -100,4 +101,41 @@ describe('examples/redis-clients: the set-ups of docs/redis.md', () => {
     await Promise.all([a.close(), b.close()]);
     await close();
   });
+});
+
+describe('examples of docs/integrations.md, run as scripts against local fakes of each provider', () => {
+  const cases: [file: string, kind: FakeApiKind, env: string, output: RegExp][] = [
+    ['examples/openai.ts', 'openai', 'OPENAI_BASE_URL', /^3 completions, 126 tokens, 3 requests$/],
+    [
+      'examples/anthropic.ts',
+      'anthropic',
+      'ANTHROPIC_BASE_URL',
+      /^3 messages, 90 output tokens, 3 requests$/,
+    ],
+    ['examples/stripe.ts', 'stripe', 'STRIPE_API_URL', /^3 customers, 3 requests$/],
+    ['examples/ky.ts', 'generic', 'API_URL', /^3 items, 3 requests$/],
+    ['examples/undici.ts', 'generic', 'API_URL', /^fetch 200, request 200, 2 valves$/],
+    ['examples/axios.ts', 'generic', 'API_URL', /^items: \{"ok":true,"n":1\}$/],
+  ];
+  it.each(cases)(
+    '%s',
+    async (file, kind, variable, output) => {
+      const api = await startFakeApi(kind, { limit: 10, windowMs: 1000 });
+      try {
+        const result = await runExample(file, {
+          [variable]: api.url,
+          OPENAI_API_KEY: 'sk-test',
+          ANTHROPIC_API_KEY: 'sk-ant-test',
+          STRIPE_SECRET_KEY: 'sk_test_1',
+        });
+        expect(result.signal, `killed: the process did not exit by itself\n${result.stderr}`).toBeNull();
+        expect(result.code, result.stderr).toBe(0);
+        expect(result.stdout.trim()).toMatch(output);
+        expect(api.log.length).toBeGreaterThan(0);
+      } finally {
+        await api.stop();
+      }
+    },
+    30_000,
+  );
 });

@@ -1,0 +1,217 @@
+/*
+ * The undici handlers of valve/undici (undici.ts): the controller the caller's handler holds for
+ * a whole request, one attempt on the wire (holding back a retryable answer until wrapFetch
+ * decides), and reading a streamed body so that a retry can send it again.
+ */
+import type { Dispatcher } from 'undici';
+import { type AttemptResponse, headerMap } from './source.js';
+
+type DispatchHandler = Dispatcher.DispatchHandler;
+type DispatchController = Dispatcher.DispatchController;
+
+/** One attempt's answer as wrapFetch sees it. */
+export interface UndiciAttempt extends AttemptResponse {
+  readonly attempt: Attempt;
+}
+
+/** Bodies undici sends without consuming them, so a retry can send the same object again. */
+export function replayable(body: unknown): boolean {
+  if (body === undefined || body === null || typeof body === 'string') return true;
+  if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) return true;
+  const tag = Object.prototype.toString.call(body);
+  return tag === '[object Blob]' || tag === '[object File]' || tag === '[object FormData]';
+}
+
+export function isAsyncIterable(body: unknown): body is AsyncIterable<unknown> {
+  return (
+    body !== null &&
+    typeof body === 'object' &&
+    typeof (body as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function'
+  );
+}
+
+/** A streamed body read whole (up to `max` bytes), or, beyond that, a stream of what was read and the rest. */
+export async function readBody(
+  body: AsyncIterable<unknown>,
+  max: number,
+  signal: AbortSignal,
+): Promise<{ body: Buffer | AsyncIterable<unknown>; whole: boolean }> {
+  const iterator = body[Symbol.asyncIterator]();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for (;;) {
+    if (signal.aborted) {
+      void iterator.return?.()?.catch?.(() => {});
+      throw signal.reason;
+    }
+    const next = await iterator.next();
+    if (next.done) return { body: Buffer.concat(chunks), whole: true };
+    const chunk = Buffer.isBuffer(next.value)
+      ? next.value
+      : typeof next.value === 'string'
+        ? Buffer.from(next.value)
+        : Buffer.from(next.value as Uint8Array);
+    chunks.push(chunk);
+    size += chunk.length;
+    if (size > max) {
+      const rest = async function* () {
+        yield* chunks;
+        for (;;) {
+          const more = await iterator.next();
+          if (more.done) return;
+          yield more.value;
+        }
+      };
+      return { body: rest(), whole: false };
+    }
+  }
+}
+
+/**
+ * The controller the caller's handler holds for the whole request: it aborts the queued job
+ * (before any attempt) or the attempt on the wire, and passes pause/resume to the attempt
+ * whose answer the caller reads.
+ */
+export class OuterController implements DispatchController {
+  /** The attempt whose response the caller's handler reads (set when it is chosen), else null. */
+  current: DispatchController | null = null;
+  /** Aborts the queued job and the attempt in flight. */
+  readonly abortController = new AbortController();
+  #reason: Error | null = null;
+  #paused = false;
+
+  get aborted(): boolean {
+    return this.#reason !== null;
+  }
+  get paused(): boolean {
+    return this.#paused;
+  }
+  get reason(): Error | null {
+    return this.#reason;
+  }
+  get rawHeaders() {
+    return this.current?.rawHeaders ?? null;
+  }
+  get rawTrailers() {
+    return this.current?.rawTrailers ?? null;
+  }
+  abort(reason: Error): void {
+    if (this.#reason !== null) return;
+    this.#reason = reason ?? new Error('aborted');
+    this.abortController.abort(this.#reason);
+    this.current?.abort(this.#reason);
+  }
+  pause(): void {
+    this.#paused = true;
+    this.current?.pause();
+  }
+  resume(): void {
+    this.#paused = false;
+    this.current?.resume();
+  }
+}
+
+/**
+ * One attempt on the wire. Its answer resolves `response` at the headers. A retryable answer
+ * (429, 503) is held back, body buffered, until wrapFetch decides: retried (discarded) or
+ * returned (replayed to the caller). Any other answer is handed to the caller as it streams.
+ */
+export class Attempt implements DispatchHandler {
+  controller: DispatchController | null = null;
+  /** The caller's handler once this attempt's answer is theirs; null while held or before. */
+  private sink: DispatchHandler | null = null;
+  private held: Buffer[] = [];
+  private trailers: Record<string, string | string[] | undefined> | null = null;
+  private error: Error | null = null;
+  private headersSeen: {
+    status: number;
+    headers: Record<string, string | string[] | undefined>;
+    message: string | undefined;
+  } | null = null;
+  private discarded = false;
+  private resolve!: (value: UndiciAttempt) => void;
+  private reject!: (err: unknown) => void;
+  readonly response = new Promise<UndiciAttempt>((resolve, reject) => {
+    this.resolve = resolve;
+    this.reject = reject;
+  });
+
+  constructor(
+    private readonly outer: OuterController,
+    private readonly handler: DispatchHandler,
+    private readonly signal: AbortSignal,
+  ) {}
+
+  onRequestStart(controller: DispatchController): void {
+    this.controller = controller;
+    if (this.signal.aborted) controller.abort(this.signal.reason as Error);
+  }
+
+  onResponseStart(
+    controller: DispatchController,
+    status: number,
+    headers: Record<string, string | string[] | undefined>,
+    message?: string,
+  ): void {
+    this.controller = controller;
+    const response: UndiciAttempt = {
+      status,
+      headers: headerMap(headers),
+      body: { cancel: () => this.discard() },
+      attempt: this,
+    };
+    if (status === 429 || status === 503) {
+      this.headersSeen = { status, headers, message };
+    } else {
+      this.deliver();
+      this.handler.onResponseStart?.(this.outer, status, headers, message);
+    }
+    this.resolve(response);
+  }
+
+  onResponseData(_controller: DispatchController, chunk: Buffer): void {
+    if (this.sink) this.sink.onResponseData?.(this.outer, chunk);
+    else if (!this.discarded) this.held.push(chunk);
+  }
+
+  onResponseEnd(
+    _controller: DispatchController,
+    trailers: Record<string, string | string[] | undefined>,
+  ): void {
+    if (this.sink) this.sink.onResponseEnd?.(this.outer, trailers);
+    else this.trailers = trailers;
+  }
+
+  onResponseError(_controller: DispatchController, err: Error): void {
+    if (this.sink) this.sink.onResponseError?.(this.outer, err);
+    else if (this.headersSeen === null) this.reject(err);
+    else this.error = err;
+  }
+
+  /** This attempt's answer goes to the caller from now on. */
+  private deliver(): void {
+    this.outer.current = this.controller;
+    if (this.outer.paused) this.controller?.pause();
+    this.sink = this.handler;
+  }
+
+  /** wrapFetch returned this held answer: replay what was buffered, then stream the rest. */
+  release(): void {
+    const seen = this.headersSeen;
+    if (seen === null) return;
+    this.headersSeen = null;
+    this.deliver();
+    this.handler.onResponseStart?.(this.outer, seen.status, seen.headers, seen.message);
+    for (const chunk of this.held) this.handler.onResponseData?.(this.outer, chunk);
+    this.held = [];
+    if (this.error) this.handler.onResponseError?.(this.outer, this.error);
+    else if (this.trailers) this.handler.onResponseEnd?.(this.outer, this.trailers);
+  }
+
+  /** wrapFetch retries: drop the held body (a 429's is small; the connection stays usable). */
+  private discard(): Promise<void> {
+    this.discarded = true;
+    this.held = [];
+    return Promise.resolve();
+  }
+}

@@ -1,0 +1,494 @@
+/**
+ * ky (examples/ky.ts), valve/undici (examples/undici.ts) and valve/axios (examples/axios.ts) with
+ * the real packages, against a local server that answers as express-rate-limit does (IETF
+ * draft-8 fields, 429 with Retry-After: test/helpers/fake-apis.ts `generic`) and against the
+ * real express-rate-limit (test/helpers/real-limiters.ts). For each: N concurrent callers all
+ * succeed, the server sees no request inside a pause it announced (except those in flight),
+ * retries don't stack (each call makes at most valve's 1 + 3 attempts, the client none of its
+ * own), and a call aborted while queued rejects at once without reaching the server. Then what
+ * each keeps of its client's semantics (errors, bodies, cancellation).
+ */
+import { Readable } from 'node:stream';
+import axios, { AxiosError, getAdapter, type InternalAxiosRequestConfig } from 'axios';
+import { HTTPError } from 'ky';
+import OpenAI from 'openai';
+import Stripe from 'stripe';
+import {
+  Agent,
+  type Dispatcher,
+  getGlobalDispatcher,
+  request,
+  setGlobalDispatcher,
+  fetch as undiciFetch,
+} from 'undici';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createAxios } from '../../examples/axios.js';
+import { createKy } from '../../examples/ky.js';
+import { createDispatcher } from '../../examples/undici.js';
+import { valveAdapter } from '../../src/axios.js';
+import {
+  createValve,
+  createValveGroup,
+  isValveError,
+  memoryStore,
+  type Valve,
+  type ValveGroup,
+} from '../../src/index.js';
+import { requestHeader, valveInterceptor } from '../../src/undici.js';
+import { insideAnnouncedPauses, recordPauses, stampedFetch } from '../helpers/announced-pauses.js';
+import { type FakeApi, startFakeApi } from '../helpers/fake-apis.js';
+import { startRealLimiter } from '../helpers/real-limiters.js';
+
+const now = (): number => performance.timeOrigin + performance.now();
+const N = 12;
+const LIMIT = { limit: 5, windowMs: 500 };
+
+const servers: FakeApi[] = [];
+const closers: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  await Promise.all(closers.splice(0).map((c) => c()));
+  await Promise.all(servers.splice(0).map((s) => s.stop()));
+});
+
+async function fake(always429 = false): Promise<FakeApi> {
+  const server = await startFakeApi('generic', { ...LIMIT, always429 });
+  servers.push(server);
+  return server;
+}
+
+function valve(rules = { limit: 40, interval: '1s' }): Valve {
+  const v = createValve({ id: 'api', rules, store: memoryStore() });
+  closers.push(() => v.close());
+  return v;
+}
+
+function group(): ValveGroup {
+  const g = createValveGroup({ rules: { limit: 40, interval: '1s' }, store: memoryStore() });
+  closers.push(() => g.close());
+  return g;
+}
+
+function retriesOf(source: Valve | ValveGroup): number[] {
+  const retries: number[] = [];
+  (source as Valve).on('retry', ({ attempt }) => retries.push(attempt));
+  return retries;
+}
+
+/** The common proof: all succeeded, no request inside an announced pause, no stacking. */
+function expectWellBehaved(api: FakeApi, pauses: ReturnType<typeof recordPauses>, retries: number[]): void {
+  expect(api.log.filter((r) => r.status === 200)).toHaveLength(N);
+  expect(insideAnnouncedPauses(api.log, pauses)).toEqual([]);
+  // The server announced pauses (its window ran out), so the check above had work to do.
+  expect(api.log.some((r) => r.blockedUntil !== undefined)).toBe(true);
+  expect(api.log.every((r) => r.sentAt !== undefined)).toBe(true);
+  const perCall = new Map<string | undefined, number>();
+  for (const r of api.log) perCall.set(r.call, (perCall.get(r.call) ?? 0) + 1);
+  expect(perCall.size).toBe(N);
+  for (const attempts of perCall.values()) expect(attempts).toBeLessThanOrEqual(4);
+  // Every request the server saw was an attempt of valve's: the client retried nothing itself.
+  expect(api.log).toHaveLength(N + retries.length);
+}
+
+async function queued(source: { stats(): { queued: number } }, n = 1): Promise<void> {
+  while (source.stats().queued < n) await new Promise((r) => setImmediate(r));
+}
+
+describe('ky (examples/ky.ts)', () => {
+  const realFetch = globalThis.fetch;
+  beforeAll(() => {
+    globalThis.fetch = stampedFetch(realFetch);
+  });
+  afterAll(() => {
+    globalThis.fetch = realFetch;
+  });
+
+  it(`${N} concurrent callers all succeed inside the announced pauses, ky retrying nothing`, async () => {
+    const api = await fake();
+    const v = valve();
+    const pauses = recordPauses(v);
+    const retries = retriesOf(v);
+    const client = createKy(v, api.url);
+    const bodies = await Promise.all(
+      Array.from({ length: N }, (_, i) => client.get(`items/${i}`, { headers: { 'x-call': `${i}` } }).json()),
+    );
+    expect(bodies).toHaveLength(N);
+    expectWellBehaved(api, pauses, retries);
+  });
+
+  it("a call that only gets 429s makes valve's 4 attempts, then ky's HTTPError", async () => {
+    const api = await fake(true);
+    const v = createValve({ id: 'api', feedback: { backoffInitial: '10ms' } });
+    closers.push(() => v.close());
+    const error = await createKy(v, api.url)
+      .get('items/1')
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(HTTPError);
+    expect((error as HTTPError).response.status).toBe(429);
+    expect(api.log).toHaveLength(4);
+  });
+
+  it('a call aborted while queued rejects at once and never reaches the server', async () => {
+    const api = await fake();
+    const v = valve();
+    await v.pause(60_000);
+    const controller = new AbortController();
+    const settled = createKy(v, api.url)
+      .get('items/1', { signal: controller.signal })
+      .catch((e: unknown) => e);
+    await queued(v);
+    controller.abort();
+    expect((await settled) as Error).toMatchObject({ name: 'AbortError' });
+    expect(api.log).toEqual([]);
+  });
+
+  it('a call that does not start within maxWait rejects with the ValveError, never sent', async () => {
+    const api = await fake();
+    const v = createValve({ id: 'api', maxWait: 50 });
+    closers.push(() => v.close());
+    await v.pause(60_000);
+    const error = await createKy(v, api.url)
+      .get('items/1')
+      .catch((e: unknown) => e);
+    expect(isValveError(error, 'MAX_WAIT')).toBe(true);
+    expect(api.log).toEqual([]);
+  });
+});
+
+/** An interceptor that stamps x-sent-at as the request leaves (composed inside valve's). */
+const stamp: Dispatcher.DispatcherComposeInterceptor = (dispatch) => (opts, handler) => {
+  const headers: [string, string][] = [];
+  const raw = opts.headers as unknown;
+  if (Array.isArray(raw)) {
+    if (Array.isArray(raw[0])) for (const [k, v] of raw as [string, string][]) headers.push([k, v]);
+    else for (let i = 0; i + 1 < raw.length; i += 2) headers.push([String(raw[i]), String(raw[i + 1])]);
+  } else if (raw && typeof raw === 'object') {
+    const entries =
+      typeof (raw as Iterable<unknown>)[Symbol.iterator] === 'function'
+        ? [...(raw as Iterable<[string, string]>)]
+        : Object.entries(raw as Record<string, string>);
+    for (const [k, v] of entries) headers.push([k, String(v)]);
+  }
+  headers.push(['x-sent-at', String(now())]);
+  return dispatch({ ...opts, headers: headers.flat() }, handler);
+};
+
+describe('valve/undici (examples/undici.ts)', () => {
+  let previous: Dispatcher;
+  beforeAll(() => {
+    previous = getGlobalDispatcher();
+  });
+  afterEach(() => {
+    setGlobalDispatcher(previous);
+  });
+
+  it(`${N} concurrent callers through Node's global fetch, one valve per host and credential: all succeed inside the announced pauses`, async () => {
+    const api = await fake();
+    const g = group();
+    const pauses = recordPauses(g);
+    const retries = retriesOf(g);
+    const key = (req: Dispatcher.DispatchOptions) => `${req.origin}:${requestHeader(req, 'authorization')}`;
+    const agent = new Agent().compose(stamp, valveInterceptor({ group: g, key }));
+    closers.push(() => agent.close());
+    setGlobalDispatcher(agent);
+    const responses = await Promise.all(
+      Array.from({ length: N }, (_, i) =>
+        fetch(`${api.url}/items/${i}`, { headers: { authorization: 'Bearer a', 'x-call': `${i}` } }).then(
+          (r) => r.json(),
+        ),
+      ),
+    );
+    expect(responses.every((b) => (b as { ok?: unknown }).ok === true)).toBe(true);
+    expect(g.size).toBe(1);
+    expectWellBehaved(api, pauses, retries);
+  });
+
+  it("the example's dispatcher: fetch() and request() both go through the valve of their credential", async () => {
+    const api = await fake();
+    const g = group();
+    const dispatcher = createDispatcher(g);
+    closers.push(() => dispatcher.close());
+    const viaFetch = await fetch(`${api.url}/items`, { headers: { authorization: 'Bearer token-a' } });
+    const viaRequest = await request(`${api.url}/items`, { headers: { authorization: 'Bearer token-b' } });
+    const viaUndiciFetch = await undiciFetch(`${api.url}/items`, {
+      headers: { authorization: 'Bearer token-a' },
+    });
+    expect([viaFetch.status, viaRequest.statusCode, viaUndiciFetch.status]).toEqual([200, 200, 200]);
+    expect(await viaRequest.body.json()).toMatchObject({ ok: true });
+    await Promise.all([viaFetch.text(), viaUndiciFetch.text()]);
+    // Two credentials on one host: two valves, whose ids carry no token.
+    expect(g.size).toBe(2);
+    expect(g.stats().started).toBe(3);
+  });
+
+  it('against the real express-rate-limit: every call through the global fetch succeeds', async () => {
+    const limiter = await startRealLimiter('express', { limit: 5, windowMs: 500 });
+    closers.push(() => limiter.stop());
+    const v = valve();
+    const retries = retriesOf(v);
+    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    setGlobalDispatcher(agent);
+    const statuses = await Promise.all(
+      Array.from({ length: N }, () =>
+        fetch(`${limiter.url}/`).then(async (r) => {
+          await r.text();
+          return r.status;
+        }),
+      ),
+    );
+    expect(statuses).toEqual(Array(N).fill(200));
+    expect(limiter.log).toHaveLength(N + retries.length);
+  });
+
+  it('the OpenAI SDK on the global fetch (no wrapFetch): its POSTs are retried at their place, 4 attempts for a call that only gets 429s', async () => {
+    const api = await startFakeApi('openai', { limit: 4, windowMs: 400, always429: true });
+    servers.push(api);
+    const v = valve();
+    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    setGlobalDispatcher(agent);
+    const openai = new OpenAI({ apiKey: 'sk-test', baseURL: api.url, maxRetries: 0 });
+    const error = await openai.chat.completions
+      .create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'Say call-0.' }] })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.RateLimitError);
+    // fetch() streams its bodies: the interceptor read this one first, and sent it 4 times.
+    expect(api.log.map((r) => r.body)).toEqual(Array(4).fill(api.log[0]?.body));
+    expect(api.log[0]?.body).toContain('call-0');
+  });
+
+  it("stripe-node's fetch client on the global fetch: its Content-Length, which Node 20's fetch repeats, is sent once", async () => {
+    // Node 20's bundled fetch sends `content-length: N, N` when the caller sets it; undici 7 refuses that.
+    const api = await startFakeApi('stripe', { limit: 4, windowMs: 400, always429: true });
+    servers.push(api);
+    const v = createValve({ id: 'stripe:acct_test', feedback: { backoffInitial: '10ms' } });
+    closers.push(() => v.close());
+    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    setGlobalDispatcher(agent);
+    const stripe = new Stripe('sk_test_1', {
+      httpClient: Stripe.createFetchHttpClient(),
+      maxNetworkRetries: 0,
+      host: '127.0.0.1',
+      port: api.port,
+      protocol: 'http',
+    });
+    const error = await stripe.customers.create({ description: 'call-0' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Stripe.errors.StripeRateLimitError);
+    expect(api.log.map((r) => r.body)).toEqual(Array(4).fill('description=call-0'));
+  });
+
+  it("a 429 is retried up to valve's attempts, and the caller gets the last answer with its body", async () => {
+    const api = await fake(true);
+    const v = createValve({ id: 'api', feedback: { backoffInitial: '10ms' } });
+    closers.push(() => v.close());
+    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    const res = await request(`${api.url}/items`, { method: 'POST', body: '{"a":1}', dispatcher: agent });
+    expect(res.statusCode).toBe(429);
+    expect(await res.body.json()).toEqual({ title: 'Too Many Requests', status: 429 });
+    expect(api.log.map((r) => r.body)).toEqual(Array(4).fill('{"a":1}'));
+  });
+
+  it('fetch() bodies (streamed) and small streams are read first and sent again on each retry; a longer stream once', async () => {
+    const api = await fake(true);
+    const v = createValve({ id: 'api', feedback: { backoffInitial: '10ms' } });
+    closers.push(() => v.close());
+    const agent = new Agent().compose(valveInterceptor({ valve: v, maxBufferedBody: 16 }));
+    closers.push(() => agent.close());
+    setGlobalDispatcher(agent);
+    const viaFetch = await fetch(`${api.url}/items`, { method: 'POST', body: '{"fetch":1}' });
+    expect(viaFetch.status).toBe(429);
+    await viaFetch.text();
+    expect(api.log.map((r) => r.body)).toEqual(Array(4).fill('{"fetch":1}'));
+
+    api.log.length = 0;
+    const small = await request(`${api.url}/items`, {
+      method: 'POST',
+      body: Readable.from(['{"a":', '1}']),
+      dispatcher: agent,
+    });
+    expect(small.statusCode).toBe(429);
+    await small.body.text();
+    expect(api.log.map((r) => r.body)).toEqual(Array(4).fill('{"a":1}'));
+
+    api.log.length = 0;
+    const long = '{"long":"0123456789abcdef"}'; // 27 bytes, over maxBufferedBody (16)
+    const once = await request(`${api.url}/items`, {
+      method: 'POST',
+      body: Readable.from([long.slice(0, 10), long.slice(10)]),
+      dispatcher: agent,
+    });
+    expect(once.statusCode).toBe(429);
+    await once.body.text();
+    expect(api.log.map((r) => r.body)).toEqual([long]);
+  });
+
+  it('a call aborted while queued rejects at once and never reaches the server (fetch and request)', async () => {
+    const api = await fake();
+    const v = valve();
+    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    setGlobalDispatcher(agent);
+    await v.pause(60_000);
+    const a = new AbortController();
+    const b = new AbortController();
+    const viaFetch = fetch(`${api.url}/items`, { signal: a.signal }).catch((e: unknown) => e);
+    const viaRequest = request(`${api.url}/items`, { signal: b.signal, dispatcher: agent }).catch(
+      (e: unknown) => e,
+    );
+    await queued(v, 2);
+    a.abort();
+    b.abort();
+    expect(await viaFetch).toMatchObject({ name: 'AbortError' });
+    expect(await viaRequest).toMatchObject({ name: 'AbortError' });
+    expect(v.stats().queued).toBe(0);
+    expect(api.log).toEqual([]);
+  });
+
+  it('requests `match` refuses go straight through, even while the valve is paused', async () => {
+    const api = await fake();
+    const v = valve();
+    const agent = new Agent().compose(
+      valveInterceptor({ valve: v, match: (req) => !String(req.path).startsWith('/health') }),
+    );
+    closers.push(() => agent.close());
+    await v.pause(60_000);
+    const res = await request(`${api.url}/health`, { dispatcher: agent });
+    expect(res.statusCode).toBe(200);
+    await res.body.text();
+    expect(v.stats().started).toBe(0);
+  });
+
+  it('bad options throw at once, naming the option', () => {
+    const v = valve();
+    expect(() => valveInterceptor({} as never)).toThrow(/either `valve`.*got neither/);
+    expect(() => valveInterceptor({ valve: v, group: group() } as never)).toThrow(/got both/);
+    expect(() => valveInterceptor({ group: group() } as never)).toThrow(TypeError);
+    expect(() => valveInterceptor({ valve: v, retry: 0 } as never)).toThrow(/Unknown option `retry`/);
+    expect(() => valveInterceptor({ valve: v, retries: -1 })).toThrow(RangeError);
+    expect(() => valveInterceptor({ valve: v, match: true } as never)).toThrow(/`match`/);
+    expect(() => valveInterceptor({ valve: {} as Valve })).toThrow(/`valve`/);
+    expect(() => valveInterceptor({ valve: v, maxBufferedBody: -1 })).toThrow(RangeError);
+    expect(() => valveInterceptor({ valve: v, maxBufferedBody: '1mb' } as never)).toThrow(
+      /`maxBufferedBody`/,
+    );
+  });
+});
+
+describe('valve/axios (examples/axios.ts)', () => {
+  /** axios's http adapter, stamping x-sent-at as the request leaves. */
+  const stamped = (config: InternalAxiosRequestConfig) => {
+    config.headers.set('x-sent-at', String(now()));
+    return getAdapter('http')(config);
+  };
+
+  it(`${N} concurrent callers all succeed inside the announced pauses`, async () => {
+    const api = await fake();
+    const v = valve();
+    const pauses = recordPauses(v);
+    const retries = retriesOf(v);
+    const client = axios.create({ baseURL: api.url, adapter: valveAdapter({ valve: v, adapter: stamped }) });
+    const responses = await Promise.all(
+      Array.from({ length: N }, (_, i) => client.get(`/items/${i}`, { headers: { 'x-call': `${i}` } })),
+    );
+    expect(responses.map((r) => r.data.ok)).toEqual(Array(N).fill(true));
+    expectWellBehaved(api, pauses, retries);
+  });
+
+  it("keeps axios's errors: a 429 after valve's retries and a 404 reject with AxiosError, unless validateStatus accepts them", async () => {
+    const api = await fake(true);
+    const v = createValve({ id: 'api', feedback: { backoffInitial: '10ms' } });
+    closers.push(() => v.close());
+    const client = createAxios(v, api.url);
+    const error = await client.get('/items').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(AxiosError);
+    expect(error).toMatchObject({ code: 'ERR_BAD_REQUEST', response: { status: 429 } });
+    expect((error as AxiosError).response?.data).toEqual({ title: 'Too Many Requests', status: 429 });
+    expect(api.log).toHaveLength(4);
+
+    const accepted = await client.get('/items', { validateStatus: () => true });
+    expect(accepted.status).toBe(429);
+    expect(accepted.config.validateStatus).toBeTypeOf('function');
+
+    const missing = await createAxios(valve(), 'http://127.0.0.1:1')
+      .get('/items')
+      .catch((e: unknown) => e);
+    expect(missing).toBeInstanceOf(AxiosError);
+    expect(missing).toMatchObject({ code: 'ECONNREFUSED' });
+  });
+
+  it('a 404 is returned at once (one request), as axios rejects it', async () => {
+    const api = await fake();
+    const client = createAxios(valve(), api.url);
+    const error = await client.get('/missing').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(AxiosError);
+    expect(error).toMatchObject({ code: 'ERR_BAD_REQUEST', response: { status: 404 } });
+    expect(api.log).toHaveLength(1);
+  });
+
+  it('a call cancelled while queued (signal or cancelToken) rejects at once with CanceledError, never sent', async () => {
+    const api = await fake();
+    const v = valve();
+    const client = createAxios(v, api.url);
+    await v.pause(60_000);
+    const controller = new AbortController();
+    const source = axios.CancelToken.source();
+    const bySignal = client.get('/items', { signal: controller.signal }).catch((e: unknown) => e);
+    const byToken = client.get('/items', { cancelToken: source.token }).catch((e: unknown) => e);
+    await queued(v, 2);
+    controller.abort();
+    source.cancel('no longer needed');
+    const [a, b] = await Promise.all([bySignal, byToken]);
+    expect(axios.isCancel(a)).toBe(true);
+    expect(a).toMatchObject({ name: 'CanceledError', code: 'ERR_CANCELED' });
+    expect(axios.isCancel(b)).toBe(true);
+    expect(b as Error).toMatchObject({ message: 'no longer needed' });
+    expect(api.log).toEqual([]);
+  });
+
+  it('a request that does not start within maxWait rejects with the ValveError, never sent', async () => {
+    const api = await fake();
+    const v = createValve({ id: 'api', maxWait: 50 });
+    closers.push(() => v.close());
+    await v.pause(60_000);
+    const error = await createAxios(v, api.url)
+      .get('/items')
+      .catch((e: unknown) => e);
+    expect(isValveError(error, 'MAX_WAIT')).toBe(true);
+    expect(api.log).toEqual([]);
+  });
+
+  it('with a group, each request goes through the valve of its key', async () => {
+    const api = await fake();
+    const g = group();
+    const client = axios.create({
+      baseURL: api.url,
+      adapter: valveAdapter({ group: g, key: (config) => `tenant:${config.headers.get('x-tenant')}` }),
+    });
+    await Promise.all(['a', 'b', 'a'].map((t) => client.get('/items', { headers: { 'x-tenant': t } })));
+    expect(g.size).toBe(2);
+    expect(g.valve('tenant:a').stats().started).toBe(2);
+  });
+
+  it('bad options throw at once, naming the option', () => {
+    expect(() => valveAdapter({} as never)).toThrow(/either `valve`/);
+    expect(() => valveAdapter({ valve: valve(), priority: Number.NaN })).toThrow(RangeError);
+    expect(() => valveAdapter({ group: group(), key: 'x' } as never)).toThrow(/`key`/);
+  });
+});
+
+describe('the check itself (insideAnnouncedPauses)', () => {
+  const announced = { at: 100, sentAt: 99, blockedUntil: 600 };
+  it('finds a request sent after the client learnt of the pause and arriving inside it', () => {
+    const late = { at: 300, sentAt: 299 };
+    expect(insideAnnouncedPauses([announced, late], [{ at: 110, until: 600 }])).toEqual([late]);
+    // No pause event covered it: the client knew from the announcement's arrival on.
+    expect(insideAnnouncedPauses([announced, late], [])).toEqual([late]);
+  });
+  it('lets through requests in flight when the client learnt of it, and requests after its end', () => {
+    const inFlight = { at: 120, sentAt: 105 };
+    const after = { at: 601, sentAt: 600 };
+    expect(insideAnnouncedPauses([announced, inFlight, after], [{ at: 110, until: 600 }])).toEqual([]);
+  });
+});

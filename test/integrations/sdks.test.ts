@@ -1,0 +1,243 @@
+/**
+ * The SDK recipes of docs/integrations.md (examples/openai.ts, anthropic.ts, stripe.ts), with the
+ * real SDKs from npm against local fakes that answer as each provider documents
+ * (test/helpers/fake-apis.ts). For each:
+ *
+ * - N concurrent callers all succeed; the provider sees no request inside a pause it announced
+ *   (except requests already in flight); no call makes more than valve's attempts, and the SDK
+ *   itself never retries (OpenAI and Anthropic stamp `x-stainless-retry-count`);
+ * - a call that only gets 429s makes valve's 1 + 3 attempts, not 3 SDK attempts × 4 (the
+ *   problem the recipes fix; shown with the SDK's default retries as the control);
+ * - a call aborted while it waits in the queue rejects at once and never reaches the provider;
+ * - OpenAI: a completion's reported usage is charged to the token-per-minute rule.
+ */
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import Stripe from 'stripe';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createAnthropic } from '../../examples/anthropic.js';
+import { createOpenAI } from '../../examples/openai.js';
+import { createStripe } from '../../examples/stripe.js';
+import { createValve, memoryStore, type Valve } from '../../src/index.js';
+import { insideAnnouncedPauses, recordPauses, stampedFetch } from '../helpers/announced-pauses.js';
+import { type ApiRequest, type FakeApi, startFakeApi } from '../helpers/fake-apis.js';
+
+const realFetch = globalThis.fetch;
+beforeAll(() => {
+  // The recipes pass the global fetch to wrapFetch: stamp the moment each attempt leaves.
+  globalThis.fetch = stampedFetch(realFetch);
+});
+afterAll(() => {
+  globalThis.fetch = realFetch;
+});
+
+const servers: FakeApi[] = [];
+const closers: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  await Promise.all(closers.splice(0).map((c) => c()));
+  await Promise.all(servers.splice(0).map((s) => s.stop()));
+});
+
+async function fake(...args: Parameters<typeof startFakeApi>): Promise<FakeApi> {
+  const server = await startFakeApi(...args);
+  servers.push(server);
+  return server;
+}
+
+/** Attempts per call, from a call id found in each request's body. */
+function attemptsPerCall(log: readonly ApiRequest[], pattern: RegExp): Map<string, number> {
+  const calls = new Map<string, number>();
+  for (const r of log) {
+    const call = pattern.exec(r.body)?.[1] ?? 'unknown';
+    calls.set(call, (calls.get(call) ?? 0) + 1);
+  }
+  return calls;
+}
+
+/** Resolves once `valve` has a job waiting in its queue (event-driven enough: checked every tick). */
+async function queued(valve: Valve, n = 1): Promise<void> {
+  while (valve.stats().queued < n) await new Promise((r) => setImmediate(r));
+}
+
+const N = 12;
+
+describe('OpenAI (examples/openai.ts)', () => {
+  it(`${N} concurrent callers all succeed inside OpenAI's announced pauses, the SDK never retrying`, async () => {
+    const api = await fake('openai', { limit: 4, windowMs: 400 });
+    const client = createOpenAI({ apiKey: 'sk-test', baseURL: api.url, rpm: 60_000 });
+    closers.push(client.close);
+    const pauses = recordPauses(client.requests);
+    const retries: number[] = [];
+    client.requests.on('retry', ({ attempt }) => retries.push(attempt));
+
+    const results = await Promise.all(
+      Array.from({ length: N }, (_, i) => client.chat([{ role: 'user', content: `Say call-${i}.` }], 16)),
+    );
+    expect(results.map((r) => r.choices[0]?.message.content)).toEqual(Array(N).fill('ok'));
+    expect(api.log.filter((r) => r.status === 200)).toHaveLength(N);
+    expect(insideAnnouncedPauses(api.log, pauses)).toEqual([]);
+    // The provider announced pauses (the bucket ran dry), so the check above had work to do.
+    expect(api.log.some((r) => r.blockedUntil !== undefined)).toBe(true);
+    expect(new Set(api.log.map((r) => r.sdkRetry))).toEqual(new Set(['0']));
+    for (const [, attempts] of attemptsPerCall(api.log, /call-(\d+)/))
+      expect(attempts).toBeLessThanOrEqual(4);
+    expect(api.log).toHaveLength(N + retries.length);
+  });
+
+  it("a call that only gets 429s makes valve's 4 attempts, where the SDK's own retries made 12", async () => {
+    const api = await fake('openai', { limit: 4, windowMs: 400, always429: true });
+    const client = createOpenAI({ apiKey: 'sk-test', baseURL: api.url });
+    closers.push(client.close);
+    const error = await client.chat([{ role: 'user', content: 'Say call-0.' }], 16).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.RateLimitError);
+    expect(api.log.map((r) => [r.status, r.sdkRetry])).toEqual(Array(4).fill([429, '0']));
+
+    // The control: the same valve under the SDK's default retries (2) multiplies the attempts.
+    api.log.length = 0;
+    const stacked = new OpenAI({
+      apiKey: 'sk-test',
+      baseURL: api.url,
+      fetch: client.requests.wrapFetch(fetch),
+    });
+    const again = await stacked.chat.completions
+      .create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
+      .catch((e: unknown) => e);
+    expect(again).toBeInstanceOf(OpenAI.RateLimitError);
+    expect(api.log).toHaveLength(12);
+  });
+
+  it('a call aborted while queued rejects at once and never reaches OpenAI', async () => {
+    const api = await fake('openai', { limit: 4, windowMs: 400 });
+    const client = createOpenAI({ apiKey: 'sk-test', baseURL: api.url });
+    closers.push(client.close);
+    await client.requests.pause(60_000);
+    const controller = new AbortController();
+    const call = client.chat([{ role: 'user', content: 'Say call-0.' }], 16, controller.signal);
+    const settled = call.catch((e: unknown) => e);
+    await queued(client.requests);
+    controller.abort();
+    // Rejects long before the 60 s pause ends (the test would time out otherwise).
+    expect(await settled).toBeInstanceOf(OpenAI.APIUserAbortError);
+    expect(api.log).toEqual([]);
+  });
+
+  it("charges each completion's reported usage to the token-per-minute rule", async () => {
+    // Each call: estimate 3 + 4 + 16 = 23 tokens before, usage 42 reported: 19 more after.
+    const api = await fake('openai', { limit: 50, windowMs: 1000, usage: { input: 12, output: 30 } });
+    const client = createOpenAI({ apiKey: 'sk-test', baseURL: api.url, tpm: 100 });
+    closers.push(client.close);
+    const prompt = [{ role: 'user' as const, content: 'Say call.' }];
+    await client.chat(prompt, 16);
+    await client.chat(prompt, 16);
+    // 2 × 42 = 84 spent: a third estimate of 23 does not fit in 100 (it would without the usage).
+    const controller = new AbortController();
+    const third = client.chat(prompt, 16, controller.signal).catch((e: unknown) => e);
+    await queued(client.tokens);
+    expect(client.tokens.stats()).toMatchObject({ started: 4, queued: 1 });
+    controller.abort();
+    await third;
+    expect(api.log).toHaveLength(2);
+  });
+});
+
+describe('Anthropic (examples/anthropic.ts)', () => {
+  it(`${N} concurrent callers all succeed inside Anthropic's announced pauses, the SDK never retrying`, async () => {
+    const api = await fake('anthropic', { limit: 4, windowMs: 400 });
+    const client = createAnthropic({ apiKey: 'sk-ant-test', baseURL: api.url, rpm: 60_000, otpm: 100_000 });
+    closers.push(client.close);
+    const pauses = recordPauses(client.requests);
+    const retries: number[] = [];
+    client.requests.on('retry', ({ attempt }) => retries.push(attempt));
+
+    const results = await Promise.all(Array.from({ length: N }, (_, i) => client.ask(`Say call-${i}.`, 16)));
+    expect(results.map((r) => r.content[0]?.type === 'text' && r.content[0].text)).toEqual(
+      Array(N).fill('ok'),
+    );
+    expect(api.log.filter((r) => r.status === 200)).toHaveLength(N);
+    expect(insideAnnouncedPauses(api.log, pauses)).toEqual([]);
+    expect(api.log.some((r) => r.blockedUntil !== undefined)).toBe(true);
+    expect(new Set(api.log.map((r) => r.sdkRetry))).toEqual(new Set(['0']));
+    for (const [, attempts] of attemptsPerCall(api.log, /call-(\d+)/))
+      expect(attempts).toBeLessThanOrEqual(4);
+    expect(api.log).toHaveLength(N + retries.length);
+    // Every message's output tokens were charged to the output-token rule.
+    expect(client.outputTokens.stats().started).toBe(N);
+  });
+
+  it("a call that only gets 429s makes valve's 4 attempts, the SDK none of its own", async () => {
+    const api = await fake('anthropic', { limit: 4, windowMs: 400, always429: true });
+    const client = createAnthropic({ apiKey: 'sk-ant-test', baseURL: api.url });
+    closers.push(client.close);
+    const error = await client.ask('Say call-0.', 16).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Anthropic.RateLimitError);
+    expect(api.log.map((r) => [r.status, r.sdkRetry])).toEqual(Array(4).fill([429, '0']));
+  }, 20_000);
+
+  it('a call aborted while queued rejects at once and never reaches Anthropic', async () => {
+    const api = await fake('anthropic', { limit: 4, windowMs: 400 });
+    const client = createAnthropic({ apiKey: 'sk-ant-test', baseURL: api.url });
+    closers.push(client.close);
+    await client.requests.pause(60_000);
+    const controller = new AbortController();
+    const settled = client.ask('Say call-0.', 16, controller.signal).catch((e: unknown) => e);
+    await queued(client.requests);
+    controller.abort();
+    expect(await settled).toBeInstanceOf(Anthropic.APIUserAbortError);
+    expect(api.log).toEqual([]);
+  });
+});
+
+describe('Stripe (examples/stripe.ts)', () => {
+  const stripeValve = (limit: number) => {
+    // Stripe sends no rate-limit header: its 429s back off (shortened here to keep the test quick).
+    const valve = createValve({
+      id: 'stripe:acct_test',
+      rules: { limit, interval: '1s' },
+      store: memoryStore(),
+      feedback: { backoffInitial: '100ms' },
+    });
+    closers.push(() => valve.close());
+    return valve;
+  };
+  const endpoint = (api: FakeApi) => ({ host: '127.0.0.1', port: api.port, protocol: 'http' as const });
+
+  it(`${N} concurrent callers all succeed, Stripe's 429s retried by valve alone`, async () => {
+    const api = await fake('stripe', { limit: 4, windowMs: 400 });
+    const valve = stripeValve(20); // looser than the fake's 10/s: 429s happen, valve backs off
+    const retries: number[] = [];
+    valve.on('retry', ({ attempt }) => retries.push(attempt));
+    const stripe = createStripe(valve, 'sk_test_1', endpoint(api));
+    const customers = await Promise.all(
+      Array.from({ length: N }, (_, i) => stripe.customers.create({ description: `call-${i}` })),
+    );
+    expect(customers.map((c) => c.object)).toEqual(Array(N).fill('customer'));
+    expect(api.log.filter((r) => r.status === 200)).toHaveLength(N);
+    expect(api.log.some((r) => r.status === 429)).toBe(true);
+    for (const [, attempts] of attemptsPerCall(api.log, /call-(\d+)/))
+      expect(attempts).toBeLessThanOrEqual(4);
+    // Every request the provider saw was an attempt of valve's: Stripe retried none itself.
+    expect(api.log).toHaveLength(N + retries.length);
+  });
+
+  it("a call that only gets 429s (Stripe-Should-Retry: true) makes valve's 4 attempts", async () => {
+    const api = await fake('stripe', { limit: 4, windowMs: 400, always429: true });
+    const stripe = createStripe(stripeValve(20), 'sk_test_1', endpoint(api));
+    const error = await stripe.customers.create({ description: 'call-0' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Stripe.errors.StripeRateLimitError);
+    expect(api.log.map((r) => r.status)).toEqual([429, 429, 429, 429]);
+  });
+
+  it('a call whose timeout fires while queued rejects at once and never reaches Stripe', async () => {
+    const api = await fake('stripe', { limit: 4, windowMs: 400 });
+    const valve = stripeValve(20);
+    const stripe = createStripe(valve, 'sk_test_1', endpoint(api));
+    await valve.pause(60_000);
+    // stripe-node takes no AbortSignal: its per-request timeout aborts the fetch it made.
+    const error = await stripe.customers
+      .create({ description: 'call-0' }, { timeout: 100 })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Stripe.errors.StripeConnectionError);
+    expect(valve.stats().queued).toBe(0);
+    expect(api.log).toEqual([]);
+  });
+});
