@@ -67,6 +67,12 @@ interface Channel {
   confirmed: boolean;
   /** The message of the probe in flight ('' when none). */
   nonce: string;
+  /**
+   * Earlier probes of this channel not yet back (at most 4): any of them arriving proves the
+   * server delivers the channel to this connection, so a probe that came back after its wait
+   * ran out (a busy machine) still confirms the subscription instead of starting a longer wait.
+   */
+  earlier: string[];
   /** Resends the subscription when the probe did not come back in time. */
   timer: ReturnType<typeof setTimeout> | undefined;
   /** The current wait for a probe, doubling from PROBE_WAIT_MIN to PROBE_WAIT_MAX. */
@@ -203,24 +209,35 @@ export class WakeHub {
     if (entry.probe === undefined) return;
     if (entry.timer !== undefined) clearTimeout(entry.timer);
     const nonce = `probe:${randomBytes(6).toString('hex')}`;
+    if (entry.nonce !== '') {
+      entry.earlier.push(entry.nonce);
+      if (entry.earlier.length > 4) entry.earlier.shift();
+    }
     entry.nonce = nonce;
     entry.probe(nonce).catch(() => {});
-    entry.timer = setTimeout(() => {
-      entry.timer = undefined;
-      if (entry.confirmed || this.channels.get(name) !== entry) return;
-      entry.wait = Math.min(PROBE_WAIT_MAX, entry.wait * 2);
-      this.send(name, true);
+    const timer = setTimeout(() => {
+      // Read what the connection already received first (timers run before I/O in a turn of
+      // the event loop: after a long stall the probe may be waiting in the socket).
+      setImmediate(() => {
+        if (entry.timer !== timer) return; // confirmed, or another probe started meanwhile
+        entry.timer = undefined;
+        if (entry.confirmed || this.channels.get(name) !== entry) return;
+        entry.wait = Math.min(PROBE_WAIT_MAX, entry.wait * 2);
+        this.send(name, true);
+      });
     }, entry.wait);
-    entry.timer.unref?.();
+    timer.unref?.();
+    entry.timer = timer;
   }
 
   private deliver(channel: string, message: unknown): void {
     const entry = this.channels.get(channel);
     if (!entry) return;
     const body = text(message);
-    if (body === entry.nonce) {
+    if (body === entry.nonce || (body.startsWith('probe:') && entry.earlier.includes(body))) {
       // Our probe came back: the server delivers this channel to this connection.
       entry.nonce = '';
+      entry.earlier.length = 0;
       if (entry.timer !== undefined) clearTimeout(entry.timer);
       entry.timer = undefined;
       entry.wait = PROBE_WAIT_MIN;
@@ -327,6 +344,7 @@ export class WakeHub {
         probe,
         confirmed: false,
         nonce: '',
+        earlier: [],
         timer: undefined,
         wait: PROBE_WAIT_MIN,
         reported: false,
