@@ -1,7 +1,11 @@
 import { defineConfig } from 'tsup';
 
 export default defineConfig({
-  entry: ['src/index.ts', 'src/testing.ts'],
+  entry: {
+    index: 'src/index.ts',
+    testing: 'src/testing.ts',
+    octokit: 'src/integrations/octokit/index.ts',
+  },
   format: ['esm', 'cjs'],
   dts: true,
   sourcemap: true,
