@@ -99,24 +99,24 @@ describe('drop-in for @octokit/plugin-throttling', () => {
   it('requires both handlers (the same Error), unless disabled', () => {
     const message = 'You must pass the onSecondaryRateLimit and onRateLimit error handlers';
     expect(() => new ThrottledOctokit()).toThrow(message);
-    expect(() => new ThrottledOctokit({ throttle: {} })).toThrow(message);
-    expect(() => new ThrottledOctokit({ throttle: { onRateLimit: () => true } })).toThrow(message);
+    expect(() => new ThrottledOctokit({ throttle: {} as never })).toThrow(message);
+    expect(() => new ThrottledOctokit({ throttle: { onRateLimit: () => true } as never })).toThrow(message);
     expect(
-      () => new ThrottledOctokit({ throttle: { onSecondaryRateLimit: 5, onRateLimit: () => 1 } }),
+      () => new ThrottledOctokit({ throttle: { onSecondaryRateLimit: 5, onRateLimit: () => 1 } as never }),
     ).toThrow(message);
     expect(() => new ThrottledOctokit({ throttle: { enabled: false } })).not.toThrow();
   });
 
   it('names the replacement of a Bottleneck-only option, and rejects unknown ones', () => {
     const handlers = { onRateLimit: () => true, onSecondaryRateLimit: () => true };
-    expect(() => new ThrottledOctokit({ throttle: { ...handlers, connection: {} } })).toThrow(
+    expect(() => new ThrottledOctokit({ throttle: { ...handlers, connection: {} } as never })).toThrow(
       /`throttle.connection`.*store: redisStore/,
     );
-    expect(() => new ThrottledOctokit({ throttle: { ...handlers, write: {} } })).toThrow(/limits.content/);
+    expect(() => new ThrottledOctokit({ throttle: { ...handlers, write: {} } as never })).toThrow(/limits.content/);
     expect(() => new ThrottledOctokit({ throttle: { ...handlers, retryAfterBaseValue: -1 } })).toThrow(
       RangeError,
     );
-    expect(() => new ThrottledOctokit({ throttle: { ...handlers, limit: 1 } })).toThrow(TypeError);
+    expect(() => new ThrottledOctokit({ throttle: { ...handlers, limit: 1 } as never })).toThrow(TypeError);
     // plugin-throttling's Redis TTL is accepted (and has nothing to do).
     expect(() => new ThrottledOctokit({ throttle: { ...handlers, timeout: 1000 } })).not.toThrow();
   });

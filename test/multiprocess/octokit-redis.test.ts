@@ -39,7 +39,7 @@ describe('valve/octokit on Redis, three processes, one token', () => {
           id,
           githubUrl: github.url,
           requests: 20,
-        } satisfies OctokitWorkerConfig,
+        } satisfies OctokitWorkerConfig as { name: string },
         60_000,
       ),
     );

@@ -28,6 +28,7 @@ import { isEnabled, readSettings, type Settings, type ThrottledRequestOptions } 
 export type { GitHubLimits, RateLane } from './limits.js';
 export { githubLimits } from './limits.js';
 export type { LimitHandler, ThrottledRequestOptions, ThrottleOptions } from './options.js';
+import type { ThrottleOptions } from './options.js';
 
 /** The parts of an Octokit instance the plugin uses. */
 interface OctokitLike {
@@ -260,4 +261,11 @@ export function throttling(octokit: any, octokitOptions: any): Record<string, ne
     throttle.request(request, requestOptions),
   );
   return {};
+}
+
+declare module '@octokit/core' {
+  interface OctokitOptions {
+    /** valve/octokit's options (see ThrottleOptions); `{ enabled: false }` turns the plugin off. */
+    throttle?: ThrottleOptions | (Partial<ThrottleOptions> & { enabled: false });
+  }
 }
