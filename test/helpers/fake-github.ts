@@ -3,8 +3,8 @@
  * primary and secondary limits per token answered with GitHub's documented headers and bodies.
  *
  * - Primary limit per token and resource (`core`, `search`, `graphql`): a window of `windowMs`
- *   opened by the first request, ending on a whole second (so `x-ratelimit-reset`, epoch seconds,
- *   is exact). Every answer carries `x-ratelimit-limit/-remaining/-reset/-used/-resource`; the
+ *   opened by the first request, as GitHub's; `x-ratelimit-reset` is its end in epoch seconds,
+ *   rounded up (GitHub sends whole seconds). Every answer carries `x-ratelimit-limit/-remaining/-reset/-used/-resource`; the
  *   request past the limit gets `primaryStatus` (403 by default) with remaining 0 and
  *   "API rate limit exceeded…" (REST), or a 200 with a GraphQL `RATE_LIMITED` error (GraphQL).
  * - Secondary limits per token: more than `concurrency` requests in flight, or more than
@@ -122,7 +122,7 @@ export async function startFakeGitHub(options: FakeGitHubOptions = {}): Promise<
     let w = windows.get(key);
     if (w === undefined || now >= w.end) {
       const windowMs = resource === 'search' ? 60_000 : o.windowMs;
-      w = { end: Math.ceil((now + windowMs) / 1000) * 1000, used: 0 };
+      w = { end: now + windowMs, used: 0 };
       windows.set(key, w);
     }
     return w;
@@ -213,7 +213,7 @@ export async function startFakeGitHub(options: FakeGitHubOptions = {}): Promise<
     const headers = {
       'x-ratelimit-limit': String(limit),
       'x-ratelimit-remaining': String(limit - w.used),
-      'x-ratelimit-reset': String(w.end / 1000),
+      'x-ratelimit-reset': String(Math.ceil(w.end / 1000)),
       'x-ratelimit-used': String(w.used),
       'x-ratelimit-resource': resource,
     };

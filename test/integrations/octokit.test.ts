@@ -112,7 +112,9 @@ describe('drop-in for @octokit/plugin-throttling', () => {
     expect(() => new ThrottledOctokit({ throttle: { ...handlers, connection: {} } as never })).toThrow(
       /`throttle.connection`.*store: redisStore/,
     );
-    expect(() => new ThrottledOctokit({ throttle: { ...handlers, write: {} } as never })).toThrow(/limits.content/);
+    expect(() => new ThrottledOctokit({ throttle: { ...handlers, write: {} } as never })).toThrow(
+      /limits.content/,
+    );
     expect(() => new ThrottledOctokit({ throttle: { ...handlers, retryAfterBaseValue: -1 } })).toThrow(
       RangeError,
     );
@@ -345,6 +347,14 @@ describe('what valve adds', () => {
     late.abort(new Error('out of points'));
     await expect(sixth).rejects.toThrow('out of points');
     expect(github.log).toHaveLength(6);
+  });
+
+  it('retries at the original queue position: ahead of requests that came after it', async () => {
+    const { octokit, calls } = octokitWith({ retryAfterBaseValue: 20, limits: { concurrency: 1 } });
+    github.script(secondaryAnswer(403, '1'));
+    await Promise.all(['/a', '/b', '/c'].map((path) => octokit.request(`GET ${path}`)));
+    expect(calls.secondary).toHaveLength(1);
+    expect(github.log.map((e) => `${e.path} ${e.status}`)).toEqual(['/a 403', '/a 200', '/b 200', '/c 200']);
   });
 
   it('holds at most `concurrency` requests in flight', async () => {

@@ -17,6 +17,8 @@
  */
 import { describe } from '../../duration.js';
 import { anySignal } from '../../feedback/fetch.js';
+import { observe } from '../../feedback/observe.js';
+import { feedbackState } from '../../feedback/state.js';
 import type { ValveInternals } from '../../feedback-port.js';
 import type { Valve } from '../../types.js';
 import { internalsOf } from '../../valve.js';
@@ -28,6 +30,7 @@ import { isEnabled, readSettings, type Settings, type ThrottledRequestOptions } 
 export type { GitHubLimits, RateLane } from './limits.js';
 export { githubLimits } from './limits.js';
 export type { LimitHandler, ThrottledRequestOptions, ThrottleOptions } from './options.js';
+
 import type { ThrottleOptions } from './options.js';
 
 /** The parts of an Octokit instance the plugin uses. */
@@ -142,10 +145,16 @@ class Throttle {
         await places.run(i, this.lanes.group(lane).valve(Lanes.id(budget, lane)), noop, cost, signal);
       }
       const all = this.lanes.all.valve(budget);
+      // The request's primary lane counts its requests in flight, so that a remaining count no
+      // larger than the requests sent after this one reads as spent (see observe()).
+      const primary = internals(this.lanes.group(klass.primary).valve(Lanes.id(budget, klass.primary)));
+      const inFlight = feedbackState(primary);
+      let sent = -1;
       const outcome = await places.run(
         gates.length,
         all,
         async ({ signal: jobSignal }): Promise<Outcome> => {
+          sent = inFlight.begin();
           try {
             const attempt = {
               ...options,
@@ -163,11 +172,13 @@ class Throttle {
       const now = Date.now();
       const answer = readAnswer(input, this.settings.fallbackSecondaryRateRetryAfter, now);
       if (answer === undefined) {
-        this.observe(budget, klass, input, now);
+        this.observe(budget, klass, input, now, primary, sent);
+        inFlight.end(sent);
         if (outcome.ok) return outcome.response;
         throw outcome.error;
       }
-      this.pause(budget, klass, answer, input);
+      inFlight.end(sent);
+      this.pause(budget, klass, answer, input, now);
       requestOptions.retryCount = retryCount;
       if (!(await this.ask(answer, options, retryCount))) {
         if (outcome.ok)
@@ -181,36 +192,52 @@ class Throttle {
   }
 
   /**
-   * A response that is not a rate-limit answer: `x-ratelimit-remaining: 0` pauses its resource's
-   * lane until `x-ratelimit-reset` (epoch seconds, as GitHub always sends it), so the next request
-   * waits instead of meeting a 403.
+   * A response that is not a rate-limit answer: `x-ratelimit-remaining: 0` (or a count no larger
+   * than the requests sent after this one, still in flight) pauses its resource's lane until
+   * `x-ratelimit-reset`, in every process, so the next request waits instead of meeting a 403.
+   * Only GitHub's pair is read, and only with a reset in epoch seconds, as GitHub sends it.
    */
-  private observe(budget: string, klass: RequestClass, input: AnswerInput, now: number): void {
-    if (header(input.headers, 'x-ratelimit-remaining') !== '0') return;
+  private observe(
+    budget: string,
+    klass: RequestClass,
+    input: AnswerInput,
+    now: number,
+    primary: ValveInternals,
+    sent: number,
+  ): void {
+    const remaining = header(input.headers, 'x-ratelimit-remaining');
+    const reset = header(input.headers, 'x-ratelimit-reset');
+    if (remaining === undefined || reset === undefined || !(Number(reset) * 1000 > now)) return;
     const resource = header(input.headers, 'x-ratelimit-resource');
     const lane = resource === undefined ? klass.primary : laneOfResource(resource);
     if (lane === undefined) return;
-    const reset = Number(header(input.headers, 'x-ratelimit-reset'));
-    if (!Number.isFinite(reset)) return;
-    const valve = internals(this.lanes.group(lane).valve(Lanes.id(budget, lane)));
-    const ms = Math.min(reset * 1000 - now, valve.feedback.maxPause);
-    if (ms > 0)
-      valve.pauseInBackground(ms, 'ratelimit-header', {
-        status: input.status,
-        header: 'x-ratelimit-reset',
-        raw: String(reset),
-      });
+    const valve =
+      lane === klass.primary ? primary : internals(this.lanes.group(lane).valve(Lanes.id(budget, lane)));
+    const headers = { 'x-ratelimit-remaining': remaining, 'x-ratelimit-reset': reset };
+    observe(valve, { status: input.status, headers }, valve === primary ? sent : undefined);
   }
 
-  /** Pauses the lane the answer is about (every request of the budget for a secondary limit), for as long as a retry waits. */
-  private pause(budget: string, klass: RequestClass, answer: RateLimitAnswer, input: AnswerInput): void {
-    const ms = Math.ceil(answer.retryAfter * this.settings.retryAfterBaseValue);
-    if (ms <= 0) return;
+  /**
+   * Pauses the lane the answer is about (every request of the budget for a secondary limit) for
+   * `retryAfter × retryAfterBaseValue`; a primary limit's pause ends at `x-ratelimit-reset` when
+   * that comes sooner (plugin-throttling's retryAfter adds a second and rounds up).
+   */
+  private pause(
+    budget: string,
+    klass: RequestClass,
+    answer: RateLimitAnswer,
+    input: AnswerInput,
+    now: number,
+  ): void {
+    let ms = Math.ceil(answer.retryAfter * this.settings.retryAfterBaseValue);
     const detail = { status: input.status, kind: answer.kind, retryAfter: answer.retryAfter };
     if (answer.kind === 'secondary') {
-      internals(this.lanes.all.valve(budget)).pauseInBackground(ms, 'retry-after', detail);
+      if (ms > 0) internals(this.lanes.all.valve(budget)).pauseInBackground(ms, 'retry-after', detail);
       return;
     }
+    const reset = Number(header(input.headers, 'x-ratelimit-reset')) * 1000;
+    if (reset > now) ms = Math.min(ms, reset - now);
+    if (ms <= 0) return;
     const lane: RateLane = answer.lane ?? klass.primary;
     internals(this.lanes.group(lane).valve(Lanes.id(budget, lane))).pauseInBackground(
       ms,
