@@ -12,9 +12,12 @@
  * const MyOctokit = Octokit.plugin(throttling);
  * ```
  *
- * This module imports nothing from @octokit/*: the Octokit instance and its hook are used as
- * they are handed to the plugin.
+ * This module imports nothing from @octokit/* at run time (one type-only import, for the
+ * `throttle` option's types): the Octokit instance and its hook are used as they are handed to
+ * the plugin.
  */
+// Types only (erased): the augmentation below needs the module in the program.
+import type {} from '@octokit/core';
 import { describe } from '../../duration.js';
 import { anySignal } from '../../feedback/fetch.js';
 import { observe } from '../../feedback/observe.js';
