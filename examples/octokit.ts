@@ -23,14 +23,14 @@ const octokit = new MyOctokit({
   auth: process.env.GITHUB_TOKEN,
   throttle: {
     onRateLimit: (retryAfter, options, octokit, retryCount) => {
-      octokit.log.warn(`Request quota exhausted for request ${options.method} ${options.url}`);
-      if (retryCount < 1) {
-        octokit.log.info(`Retrying after ${retryAfter} seconds!`);
+      octokit.log.warn(`Primary limit met by ${options.method} ${options.url}`);
+      if (retryCount < 2) {
+        octokit.log.info(`Retry #${retryCount + 1} in ${retryAfter} s at most`);
         return true; // retried at its place in the queue, once GitHub's reset has come
       }
     },
-    onSecondaryRateLimit: (retryAfter, options, octokit) => {
-      octokit.log.warn(`SecondaryRateLimit detected for request ${options.method} ${options.url}`);
+    onSecondaryRateLimit: (_retryAfter, options, octokit) => {
+      octokit.log.warn(`Secondary limit met by ${options.method} ${options.url}: not retried`);
     },
   },
   // #endregion migrate
@@ -64,7 +64,11 @@ const enterprise = new Set([42]); // installations on GitHub Enterprise Cloud: 1
 function installationOctokit(installationId: number) {
   return new MyOctokit({
     authStrategy: createAppAuth,
-    auth: { appId: process.env.GITHUB_APP_ID, privateKey: process.env.GITHUB_APP_PRIVATE_KEY, installationId },
+    auth: {
+      appId: process.env.GITHUB_APP_ID,
+      privateKey: process.env.GITHUB_APP_PRIVATE_KEY,
+      installationId,
+    },
     throttle: {
       id: 'my-app', // budgets are `my-app:installation:<id>`, found from auth.installationId
       store,

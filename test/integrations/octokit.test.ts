@@ -357,6 +357,32 @@ describe('what valve adds', () => {
     expect(github.log.map((e) => `${e.path} ${e.status}`)).toEqual(['/a 403', '/a 200', '/b 200', '/c 200']);
   });
 
+  it('a spent resource pauses its own lane; a secondary limit pauses the whole budget, whatever the handler decides', async () => {
+    const { octokit } = octokitWith({ onRateLimit: () => false, onSecondaryRateLimit: () => false });
+    const reset = String(Math.ceil(Date.now() / 1000) + 30);
+    github.script({
+      status: 403,
+      headers: { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': reset, 'x-ratelimit-resource': 'search' },
+      body: { message: 'API rate limit exceeded' },
+    });
+    await expect(octokit.request('GET /search/issues', { q: 'x' })).rejects.toMatchObject({ status: 403 });
+    // Search waits for its reset; the core budget does not.
+    const c = new AbortController();
+    const search = octokit.request('GET /search/issues', { q: 'y', request: { signal: c.signal } });
+    await octokit.request('GET /repos/o/r');
+    c.abort(new Error('search still paused'));
+    await expect(search).rejects.toThrow('search still paused');
+    expect(github.log.map((e) => e.path)).toEqual(['/search/issues', '/repos/o/r']);
+
+    github.script(secondaryAnswer(403, '30'));
+    await expect(octokit.request('GET /repos/o/r/issues')).rejects.toMatchObject({ status: 403 });
+    const d = new AbortController();
+    const next = octokit.request('GET /repos/o/r', { request: { signal: d.signal } });
+    setTimeout(() => d.abort(new Error('budget still paused')), 150);
+    await expect(next).rejects.toThrow('budget still paused');
+    expect(github.log).toHaveLength(3);
+  });
+
   it('holds at most `concurrency` requests in flight', async () => {
     await github.stop();
     github = await startFakeGitHub({ latencyMs: 30 });
