@@ -422,6 +422,18 @@ describe('what valve adds', () => {
     expect(calls.primary.length).toBe(github.limited());
   });
 
+  it('a 200 that spends the last unit pauses until the reset: the next request never meets the 403', async () => {
+    await github.stop();
+    github = await startFakeGitHub({ limit: 3, windowMs: 1000 });
+    const { octokit, calls } = octokitWith({});
+    for (let i = 0; i < 3; i++) await octokit.request(`GET /s/${i}`);
+    await octokit.request('GET /s/3');
+    expect(github.limited()).toBe(0);
+    expect(calls.primary).toEqual([]);
+    // The fourth waited for the end of the window the first opened.
+    expect(github.log[3]!.t).toBeGreaterThanOrEqual(github.log[0]!.t + 1000);
+  });
+
   it('gives each installation its own budget (Probot-style clients), with per-key limits', async () => {
     const store = memoryStore();
     const id = freshId();
