@@ -119,6 +119,11 @@ describe('drop-in for @octokit/plugin-throttling', () => {
       RangeError,
     );
     expect(() => new ThrottledOctokit({ throttle: { ...handlers, limit: 1 } as never })).toThrow(TypeError);
+    // A bad rule is named at construction.
+    expect(
+      () =>
+        new ThrottledOctokit({ throttle: { ...handlers, limits: { core: { limit: 0, interval: '1h' } } } }),
+    ).toThrow(RangeError);
     // plugin-throttling's Redis TTL is accepted (and has nothing to do).
     expect(() => new ThrottledOctokit({ throttle: { ...handlers, timeout: 1000 } })).not.toThrow();
   });
@@ -314,6 +319,16 @@ describe('what valve adds', () => {
       octokit.request('GET /never', { request: { signal: AbortSignal.abort(reason) } }),
     ).rejects.toBe(reason);
     expect(github.log.map((e) => e.path)).toEqual(['/first']);
+  });
+
+  it('maxWait bounds the wait for a start: MAX_WAIT, and the request is never sent', async () => {
+    const { octokit } = octokitWith({
+      maxWait: 50,
+      limits: { core: { limit: 1, interval: '1h', algorithm: 'fixed-window' } },
+    });
+    await octokit.request('GET /one');
+    await expect(octokit.request('GET /two')).rejects.toMatchObject({ name: 'ValveError', code: 'MAX_WAIT' });
+    expect(github.log.map((e) => e.path)).toEqual(['/one']);
   });
 
   it('keeps GitHub limits as rules: content creation, REST points and concurrency', async () => {
