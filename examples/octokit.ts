@@ -87,13 +87,14 @@ function installationOctokit(installationId: number) {
 }
 
 const installations = (process.env.GITHUB_INSTALLATION_IDS ?? '42,7').split(',').map(Number);
-const results = await Promise.all(
-  installations.map((id) => installationOctokit(id).request('GET /installation/repositories')),
-);
+const clients = installations.map(installationOctokit);
+const results = await Promise.all(clients.map((gh) => gh.request('GET /installation/repositories')));
 // #endregion app
 console.log('installations:', results.map((r, i) => `${installations[i]}: ${r.status}`).join(', '));
 
 // #region shutdown
+// Queued requests end, leases are released in the store; then the connections can go.
+await Promise.all([octokit, ...clients].map((gh) => gh.throttle.close()));
 client?.disconnect();
 subscriber?.disconnect();
 // #endregion shutdown

@@ -58,8 +58,10 @@ describe('examples/octokit.ts', () => {
       GITHUB_INSTALLATION_IDS: '42,7',
       REDIS_URL: `redis://${redis.host}:${redis.port}`,
     });
-    expect(result.stderr).toBe('');
-    expect(result.code).toBe(0);
+    expect({ code: result.code, stderr: result.stderr, stdout: result.stdout }).toMatchObject({
+      code: 0,
+      stderr: '',
+    });
     expect(result.stdout).toContain('token client:');
     expect(result.stdout).toContain('installations: 42: 200, 7: 200');
     const paths = github.log.map((e) => `${e.method} ${e.path} ${e.token}`);

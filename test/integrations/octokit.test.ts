@@ -11,7 +11,12 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { throttling } from '../../src/integrations/octokit/index.js';
 import { classify } from '../../src/integrations/octokit/limits.js';
 import { memoryStore } from '../../src/stores/memory.js';
-import { type FakeGitHub, type ScriptedAnswer, startFakeGitHub } from '../helpers/fake-github.js';
+import {
+  type FakeGitHub,
+  type FakeGitHubOptions,
+  type ScriptedAnswer,
+  startFakeGitHub,
+} from '../helpers/fake-github.js';
 
 const ThrottledOctokit = Octokit.plugin(throttling);
 let key: string | undefined;
@@ -32,7 +37,21 @@ beforeAll(async () => {
   github = await startFakeGitHub();
 });
 afterAll(() => github.stop());
-afterEach(() => github.reset());
+/** True once a test replaced the fake GitHub with other limits: the next test gets the default one back. */
+let customized = false;
+afterEach(async () => {
+  if (!customized) return github.reset();
+  await github.stop();
+  github = await startFakeGitHub();
+  customized = false;
+});
+
+/** Replaces the fake GitHub by one with other limits, for this test only. */
+async function restartGitHub(options: FakeGitHubOptions): Promise<void> {
+  await github.stop();
+  github = await startFakeGitHub(options);
+  customized = true;
+}
 
 /** A fresh id per test, so budgets and pauses never carry over. */
 let n = 0;
@@ -331,6 +350,18 @@ describe('what valve adds', () => {
     expect(github.log.map((e) => e.path)).toEqual(['/one']);
   });
 
+  it('octokit.throttle.close() ends queued requests with CLOSED, and later ones', async () => {
+    const { octokit } = octokitWith({
+      limits: { core: { limit: 1, interval: '1h', algorithm: 'fixed-window' } },
+    });
+    await octokit.request('GET /one');
+    const queued = octokit.request('GET /two');
+    await octokit.throttle.close();
+    await expect(queued).rejects.toMatchObject({ name: 'ValveError', code: 'CLOSED' });
+    await expect(octokit.request('GET /three')).rejects.toMatchObject({ code: 'CLOSED' });
+    expect(github.log.map((e) => e.path)).toEqual(['/one']);
+  });
+
   it('keeps GitHub limits as rules: content creation, REST points and concurrency', async () => {
     const { octokit } = octokitWith({
       limits: {
@@ -399,8 +430,7 @@ describe('what valve adds', () => {
   });
 
   it('holds at most `concurrency` requests in flight', async () => {
-    await github.stop();
-    github = await startFakeGitHub({ latencyMs: 30 });
+    await restartGitHub({ latencyMs: 30 });
     const { octokit } = octokitWith({ limits: { concurrency: 3 } });
     await Promise.all(Array.from({ length: 15 }, (_, i) => octokit.request(`GET /c/${i}`)));
     expect(github.log).toHaveLength(15);
@@ -408,8 +438,7 @@ describe('what valve adds', () => {
   });
 
   it('pauses on a spent primary limit and sends nothing inside the announced reset', async () => {
-    await github.stop();
-    github = await startFakeGitHub({ limit: 5, windowMs: 1000, latencyMs: 5 });
+    await restartGitHub({ limit: 5, windowMs: 1000, latencyMs: 5 });
     // valve's own core rule is looser than the server: GitHub's answers are what pauses.
     const sent: { t: number; token: string }[] = [];
     const answers: { t: number; until: number }[] = [];
@@ -438,8 +467,7 @@ describe('what valve adds', () => {
   });
 
   it('a 200 that spends the last unit pauses until the reset: the next request never meets the 403', async () => {
-    await github.stop();
-    github = await startFakeGitHub({ limit: 3, windowMs: 1000 });
+    await restartGitHub({ limit: 3, windowMs: 1000 });
     const { octokit, calls } = octokitWith({});
     for (let i = 0; i < 3; i++) await octokit.request(`GET /s/${i}`);
     await octokit.request('GET /s/3');

@@ -119,6 +119,10 @@ class Throttle {
     this.lanes = new Lanes(settings);
   }
 
+  close(options?: { drain?: boolean }): Promise<void> {
+    return this.lanes.close(options);
+  }
+
   /** The budget id of a request: `<id>` or `<id>:<key>`. */
   private budgetOf(options: ThrottledRequestOptions): string {
     const keyFn = this.settings.key;
@@ -282,15 +286,26 @@ function installationKey(octokitOptions: Record<string, unknown>): string | unde
  * TypeError/RangeError for a bad option.
  */
 // biome-ignore lint/suspicious/noExplicitAny: Octokit's own plugin signature
-export function throttling(octokit: any, octokitOptions: any): Record<string, never> {
+export function throttling(octokit: any, octokitOptions: any): { throttle: ThrottleControl } {
   const options = (octokitOptions ?? {}) as Record<string, unknown>;
-  if (!isEnabled(options.throttle)) return {};
+  if (!isEnabled(options.throttle)) return { throttle: { close: () => Promise.resolve() } };
   const settings = readSettings(options.throttle);
   const throttle = new Throttle(settings, octokit as OctokitLike, installationKey(options));
   (octokit as OctokitLike).hook.wrap('request', (request, requestOptions) =>
     throttle.request(request, requestOptions),
   );
-  return {};
+  return { throttle: { close: (closeOptions) => throttle.close(closeOptions) } };
+}
+
+/** `octokit.throttle`: what the plugin adds to an Octokit instance. */
+export interface ThrottleControl {
+  /**
+   * Ends this client's throttling: requests still queued reject with `ValveError` `CLOSED` (or,
+   * with `{ drain: true }`, are sent first), and resolves once every concurrency lease it held is
+   * released in the store. Later requests reject `CLOSED`. Call it before disconnecting a Redis
+   * client, so that no lease is left to expire.
+   */
+  close(options?: { drain?: boolean }): Promise<void>;
 }
 
 declare module '@octokit/core' {

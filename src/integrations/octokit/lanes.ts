@@ -75,6 +75,12 @@ export class Lanes {
     });
   }
 
+  /** Closes every group (see ValveGroup.close): the concurrency lane last, once nothing waits in a rate lane. */
+  async close(options?: { drain?: boolean }): Promise<void> {
+    await Promise.all(RATE_LANES.map((lane) => this.rate[lane].close(options)));
+    await this.all.close(options);
+  }
+
   /** The group of a rate lane. */
   group(lane: RateLane): ValveGroup {
     return this.rate[lane];
