@@ -15,7 +15,14 @@ export const cliConfig: Options = {
 
 export default defineConfig([
   {
-    entry: ['src/index.ts', 'src/testing.ts', 'src/otel.ts', 'src/undici.ts', 'src/axios.ts'],
+    entry: {
+      index: 'src/index.ts',
+      testing: 'src/testing.ts',
+      otel: 'src/otel.ts',
+      undici: 'src/undici.ts',
+      axios: 'src/axios.ts',
+      octokit: 'src/integrations/octokit/index.ts',
+    },
     format: ['esm', 'cjs'],
     dts: true,
     sourcemap: true,

@@ -124,6 +124,15 @@ const scenarios: Record<string, ScenarioSpec> = {
     ratios: ['jobsPerSec', 'commandsPerJob', 'redisCpuUsPerJob'],
     timeoutMs: 180_000,
   },
+  octokit: {
+    script: 'octokit.ts',
+    cases: ['local', '3 processes'],
+    peers: () => ['valve-octokit', 'valve-octokit-defaults', 'plugin-throttling'],
+    valve: 'valve-octokit',
+    repeat: 1,
+    ratios: ['requestsPerSec'],
+    timeoutMs: 180_000,
+  },
   scale: {
     script: 'scale.ts',
     cases: [undefined],

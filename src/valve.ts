@@ -51,6 +51,15 @@ export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './type
  * - A pause is applied locally at once and then written to the store (see pauses.ts).
  */
 
+/**
+ * What the feedback module is handed, for the integrations bundled in this package
+ * (src/integrations/): not exported from the package root. Undefined for an object that is not
+ * a valve made by this copy of createValve().
+ */
+export function internalsOf(valve: Valve): ValveInternals | undefined {
+  return valve instanceof ValveImpl ? valve.internals : undefined;
+}
+
 class ValveImpl implements Valve {
   readonly id: string;
   /** The largest cost any job may have under the current rules (Infinity without rules). */
@@ -73,8 +82,8 @@ class ValveImpl implements Valve {
   private readonly pauses: Pauses;
   private readonly waiting: Waiting;
   private readonly admission: Admission;
-  /** What the feedback module is handed (observe, wrapFetch). */
-  private readonly internals: ValveInternals;
+  /** What the feedback module is handed (observe, wrapFetch, and internalsOf() for integrations). */
+  readonly internals: ValveInternals;
 
   /** Scratch for run()'s checked options, read right after each check. */
   private readonly runArgs = new RunArgs();

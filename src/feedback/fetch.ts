@@ -136,7 +136,7 @@ function callerSignal(input: unknown, init: Record<string, unknown> | undefined)
 }
 
 /** A signal that aborts when either aborts, with the first one's reason. */
-function anySignal(a: AbortSignal, b: AbortSignal | undefined): AbortSignal {
+export function anySignal(a: AbortSignal, b: AbortSignal | undefined): AbortSignal {
   if (!b) return a;
   const any = (AbortSignal as { any?: (signals: AbortSignal[]) => AbortSignal }).any;
   if (typeof any === 'function') return any.call(AbortSignal, [b, a]);

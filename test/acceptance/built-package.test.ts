@@ -737,13 +737,28 @@ describe('the built package (dist/)', () => {
     }
   }, 60_000);
 
+  it('valve/octokit resolves from outside (ESM and CJS) and loads no @octokit package itself', async () => {
+    const script = `
+      import { createRequire } from 'node:module';
+      const esm = await import('valve/octokit');
+      const cjs = createRequire(import.meta.url)('valve/octokit');
+      console.log(JSON.stringify({ esm: typeof esm.throttling, cjs: typeof cjs.throttling, core: esm.githubLimits.core[0].limit }));
+    `;
+    writeFileSync(join(outside, 'octokit.mjs'), script);
+    const { stdout } = await run(process.execPath, ['octokit.mjs'], { cwd: outside });
+    expect(JSON.parse(stdout.trim())).toEqual({ esm: 'function', cjs: 'function', core: 5000 });
+    for (const file of ['dist/octokit.js', 'dist/octokit.cjs']) {
+      expect(readFileSync(join(root, file), 'utf8')).not.toMatch(/(require\(|from |import\()\s*["']@octokit/);
+    }
+  });
+
   it('the package ships dist/ (both entries, ESM, CJS, types), built by prepack on a fresh clone or git install', async () => {
     const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
     expect(pkg.scripts.prepack).toBe('npm run build');
     // The file list npm packs (prepack itself is skipped here: dist/ was built in beforeAll).
     const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root });
     const files: string[] = JSON.parse(stdout)[0].files.map((f: { path: string }) => f.path);
-    for (const entry of ['index', 'testing', 'otel', 'undici', 'axios']) {
+    for (const entry of ['index', 'testing', 'otel', 'undici', 'axios', 'octokit']) {
       for (const ext of ['js', 'cjs', 'd.ts', 'd.cts']) expect(files).toContain(`dist/${entry}.${ext}`);
     }
     expect(files.filter((f) => !f.startsWith('dist/')).sort()).toEqual([

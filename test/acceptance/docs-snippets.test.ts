@@ -83,7 +83,8 @@ function extract(source: string): string {
     .join('\n\n')
     .replace(/'(\.\.\/)+src\/index\.js'/g, "'valve'")
     .replace(/'(\.\.\/)+src\/testing\.js'/g, "'valve/testing'")
-    .replace(/'(\.\.\/)+src\/(otel|undici|axios)\.js'/g, "'valve/$2'");
+    .replace(/'(\.\.\/)+src\/(otel|undici|axios)\.js'/g, "'valve/$2'")
+    .replace(/'(\.\.\/)+src\/integrations\/octokit\/index\.js'/g, "'valve/octokit'");
 }
 
 /** Every test file's text, to check that a snippet's file is run by one of them. */

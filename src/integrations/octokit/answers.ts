@@ -1,0 +1,102 @@
+import { laneOfResource, type RateLane } from './limits.js';
+
+/*
+ * Reading GitHub's answers: is this a rate-limit answer, which limit, and how long GitHub asks to
+ * wait, in the units @octokit/plugin-throttling hands its handlers (seconds, multiplied by
+ * `retryAfterBaseValue` to get milliseconds).
+ */
+
+/** A rate-limit answer: which handler decides, the wait in seconds, and the lane it pauses. */
+export interface RateLimitAnswer {
+  /** `'secondary'`: onSecondaryRateLimit, pauses every request of the key; `'primary'`: onRateLimit, pauses its lane. */
+  readonly kind: 'primary' | 'secondary';
+  /** Seconds, as plugin-throttling computes them (for primary limits, one second past the reset). */
+  readonly retryAfter: number;
+  /** For a primary limit: the lane of `x-ratelimit-resource`, when valve has one. */
+  readonly lane: RateLane | undefined;
+}
+
+/** What one response (or error response) carries. */
+export interface AnswerInput {
+  readonly status: number | undefined;
+  readonly headers: Record<string, unknown> | undefined;
+  readonly data: unknown;
+  /** The error's message, when the request threw. */
+  readonly message: string | undefined;
+}
+
+/** A response header's value as a string (Octokit's headers are a plain object, lower-case names). */
+export function header(headers: Record<string, unknown> | undefined, name: string): string | undefined {
+  if (headers === undefined || headers === null) return undefined;
+  const value = headers[name];
+  if (value === undefined || value === null) return undefined;
+  return Array.isArray(value) ? String(value[0]) : String(value);
+}
+
+/** GraphQL errors of type RATE_LIMITED in a response body. */
+export function hasRateLimitedError(data: unknown): boolean {
+  if (data === null || typeof data !== 'object') return false;
+  const errors = (data as { errors?: unknown }).errors;
+  if (!Array.isArray(errors)) return false;
+  return errors.some(
+    (e) => e !== null && typeof e === 'object' && (e as { type?: unknown }).type === 'RATE_LIMITED',
+  );
+}
+
+function bodyMessage(data: unknown): string {
+  if (data === null || typeof data !== 'object') return typeof data === 'string' ? data : '';
+  const message = (data as { message?: unknown }).message;
+  return typeof message === 'string' ? message : '';
+}
+
+const SECONDARY = /\bsecondary rate\b/i;
+
+/**
+ * Whether an answer is a rate limit, and which: GitHub's secondary-limit message (403 or 429) is
+ * secondary; `x-ratelimit-remaining: 0` on a 403 or 429, or a GraphQL RATE_LIMITED error (in a 200
+ * body too), is primary; any other 403 or 429 with `retry-after`, and any 429, is secondary. A 401
+ * never is, nor is any other status. `now` is epoch ms.
+ */
+export function readAnswer(
+  input: AnswerInput,
+  fallbackSecondaryRetryAfter: number,
+  now: number,
+): RateLimitAnswer | undefined {
+  const { status, headers } = input;
+  if (status === 401) return undefined;
+  const limited = status === 403 || status === 429;
+  const rateLimited = hasRateLimitedError(input.data);
+  if (!limited && !rateLimited) return undefined;
+  const retryAfterHeader = header(headers, 'retry-after');
+  if (limited && (SECONDARY.test(input.message ?? '') || SECONDARY.test(bodyMessage(input.data)))) {
+    return {
+      kind: 'secondary',
+      retryAfter: secondsOf(retryAfterHeader) || fallbackSecondaryRetryAfter,
+      lane: undefined,
+    };
+  }
+  if ((limited && header(headers, 'x-ratelimit-remaining') === '0') || rateLimited) {
+    // One second past the reset, as GitHub recommends (and plugin-throttling computes).
+    const reset = Number(header(headers, 'x-ratelimit-reset'));
+    const resetMs = Number.isFinite(reset) ? Math.trunc(reset) * 1000 : 0;
+    const retryAfter = Math.max(Math.ceil((resetMs - now) / 1000) + 1, 0);
+    const lane =
+      laneOfResource(header(headers, 'x-ratelimit-resource')) ?? (rateLimited ? 'graphql' : undefined);
+    return { kind: 'primary', retryAfter, lane };
+  }
+  if (retryAfterHeader !== undefined || status === 429) {
+    return {
+      kind: 'secondary',
+      retryAfter: secondsOf(retryAfterHeader) || fallbackSecondaryRetryAfter,
+      lane: undefined,
+    };
+  }
+  return undefined;
+}
+
+/** A Retry-After in seconds (0 when absent or not a non-negative number). */
+function secondsOf(value: string | undefined): number {
+  if (value === undefined) return 0;
+  const n = Number(value);
+  return Number.isFinite(n) && n > 0 ? n : 0;
+}
