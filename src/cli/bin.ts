@@ -11,9 +11,11 @@ process.on('unhandledRejection', (err) => {
 });
 main(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr, env: process.env }).then(
   (code) => {
-    // Set, not exit(): stdout still drains when it is a pipe.
     process.exitCode = code;
-    // A client that keeps a socket or timer open must not keep the command alive.
-    setTimeout(() => process.exit(code), 2000).unref();
+    // Exit once what was written is flushed: a client may keep a socket or timer open (ioredis
+    // waits 2 s to close a connection that never opened), which must not keep the command alive.
+    const exit = () => process.exit(code);
+    process.stdout.write('', () => process.stderr.write('', exit));
+    setTimeout(exit, 2000).unref();
   },
 );
