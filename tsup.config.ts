@@ -2,7 +2,7 @@ import { defineConfig, type Options } from 'tsup';
 
 /** The `valve` command (package.json `bin`): one ESM file run by node, the core bundled in. */
 export const cliConfig: Options = {
-  entry: { cli: 'src/cli/main.ts' },
+  entry: { cli: 'src/cli/bin.ts' },
   format: ['esm'],
   banner: { js: '#!/usr/bin/env node' },
   dts: false,

@@ -1,7 +1,8 @@
 /**
- * The `valve` command (the package's bin): reads and acts on the state a redisStore keeps in
- * Redis or Valkey. See docs/operating.md. Every failure ends in one line on stderr and a
- * documented exit code (errors.ts), never a stack trace.
+ * The `valve` command (the package's bin, run by bin.ts): reads and acts on the state a
+ * redisStore keeps in Redis or Valkey. See docs/operating.md. Every failure ends in one line on
+ * stderr and a documented exit code (errors.ts), never a stack trace. `main()` never exits the
+ * process: it writes to the streams it is given and returns the exit code.
  */
 import { readFileSync } from 'node:fs';
 import { hostname, userInfo } from 'node:os';
@@ -14,7 +15,7 @@ import { doctor } from './doctor.js';
 import { CliError, EXIT, oneLine, usageError } from './errors.js';
 import { human, iso, statusLines } from './format.js';
 import { readStatus } from './state.js';
-import { watch } from './watch.js';
+import { type Output, watch } from './watch.js';
 
 const USAGE = `Usage: valve <command> [options]
 
@@ -45,6 +46,13 @@ Options:
 Exit codes: 0 done (doctor: the store would work), 1 failed (unreachable server, refused
 command, doctor found a problem), 2 bad usage, 3 nothing recorded for the id.`;
 
+/** Where the command writes and what it reads of the environment (bin.ts passes the process's). */
+export interface CliIo {
+  stdout: Output;
+  stderr: Output;
+  env: Record<string, string | undefined>;
+}
+
 interface Parsed {
   command: string | undefined;
   args: string[];
@@ -56,7 +64,7 @@ interface Parsed {
   help: boolean;
 }
 
-function parse(argv: string[]): Parsed {
+function parse(argv: string[], environment: CliIo['env']): Parsed {
   let values: Record<string, unknown>;
   let positionals: string[];
   try {
@@ -108,7 +116,7 @@ function parse(argv: string[]): Parsed {
       throw usageError(`--tls-ca: ${oneLine(err)}`);
     }
   }
-  const env = process.env.VALVE_REDIS_URL;
+  const env = environment.VALVE_REDIS_URL;
   const urls = (values.redis as string[] | undefined) ?? (env ? [env] : []);
   return {
     command: positionals[0],
@@ -152,8 +160,6 @@ function expectArgs(p: Parsed, names: string[]): void {
   }
 }
 
-const print = (line: string) => process.stdout.write(`${line}\n`);
-
 /** What `valve pause` records as the pause's cause: the command, and who ran it where. */
 function pausedBy(): string {
   let user = 'unknown';
@@ -169,7 +175,8 @@ async function serverNow(conn: Conn, key: string, timeout: number): Promise<numb
   return Number(s) * 1000 + Number(us) / 1000;
 }
 
-async function run(p: Parsed): Promise<number> {
+async function run(p: Parsed, io: CliIo): Promise<number> {
+  const print = (line: string) => io.stdout.write(`${line}\n`);
   const commands = ['status', 'pause', 'resume', 'watch', 'doctor'];
   if (p.help || p.command === 'help') {
     print(USAGE);
@@ -200,7 +207,7 @@ async function run(p: Parsed): Promise<number> {
           id: status.id,
           count: p.count,
           plain: p.plain,
-          out: process.stdout,
+          out: io.stdout,
         });
       } else if (p.json) print(JSON.stringify(status, null, 2));
       else for (const line of statusLines(status)) print(line);
@@ -249,7 +256,7 @@ async function run(p: Parsed): Promise<number> {
           );
       }
       if (statusBefore.unknown) {
-        process.stderr.write(
+        io.stderr.write(
           `valve: note: nothing else is recorded for id ${JSON.stringify(statusBefore.id)} under prefix ${p.prefix}\n`,
         );
       }
@@ -268,21 +275,12 @@ async function run(p: Parsed): Promise<number> {
   }
 }
 
-export async function main(argv: string[]): Promise<number> {
+/** Runs the command with `argv` (the arguments after `valve`); resolves to its exit code. */
+export async function main(argv: string[], io: CliIo): Promise<number> {
   try {
-    return await run(parse(argv));
+    return await run(parse(argv, io.env), io);
   } catch (err) {
-    process.stderr.write(`valve: ${oneLine(err)}\n`);
+    io.stderr.write(`valve: ${oneLine(err)}\n`);
     return err instanceof CliError ? err.exitCode : EXIT.failure;
   }
 }
-
-process.on('unhandledRejection', (err) => {
-  process.stderr.write(`valve: ${oneLine(err)}\n`);
-  process.exit(EXIT.failure);
-});
-main(process.argv.slice(2)).then((code) => {
-  process.exitCode = code;
-  // A client that keeps a socket or timer open must not keep the command alive.
-  setTimeout(() => process.exit(code), 2000).unref();
-});

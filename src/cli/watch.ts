@@ -10,6 +10,12 @@ import { type IdStatus, type RuleStatus, readStatus } from './state.js';
 
 const ESC = '\u001b[';
 
+/** A stream the command writes to (process.stdout in the bin); `isTTY` true: the live view. */
+export interface Output {
+  write(text: string): unknown;
+  isTTY?: boolean;
+}
+
 /** Starts per second of a rule between two readings, where the state allows it; null otherwise. */
 export function startsPerSecond(prev: RuleStatus | undefined, cur: RuleStatus, dtMs: number): number | null {
   if (cur.recent !== null) return cur.recent; // sliding window: exact, from its log
@@ -77,7 +83,7 @@ export interface WatchOptions {
   plain: boolean;
   /** ms for each reading; a reading past it shows as "store unreachable". */
   timeout: number;
-  out: NodeJS.WriteStream;
+  out: Output;
 }
 
 /** Runs until `count` readings were shown or SIGINT/SIGTERM. The first reading must succeed. */

@@ -1,10 +1,15 @@
 /**
- * The `valve` command, built as the package ships it (tsup, the cli config of tsup.config.ts,
- * into a scratch directory) and run as a child process against the real servers the suite
- * starts: Redis and Valkey, standalone and cluster, an ACL user with exactly the rule
- * docs/operating.md gives, and a TLS server. `status --json` is compared with what a live
- * valve in another process (test/cli/live-worker.ts) just did; the command's pause and resume
- * reach that valve as the API's do.
+ * The `valve` command against the real servers the suite starts: Redis and Valkey, standalone
+ * and cluster, an ACL user with exactly the rule docs/operating.md gives, and a TLS server.
+ * `status --json` is compared with what a live valve in another process
+ * (test/cli/live-worker.ts) just did; the command's pause and resume reach that valve as the
+ * API's do.
+ *
+ * Most checks call the command's `main()` in this process (the same code the bin runs, with
+ * its output captured and its exit code returned). What only a process shows runs the file
+ * built as the package ships it (tsup, the cli config of tsup.config.ts, into a scratch
+ * directory) as a child process: --help, a bad usage, an unreachable server, no client
+ * installed, the live view on a pty, and NODE_EXTRA_CA_CERTS (read by node at start).
  */
 import { type ChildProcessWithoutNullStreams, execFile, spawn } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -14,6 +19,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Check } from '../../src/cli/doctor.js';
+import { main } from '../../src/cli/main.js';
 import type { IdStatus } from '../../src/cli/state.js';
 import { createValve } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
@@ -31,7 +37,24 @@ beforeAll(async () => {
   // in a user's project.
   buildDir = mkdtempSync(join(root, '.cli-build-'));
   const { build } = await import('tsup');
-  await build({ ...cliConfig, outDir: buildDir, silent: true, config: false });
+  await Promise.all([
+    build({ ...cliConfig, outDir: buildDir, silent: true, config: false }),
+    // The live valve's worker too, bundled with the library's source (the packages left to
+    // node_modules): plain node starts it faster than tsx, four at once.
+    build({
+      entry: { 'live-worker': 'test/cli/live-worker.ts' },
+      format: ['esm'],
+      outDir: buildDir,
+      silent: true,
+      config: false,
+      skipNodeModulesBundle: true,
+      target: 'node20',
+      dts: false,
+      sourcemap: false,
+      clean: false,
+      splitting: false,
+    }),
+  ]);
   cli = join(buildDir, 'cli.js');
 }, 120_000);
 
@@ -45,8 +68,20 @@ interface Ran {
   stderr: string;
 }
 
-/** Runs the built command with `args`; VALVE_REDIS_URL only when given in `env`. */
-function valve(args: string[], env: Record<string, string> = {}, file = cli): Promise<Ran> {
+/** Runs the command in this process with `args`; VALVE_REDIS_URL only when given in `env`. */
+async function valve(args: string[], env: Record<string, string> = {}): Promise<Ran> {
+  let stdout = '';
+  let stderr = '';
+  const code = await main(args, {
+    stdout: { write: (text: string) => (stdout += text) },
+    stderr: { write: (text: string) => (stderr += text) },
+    env,
+  });
+  return { code, stdout, stderr };
+}
+
+/** Runs the built file with `args` in a child process; VALVE_REDIS_URL only when given in `env`. */
+function spawnValve(args: string[], env: Record<string, string> = {}, file = cli): Promise<Ran> {
   const base = { ...process.env };
   delete base.VALVE_REDIS_URL;
   return new Promise((done) => {
@@ -78,9 +113,19 @@ const json = <T>(r: Ran): T => {
 
 const seedsOf = (kind: ServerKind) => sharedCluster(kind).nodes.map((n) => `redis://${n.host}:${n.port}`);
 
-describe('usage and one-line failures', () => {
+// Independent checks (the unreachable server's process takes 2 s to end): at once.
+describe.concurrent('usage and one-line failures', () => {
   it('--help prints the usage and exits 0; bad usage exits 2 with one line', async () => {
-    const help = await valve(['--help']);
+    // The built file, as a process: its exit code and streams (and the in-process main's).
+    const [help, inProcess, badUsage] = await Promise.all([
+      spawnValve(['--help']),
+      valve(['--help']),
+      spawnValve(['frobnicate']),
+    ]);
+    expect(inProcess).toEqual(help);
+    expect(badUsage.code).toBe(2);
+    expect(badUsage.stdout).toBe('');
+    expectOneLine(badUsage, /unknown command "frobnicate"/);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/^Usage: valve <command>/);
     for (const word of [
@@ -110,36 +155,35 @@ describe('usage and one-line failures', () => {
       [['status', 'a'], /no server: pass --redis <url> or set VALVE_REDIS_URL/],
       [['status', 'a', '--client', 'nope', '--redis', url], /--client/],
     ];
-    for (const [args, pattern] of cases) {
-      const r = await valve(args);
+    const results = await Promise.all(cases.map(([args]) => valve(args)));
+    cases.forEach(([args, pattern], i) => {
+      const r = results[i]!;
       expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(2);
+      expect(r.stdout).toBe('');
       expectOneLine(r, pattern);
-    }
+    });
   });
 
   it('an unreachable server exits 1 with one line; an unknown id exits 3', async () => {
-    const refused = await valve(['status', 'x', '--redis', 'redis://127.0.0.1:1', '--timeout', '3s']);
+    const [refused, unknown, fromEnv] = await Promise.all([
+      // As a process: the failed connection leaves nothing that keeps it from exiting 1.
+      spawnValve(['status', 'x', '--redis', 'redis://127.0.0.1:1', '--timeout', '3s']),
+      valve(['status', 'nobody', '--prefix', uniquePrefix('cli'), '--redis', sharedRedis().url]),
+      valve(['watch', 'nobody', '--count', '1'], { VALVE_REDIS_URL: sharedRedis().url }),
+    ]);
     expect(refused.code).toBe(1);
     expectOneLine(refused, /cannot use 127\.0\.0\.1:1: .*ECONNREFUSED/);
-    const unknown = await valve([
-      'status',
-      'nobody',
-      '--prefix',
-      uniquePrefix('cli'),
-      '--redis',
-      sharedRedis().url,
-    ]);
     expect(unknown.code).toBe(3);
     expectOneLine(unknown, /unknown id "nobody"/);
-    const fromEnv = await valve(['watch', 'nobody', '--count', '1'], { VALVE_REDIS_URL: sharedRedis().url });
     expect(fromEnv.code).toBe(3);
+    expectOneLine(fromEnv, /unknown id "nobody"/);
   });
 
   it('names the packages to install when no Redis client is installed', async () => {
     const alone = mkdtempSync(join(tmpdir(), 'valve-cli-alone-'));
     try {
       copyFileSync(cli, join(alone, 'cli.js'));
-      const r = await valve(['status', 'x', '--redis', sharedRedis().url], {}, join(alone, 'cli.js'));
+      const r = await spawnValve(['status', 'x', '--redis', sharedRedis().url], {}, join(alone, 'cli.js'));
       expect(r.code).toBe(1);
       expectOneLine(r, /no Redis client installed: install one of ioredis, iovalkey or redis/);
     } finally {
@@ -155,7 +199,7 @@ class LiveWorker {
   private waiters: (() => void)[] = [];
   private err = '';
   constructor(config: LiveWorkerConfig) {
-    this.child = spawn(process.execPath, ['--import', 'tsx', join(root, 'test/cli/live-worker.ts')], {
+    this.child = spawn(process.execPath, [join(buildDir, 'live-worker.js')], {
       cwd: root,
       env: { ...process.env, VALVE_CLI_WORKER: JSON.stringify(config) },
     });
@@ -246,98 +290,107 @@ const liveCases: LiveCase[] = [
   },
 ];
 
-describe.each(liveCases)('status, pause and resume against a live valve: $name', (c) => {
-  let worker: LiveWorker | undefined;
-  afterAll(() => worker?.kill());
+// The four cases at once (each its own prefix and worker): most of the time goes to starting
+// the workers.
+describe('status, pause and resume against a live valve', () => {
+  const workers: LiveWorker[] = [];
+  afterAll(() => {
+    for (const w of workers) w.kill();
+  });
 
-  it('status --json shows what the valve just did; the command pauses and resumes it', async () => {
-    const prefix = uniquePrefix('cli');
-    const id = `live:${c.kind}`;
-    const shared = sharedRedis(c.kind);
-    worker = new LiveWorker({
-      target: { host: shared.host, port: shared.port },
-      cluster: c.cluster ? sharedCluster(c.kind).nodes : undefined,
-      family: c.family,
-      prefix,
-      id,
-      rules: RULES,
-      costs: [1, 1, 1, 2],
-      held: 2,
-      pauseMs: 60_000,
-    });
-    const { state } = (await worker.line((l) => 'state' in l)) as { state: LiveWorkerState };
-    const args = [...c.args(), '--prefix', prefix];
+  it.concurrent.each(liveCases)(
+    '$name: status --json shows what the valve just did; the command pauses and resumes it',
+    async (c) => {
+      const prefix = uniquePrefix('cli');
+      const id = `live:${c.kind}`;
+      const shared = sharedRedis(c.kind);
+      const worker = new LiveWorker({
+        target: { host: shared.host, port: shared.port },
+        cluster: c.cluster ? sharedCluster(c.kind).nodes : undefined,
+        family: c.family,
+        prefix,
+        id,
+        rules: RULES,
+        costs: [1, 1, 1, 2],
+        held: 2,
+        pauseMs: 60_000,
+      });
+      workers.push(worker);
+      const { state } = (await worker.line((l) => 'state' in l)) as { state: LiveWorkerState };
+      const args = [...c.args(), '--prefix', prefix];
 
-    const s = json<IdStatus>(await valve(['status', id, '--json', ...args]));
-    expect(s.id).toBe(id);
-    expect(s.unknown).toBe(false);
-    expect(s.recorded?.digests).toEqual(['g10.3600000000.10', 's50.3600000000', 'w100.3600000000']);
-    expect(s.mismatch).toEqual({ checked: true, digests: [] });
-    const rule = (d: string) => s.rules.find((r) => r.digest === d)!;
-    // 7 units spent: 1 + 1 + 1 + 2, and the two held jobs.
-    const gcra = rule('g10.3600000000.10');
-    expect(gcra).toMatchObject({ capacity: 10, left: 3, recorded: true });
-    // One unit comes back every 360 s, counted from the first start (a few seconds ago).
-    expect(gcra.nextUnitIn).toBeGreaterThan(360_000 - 60_000);
-    expect(gcra.nextUnitIn).toBeLessThanOrEqual(360_000);
-    const sliding = rule('s50.3600000000');
-    expect(sliding).toMatchObject({ capacity: 50, left: 43 });
-    expect(sliding.nextUnitIn).toBeGreaterThan(HOUR - 60_000);
-    expect(sliding.allBackIn).toBeGreaterThanOrEqual(sliding.nextUnitIn!);
-    const fixed = rule('w100.3600000000');
-    // All 7 units fell in the hour window that holds the status reading, unless it began since.
-    if (fixed.windowStart! <= state.firstStart - 1000) expect(fixed.left).toBe(93);
-    else expect(fixed.left).toBeGreaterThanOrEqual(93);
-    expect(fixed.nextUnitIn).toBeCloseTo(fixed.windowStart! + HOUR - s.now, 0);
+      const s = json<IdStatus>(await valve(['status', id, '--json', ...args]));
+      expect(s.id).toBe(id);
+      expect(s.unknown).toBe(false);
+      expect(s.recorded?.digests).toEqual(['g10.3600000000.10', 's50.3600000000', 'w100.3600000000']);
+      expect(s.mismatch).toEqual({ checked: true, digests: [] });
+      const rule = (d: string) => s.rules.find((r) => r.digest === d)!;
+      // 7 units spent: 1 + 1 + 1 + 2, and the two held jobs.
+      const gcra = rule('g10.3600000000.10');
+      expect(gcra).toMatchObject({ capacity: 10, left: 3, recorded: true });
+      // One unit comes back every 360 s, counted from the first start (a few seconds ago).
+      expect(gcra.nextUnitIn).toBeGreaterThan(360_000 - 60_000);
+      expect(gcra.nextUnitIn).toBeLessThanOrEqual(360_000);
+      const sliding = rule('s50.3600000000');
+      expect(sliding).toMatchObject({ capacity: 50, left: 43 });
+      expect(sliding.nextUnitIn).toBeGreaterThan(HOUR - 60_000);
+      expect(sliding.allBackIn).toBeGreaterThanOrEqual(sliding.nextUnitIn!);
+      const fixed = rule('w100.3600000000');
+      // All 7 units fell in the hour window that holds the status reading, unless it began since.
+      if (fixed.windowStart! <= state.firstStart - 1000) expect(fixed.left).toBe(93);
+      else expect(fixed.left).toBeGreaterThanOrEqual(93);
+      expect(fixed.nextUnitIn).toBeCloseTo(fixed.windowStart! + HOUR - s.now, 0);
 
-    // stats().pausedUntil is the store's answer moved onto the worker's clock (within a round trip).
-    expect(Math.abs(s.pause!.until - state.pausedUntil)).toBeLessThan(100);
-    expect(s.pause!.in).toBeGreaterThan(0);
-    expect(s.pause!.by).toBe('manual'); // valve.pause()'s event source, recorded with the pause
-    expect(s.leases.map((l) => [l.token, l.fence]).sort()).toEqual(
-      state.leases.map((l) => [l.token, l.fence]).sort(),
-    );
-    expect(s.fence).toBe(Math.max(...state.leases.map((l) => l.fence)));
-    for (const l of s.leases) expect(l.ttl).toBeGreaterThan(30_000);
+      // stats().pausedUntil is the store's answer moved onto the worker's clock (within a round trip).
+      expect(Math.abs(s.pause!.until - state.pausedUntil)).toBeLessThan(100);
+      expect(s.pause!.in).toBeGreaterThan(0);
+      expect(s.pause!.by).toBe('manual'); // valve.pause()'s event source, recorded with the pause
+      expect(s.leases.map((l) => [l.token, l.fence]).sort()).toEqual(
+        state.leases.map((l) => [l.token, l.fence]).sort(),
+      );
+      expect(s.fence).toBe(Math.max(...state.leases.map((l) => l.fence)));
+      for (const l of s.leases) expect(l.ttl).toBeGreaterThan(30_000);
 
-    // The text form says the same.
-    const text = await valve(['status', id, ...args]);
-    expect(text.code).toBe(0);
-    expect(text.stdout).toMatch(/10 per 3600000ms \(gcra, burst 10\) +3 of 10 left, next unit in/);
-    expect(text.stdout).toMatch(/50 per 3600000ms \(sliding-window\) +43 of 50 left/);
-    expect(text.stdout).toMatch(/pause +PAUSED until .* left\) by manual; every valve with this id waits/);
-    expect(text.stdout).toContain(`leases    2 held (last fence ${s.fence})`);
+      // The text form says the same.
+      const text = await valve(['status', id, ...args]);
+      expect(text.code).toBe(0);
+      expect(text.stdout).toMatch(/10 per 3600000ms \(gcra, burst 10\) +3 of 10 left, next unit in/);
+      expect(text.stdout).toMatch(/50 per 3600000ms \(sliding-window\) +43 of 50 left/);
+      expect(text.stdout).toMatch(/pause +PAUSED until .* left\) by manual; every valve with this id waits/);
+      expect(text.stdout).toContain(`leases    2 held (last fence ${s.fence})`);
 
-    // resume: the valve in the other process hears it, as after valve.resume().
-    const resumed = json<{ resumed: boolean; wasPaused: boolean }>(
-      await valve(['resume', id, '--json', ...args]),
-    );
-    expect(resumed).toMatchObject({ resumed: true, wasPaused: true });
-    await worker.line((l) => l.event === 'resume');
-    expect(json<IdStatus>(await valve(['status', id, '--json', ...args])).pause).toBeNull();
+      // resume: the valve in the other process hears it, as after valve.resume().
+      const resumed = json<{ resumed: boolean; wasPaused: boolean }>(
+        await valve(['resume', id, '--json', ...args]),
+      );
+      expect(resumed).toMatchObject({ resumed: true, wasPaused: true });
+      await worker.line((l) => l.event === 'resume');
+      expect(json<IdStatus>(await valve(['status', id, '--json', ...args])).pause).toBeNull();
 
-    // pause: extend-only, the same until in the valve's 'pause' event.
-    const paused = json<{ until: number; in: number; extended: boolean }>(
-      await valve(['pause', id, '30s', '--json', ...args]),
-    );
-    expect(paused.extended).toBe(true);
-    expect(paused.in).toBeGreaterThan(25_000);
-    expect(paused.in).toBeLessThanOrEqual(30_000);
-    const heard = await worker.line((l) => l.event === 'pause');
-    expect(Math.abs((heard.until as number) - paused.until)).toBeLessThan(1);
-    expect(json<IdStatus>(await valve(['status', id, '--json', ...args])).pause!.by).toMatch(
-      /^valve pause by .+@.+$/,
-    );
-    const shorter = json<{ until: number; extended: boolean }>(
-      await valve(['pause', id, '1s', '--json', ...args]),
-    );
-    expect(shorter).toMatchObject({ extended: false, until: paused.until });
-    await valve(['resume', id, ...args]);
+      // pause: extend-only, the same until in the valve's 'pause' event.
+      const paused = json<{ until: number; in: number; extended: boolean }>(
+        await valve(['pause', id, '30s', '--json', ...args]),
+      );
+      expect(paused.extended).toBe(true);
+      expect(paused.in).toBeGreaterThan(25_000);
+      expect(paused.in).toBeLessThanOrEqual(30_000);
+      const heard = await worker.line((l) => l.event === 'pause');
+      expect(Math.abs((heard.until as number) - paused.until)).toBeLessThan(1);
+      expect(json<IdStatus>(await valve(['status', id, '--json', ...args])).pause!.by).toMatch(
+        /^valve pause by .+@.+$/,
+      );
+      const shorter = json<{ until: number; extended: boolean }>(
+        await valve(['pause', id, '1s', '--json', ...args]),
+      );
+      expect(shorter).toMatchObject({ extended: false, until: paused.until });
+      await valve(['resume', id, ...args]);
 
-    await worker.done();
-    // Released leases are gone.
-    expect(json<IdStatus>(await valve(['status', id, '--json', ...args])).leases).toEqual([]);
-  }, 90_000);
+      await worker.done();
+      // Released leases are gone.
+      expect(json<IdStatus>(await valve(['status', id, '--json', ...args])).leases).toEqual([]);
+    },
+    90_000,
+  );
 });
 
 /** The number of lines of the first frame the live view drew (each ends with erase-line, newline). */
@@ -378,8 +431,19 @@ describe('rule mismatches and watch', () => {
       expect(text.stdout).toMatch(/! 5 per 3600000ms \(sliding-window\) +4 of 5 left/);
       expect(text.stdout).toMatch(/mismatch {2}1 rule\(s\) marked ! have live state but are not recorded/);
 
+      // Both watches at once (each takes a second): on a terminal, and not on one.
+      // On a terminal (a pty from util-linux `script`): the built file in a process.
+      const command = [process.execPath, cli, 'watch', 'shared', '--count', '2', ...args].join(' ');
+      const [w, tty] = await Promise.all([
+        valve(['watch', 'shared', '--count', '2', ...args]),
+        new Promise<string>((done, fail) => {
+          execFile('script', ['-qec', command, '/dev/null'], { timeout: 60_000 }, (err, stdout) =>
+            err ? fail(err) : done(String(stdout)),
+          );
+        }),
+      ]);
+
       // watch, not on a terminal: one plain line per reading.
-      const w = await valve(['watch', 'shared', '--count', '2', ...args]);
       expect(w.code, w.stderr).toBe(0);
       const lines = w.stdout.trimEnd().split('\n');
       expect(lines).toHaveLength(2);
@@ -392,14 +456,8 @@ describe('rule mismatches and watch', () => {
       // start: the sliding window's log shows none in the last second.
       expect(lines[1]).toContain('2/7 in use, 0.0 starts/s');
 
-      // On a terminal (a pty from util-linux `script`): the cursor hidden, the view redrawn in
-      // place (cursor up over the previous frame), the cursor shown again at the end.
-      const command = [process.execPath, cli, 'watch', 'shared', '--count', '2', ...args].join(' ');
-      const tty = await new Promise<string>((done, fail) => {
-        execFile('script', ['-qec', command, '/dev/null'], { timeout: 60_000 }, (err, stdout) =>
-          err ? fail(err) : done(String(stdout)),
-        );
-      });
+      // On a terminal: the cursor hidden, the view redrawn in place (cursor up over the previous
+      // frame), the cursor shown again at the end.
       expect(tty.startsWith('\u001b[?25l')).toBe(true);
       const frame = watchLinesCount(tty);
       expect(tty).toContain(`\u001b[${frame}F`);
@@ -411,45 +469,49 @@ describe('rule mismatches and watch', () => {
   });
 });
 
-describe.each([
-  { name: 'Redis standalone', kind: 'redis' as const, cluster: false, client: 'ioredis' },
-  { name: 'Redis standalone (node-redis)', kind: 'redis' as const, cluster: false, client: 'redis' },
-  { name: 'Redis Cluster', kind: 'redis' as const, cluster: true, client: 'ioredis' },
-  { name: 'Redis Cluster (node-redis)', kind: 'redis' as const, cluster: true, client: 'redis' },
-  { name: 'Valkey standalone', kind: 'valkey' as const, cluster: false, client: 'iovalkey' },
-  { name: 'Valkey cluster', kind: 'valkey' as const, cluster: true, client: 'ioredis' },
-])('doctor: $name', ({ kind, cluster, client }) => {
-  it('passes every check, exit 0', async () => {
-    const urls = cluster ? seedsOf(kind) : [sharedRedis(kind).url];
-    const args = [
-      ...urls.flatMap((u) => ['--redis', u]),
-      '--client',
-      client,
-      '--prefix',
-      uniquePrefix('doc'),
-    ];
-    const r = await valve(['doctor', '--json', ...args]);
-    const report = json<{ ok: boolean; checks: Check[] }>(r);
-    expect(report.ok).toBe(true);
-    const by = Object.fromEntries(report.checks.map((c) => [c.name, c]));
-    expect(by.server!.detail).toMatch(
-      new RegExp(
-        `^${kind === 'redis' ? 'Redis' : 'Valkey'} \\d+\\.\\d+\\.\\d+, ${cluster ? 'cluster of 3 masters' : 'standalone'}$`,
-      ),
-    );
-    expect(by.client!.detail).toBe(`${client}, no TLS`);
-    expect(by.acl).toMatchObject({ level: 'ok' });
-    expect(by.acl!.detail).toMatch(/^ACL DRYRUN: user default may run every command/);
-    expect(by.scripts).toMatchObject({ level: 'ok' });
-    expect(by.latency!.detail).toMatch(/^round trip [\d.]+ ms/);
-    expect(by.clock!.detail).toMatch(/server TIME minus this machine's clock: /);
-    expect(by.clock!.detail.split(',')).toHaveLength(cluster ? 3 : 1);
-    expect(by['wake-ups']).toMatchObject({ level: 'ok' });
-    // Nothing of the scratch ids is left behind.
-    const text = await valve(['doctor', ...args]);
-    expect(text.code).toBe(0);
-    expect(text.stdout.trimEnd().split('\n').pop()).toBe('the store would work here');
-  }, 60_000);
+describe('doctor', () => {
+  it.concurrent.each([
+    { name: 'Redis standalone', kind: 'redis' as const, cluster: false, client: 'ioredis' },
+    { name: 'Redis standalone (node-redis)', kind: 'redis' as const, cluster: false, client: 'redis' },
+    { name: 'Redis Cluster', kind: 'redis' as const, cluster: true, client: 'ioredis' },
+    { name: 'Redis Cluster (node-redis)', kind: 'redis' as const, cluster: true, client: 'redis' },
+    { name: 'Valkey standalone', kind: 'valkey' as const, cluster: false, client: 'iovalkey' },
+    { name: 'Valkey cluster', kind: 'valkey' as const, cluster: true, client: 'ioredis' },
+  ])(
+    '$name: passes every check, exit 0',
+    async ({ kind, cluster, client }) => {
+      const urls = cluster ? seedsOf(kind) : [sharedRedis(kind).url];
+      const args = [
+        ...urls.flatMap((u) => ['--redis', u]),
+        '--client',
+        client,
+        '--prefix',
+        uniquePrefix('doc'),
+      ];
+      const r = await valve(['doctor', '--json', ...args]);
+      const report = json<{ ok: boolean; checks: Check[] }>(r);
+      expect(report.ok).toBe(true);
+      const by = Object.fromEntries(report.checks.map((c) => [c.name, c]));
+      expect(by.server!.detail).toMatch(
+        new RegExp(
+          `^${kind === 'redis' ? 'Redis' : 'Valkey'} \\d+\\.\\d+\\.\\d+, ${cluster ? 'cluster of 3 masters' : 'standalone'}$`,
+        ),
+      );
+      expect(by.client!.detail).toBe(`${client}, no TLS`);
+      expect(by.acl).toMatchObject({ level: 'ok' });
+      expect(by.acl!.detail).toMatch(/^ACL DRYRUN: user default may run every command/);
+      expect(by.scripts).toMatchObject({ level: 'ok' });
+      expect(by.latency!.detail).toMatch(/^round trip [\d.]+ ms/);
+      expect(by.clock!.detail).toMatch(/server TIME minus this machine's clock: /);
+      expect(by.clock!.detail.split(',')).toHaveLength(cluster ? 3 : 1);
+      expect(by['wake-ups']).toMatchObject({ level: 'ok' });
+      // Nothing of the scratch ids is left behind.
+      const text = await valve(['doctor', ...args]);
+      expect(text.code).toBe(0);
+      expect(text.stdout.trimEnd().split('\n').pop()).toBe('the store would work here');
+    },
+    60_000,
+  );
 });
 
 /** The command's ACL rule from docs/operating.md, for `prefix`. */
@@ -489,7 +551,8 @@ describe('docs/operating.md', () => {
   });
 });
 
-describe('as a least-privilege ACL user (the rule of docs/operating.md)', () => {
+// Its tests use their own users and ids: they run at once.
+describe.concurrent('as a least-privilege ACL user (the rule of docs/operating.md)', () => {
   let server: RedisServer;
   const prefix = 'ops';
   beforeAll(async () => {
@@ -599,7 +662,8 @@ describe('TLS (rediss://)', () => {
     );
     expect(report.ok).toBe(true);
     expect(report.checks.find((c) => c.name === 'client')!.detail).toBe('ioredis, TLS (rediss://)');
-    const viaEnv = await valve(['pause', 'tls', '10s', '--redis', server.url], {
+    // node reads NODE_EXTRA_CA_CERTS when it starts: the built file in a process.
+    const viaEnv = await spawnValve(['pause', 'tls', '10s', '--redis', server.url], {
       NODE_EXTRA_CA_CERTS: server.tls!.caFile,
     });
     expect(viaEnv.code, viaEnv.stderr).toBe(0);

@@ -4,7 +4,8 @@
  * 'pause' and 'resume' event it hears (from the command, through the store's wake-ups) as a
  * JSON line, until it reads "done" on stdin.
  *
- * Run as `node --import tsx test/cli/live-worker.ts` with VALVE_CLI_WORKER set to the JSON of
+ * Bundled by cli.test.ts's beforeAll and run as `node <build>/live-worker.js` (or as
+ * `node --import tsx test/cli/live-worker.ts`) with VALVE_CLI_WORKER set to the JSON of
  * LiveWorkerConfig.
  */
 import { createValve } from '../../src/index.js';
