@@ -517,10 +517,6 @@ function targets(rows: readonly Aggregate[]): Target[] {
   return out;
 }
 
-function ratio(a: number | null | undefined, b: number | null | undefined): number | undefined {
-  return typeof a === 'number' && typeof b === 'number' && b > 0 ? a / b : undefined;
-}
-
 function machine(): Record<string, string | number> {
   const tryRun = (cmd: string, args: string[]): string => {
     try {

@@ -9,7 +9,8 @@
  *   valve-group-redis (one group per process), rate-limiter-flexible (one RateLimiterRedis per
  *   key, one call per job) and Bottleneck's Group (one limiter per key, clustered), all on one
  *   connection per process (valve-redis, one plain valve per key, with `--peer`). Per peer:
- *   jobs/s, Redis commands per job and Redis CPU per job (INFO deltas, as redis-throughput).
+ *   jobs/s, Redis commands per job and Redis CPU per job (INFO deltas, as redis-throughput),
+ *   Redis keys and bytes per key (halfway through the run).
  *   Each worker runs one job per key before the start, so first uses are not measured.
  */
 import { createAdapter, NEVER_BINDS } from '../lib/adapters.js';
@@ -74,6 +75,9 @@ async function keyed(peer: string, name: string, keys: number): Promise<void> {
         commandsPerJob: round(r.redis.commands / jobs, 3),
         redisCpuUsPerJob: round((r.redis.cpuSec * 1e6) / jobs, 2),
         clientCpuUsPerJob: round((r.clientCpuMs * 1000) / jobs, 2),
+        // Redis keys and used memory per key, sampled halfway through the run.
+        redisKeysPerKey: round(r.mid.keys / keys, 2),
+        redisBytesPerKey: Math.round(r.mid.usedMemoryDelta / keys),
       },
     });
   } finally {
