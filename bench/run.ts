@@ -116,9 +116,11 @@ const scenarios: Record<string, ScenarioSpec> = {
   },
   group: {
     script: 'group.ts',
-    cases: ['overhead', '10 keys', '10000 keys'],
+    cases: ['overhead', '10 keys', '1000 keys', '10000 keys'],
     peers: (c) =>
-      c === 'overhead' ? ['valve', 'valve-group'] : ['valve-group-redis', 'valve-redis', 'rlf-redis'],
+      c === 'overhead'
+        ? ['valve', 'valve-group']
+        : ['valve-group-redis', 'rlf-redis', 'bottleneck-group-redis'],
     valve: 'valve-group-redis',
     repeat: 3,
     ratios: ['jobsPerSec', 'commandsPerJob', 'redisCpuUsPerJob'],
@@ -541,6 +543,30 @@ function targets(rows: readonly Aggregate[]): Target[] {
     const keys = steps.map((r) => r.median.keysPerId).filter((v): v is number => typeof v === 'number');
     if (keys.length > 1) add(`scale (${kind}): keys per id constant (max)`, Math.max(...keys), (v) => v <= 2);
   }
+
+  const group = (c: string, peer: string) => get('group', c, peer)?.median;
+  add(
+    'group overhead: jobs/s within 10 % of a plain valve',
+    ratio(group('overhead', 'valve-group')?.jobsPerSec, group('overhead', 'valve')?.jobsPerSec),
+    (v) => v >= 0.9,
+    '×',
+  );
+  add(
+    'group 10000 keys: jobs/s ≥ rate-limiter-flexible',
+    ratio(group('10000 keys', 'valve-group-redis')?.jobsPerSec, group('10000 keys', 'rlf-redis')?.jobsPerSec),
+    (v) => v >= 1,
+    '×',
+  );
+  const perJob = ['10 keys', '1000 keys', '10000 keys']
+    .map((c) => group(c, 'valve-group-redis')?.commandsPerJob)
+    .filter((v): v is number => typeof v === 'number');
+  if (perJob.length > 1)
+    add(
+      'group: commands per job flat from 10 to 10,000 keys (max ÷ min ≤ 1.5)',
+      Math.max(...perJob) / Math.min(...perJob),
+      (v) => v <= 1.5,
+      '×',
+    );
   return out;
 }
 

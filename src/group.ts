@@ -2,7 +2,7 @@ import { systemClock } from './clock.js';
 import { describe, parseDuration } from './duration.js';
 import { ValveError } from './errors.js';
 import type { ValveEventName } from './events.js';
-import type { FetchLike, WrapFetchOptions } from './feedback/fetch.js';
+import { checkWrapFetch, type FetchLike, type WrapFetchOptions } from './feedback/fetch.js';
 import { type Forwarders, GroupEvents, type ValveGroupListener } from './group-events.js';
 import { IdleEntry, IdleList } from './group-idle.js';
 import type {
@@ -167,8 +167,8 @@ class ValveGroupImpl implements ValveGroup {
         `Expected \`key\` to be a function of the request returning its key, got ${describe(keyOf)}`,
       );
     }
-    // The fetch and wrapFetch options are checked now, by a throwaway valve (it holds nothing).
-    createValve({ id: 'valve-group-check' }).wrapFetch(fetchFn, rest as WrapFetchOptions);
+    // The fetch and wrapFetch options are checked now, once, as each valve's wrapFetch would.
+    checkWrapFetch(fetchFn, rest);
     // One wrapped fetch per valve, dropped with the valve.
     const wrapped = new WeakMap<Valve, F>();
     const fetchThrough = (input: Parameters<F>[0], init?: Parameters<F>[1]): Promise<unknown> => {

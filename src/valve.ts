@@ -356,8 +356,16 @@ class ValveImpl implements Valve {
 
   /** close() without drain: queued and in-flight jobs reject CLOSED; running jobs see ctx.signal abort. */
   private cancelAll(): void {
-    this.admission.cancel(new ValveError('CLOSED', 'The valve was closed before the job started'));
-    this.jobs.abortAll(new ValveError('CLOSED', 'The valve was closed while the job ran'));
+    // The errors (and their stack traces) only when some job receives them: a valve group
+    // closes every valve it evicts, idle ones.
+    const jobs = this.jobs;
+    this.admission.cancel(
+      jobs.pending > 0
+        ? new ValveError('CLOSED', 'The valve was closed before the job started')
+        : NOTHING_PENDING,
+    );
+    if (jobs.runningCount > 0)
+      jobs.abortAll(new ValveError('CLOSED', 'The valve was closed while the job ran'));
     this.admission.arm();
   }
 
@@ -378,6 +386,9 @@ class ValveImpl implements Valve {
     resolve();
   }
 }
+
+/** Handed to admission.cancel() by a valve closed with nothing pending: no job ever receives it. */
+const NOTHING_PENDING = new ValveError('CLOSED', 'The valve was closed before the job started');
 
 function checkListener(event: unknown, listener: unknown): void {
   if (typeof event !== 'string' || !EVENT_NAMES.has(event)) {

@@ -349,6 +349,64 @@ function bottleneckAdapter(name: string, useRedis: boolean): Adapter {
   };
 }
 
+/**
+ * Bottleneck's Group: one `Bottleneck.Group` per process (shared by every adapter of the process;
+ * each adapter is one key, its `redis.id`), clustered through one ioredis connection
+ * (`datastore: 'ioredis'`), `minTime = intervalMs / limit` like the Bottleneck adapter. The
+ * group creates each key's limiter on first use (`group.key(key)`), with its own Redis state.
+ */
+const bottleneckGroups = new Map<
+  string,
+  { group: Bottleneck.Group; connection: Bottleneck.IORedisConnection; users: number }
+>();
+
+function bottleneckGroupAdapter(): Adapter {
+  let slot: string | undefined;
+  let key = 'bench';
+  let group: Bottleneck.Group | undefined;
+  return {
+    name: 'bottleneck-group-redis',
+    async setup(o) {
+      if (!o.redis) throw new Error('bottleneck-group-redis needs a Redis server');
+      key = o.redis.id;
+      slot = `${o.redis.port}:${o.limit}:${o.intervalMs}`;
+      let entry = bottleneckGroups.get(slot);
+      if (!entry) {
+        const connection = new Bottleneck.IORedisConnection({
+          clientOptions: { port: o.redis.port, host: '127.0.0.1' },
+        });
+        connection.on('error', () => {});
+        const g = new Bottleneck.Group({
+          id: 'bench-group',
+          datastore: 'ioredis',
+          connection,
+          maxConcurrent: o.concurrency ?? null,
+          minTime: o.intervalMs / o.limit,
+        });
+        g.on('error', () => {});
+        entry = { group: g, connection, users: 0 };
+        bottleneckGroups.set(slot, entry);
+      }
+      entry.users++;
+      group = entry.group;
+    },
+    schedule: (fn) => group!.key(key).schedule(async () => fn()),
+    async teardown() {
+      const entry = slot === undefined ? undefined : bottleneckGroups.get(slot);
+      if (entry && --entry.users === 0) {
+        bottleneckGroups.delete(slot!);
+        await Promise.all(
+          entry.group
+            .limiters()
+            .map(({ limiter }) => limiter.stop({ dropWaitingJobs: true }).catch(() => {})),
+        );
+        await entry.connection.disconnect(false).catch(() => {});
+      }
+      slot = undefined;
+    },
+  };
+}
+
 // ---------------------------------------------------------------------------------------------- rate-limiter-flexible
 
 /**
@@ -415,6 +473,7 @@ const factories: Record<string, () => Adapter> = {
   'p-queue-strict': pQueueStrictAdapter,
   bottleneck: () => bottleneckAdapter('bottleneck', false),
   'bottleneck-redis': () => bottleneckAdapter('bottleneck-redis', true),
+  'bottleneck-group-redis': bottleneckGroupAdapter,
   'rlf-memory': () => rlfAdapter('rlf-memory', false),
   'rlf-redis': () => rlfAdapter('rlf-redis', true),
   'ref-timer': () => referenceAdapter('ref-timer'),

@@ -3,12 +3,14 @@
  * - 'overhead': 200k no-op jobs under a rule that never binds, one process, through
  *   `group.run('bench', job)` against a plain valve's `valve.run(job)` (same store, same rule):
  *   what the group's key lookup adds to an enqueue (target: within 10 %).
- * - '10 keys', '10000 keys': 4 processes on one Redis, jobs spread over the keys (every process
- *   uses every key; 1000 jobs outstanding per process, so 1 per key at 10,000 keys: batching per
- *   id cannot help), a rule that never binds. valve-group-redis (one group per process),
- *   valve-redis (one plain valve per key and process) and rate-limiter-flexible (one
- *   RateLimiterRedis per key, one call per job), all on one connection per process. Per peer:
- *   jobs/s, Redis commands per job and Redis CPU per job (INFO deltas, as redis-throughput).
+ * - '10 keys', '1000 keys', '10000 keys': 4 processes on one Redis, jobs spread over the keys
+ *   (every process uses every key; 1000 jobs outstanding per process, at least 1 per key, so
+ *   10,000 per process at 10,000 keys: batching per id cannot help), a rule that never binds.
+ *   valve-group-redis (one group per process), rate-limiter-flexible (one RateLimiterRedis per
+ *   key, one call per job) and Bottleneck's Group (one limiter per key, clustered), all on one
+ *   connection per process (valve-redis, one plain valve per key, with `--peer`). Per peer:
+ *   jobs/s, Redis commands per job and Redis CPU per job (INFO deltas, as redis-throughput),
+ *   Redis keys and bytes per key (halfway through the run).
  *   Each worker runs one job per key before the start, so first uses are not measured.
  */
 import { createAdapter, NEVER_BINDS } from '../lib/adapters.js';
@@ -20,10 +22,13 @@ import { startRedis } from '../lib/redis-server.js';
 export const cases: Record<string, { keys: number }> = {
   overhead: { keys: 1 },
   '10 keys': { keys: 10 },
+  '1000 keys': { keys: 1000 },
   '10000 keys': { keys: 10_000 },
 };
 export const peersFor = (name: string): string[] =>
-  name === 'overhead' ? ['valve', 'valve-group'] : ['valve-group-redis', 'valve-redis', 'rlf-redis'];
+  name === 'overhead'
+    ? ['valve', 'valve-group']
+    : ['valve-group-redis', 'rlf-redis', 'bottleneck-group-redis'];
 
 const args = parseScenarioArgs();
 const N = args.quick ? 20_000 : 200_000;
@@ -70,6 +75,9 @@ async function keyed(peer: string, name: string, keys: number): Promise<void> {
         commandsPerJob: round(r.redis.commands / jobs, 3),
         redisCpuUsPerJob: round((r.redis.cpuSec * 1e6) / jobs, 2),
         clientCpuUsPerJob: round((r.clientCpuMs * 1000) / jobs, 2),
+        // Redis keys and used memory per key, sampled halfway through the run.
+        redisKeysPerKey: round(r.mid.keys / keys, 2),
+        redisBytesPerKey: Math.round(r.mid.usedMemoryDelta / keys),
       },
     });
   } finally {

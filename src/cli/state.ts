@@ -8,7 +8,7 @@ import { gcraIncrement, gcraNext, gcraWait } from '../rules/gcra.js';
 import { type Rule, ruleFromDigest } from '../rules/rule.js';
 import { type SlidingState, slidingEnd, slidingExpire, slidingWait } from '../rules/sliding-window.js';
 import { checkId } from '../stores/checks.js';
-import { detectCommandClient, replyArray, replyString } from '../stores/redis/adapter.js';
+import { detectCommandClient, isNoScript, replyArray, replyString } from '../stores/redis/adapter.js';
 import { idKeys } from '../stores/redis/keys.js';
 import { STATUS } from '../stores/redis/scripts.generated.js';
 import type { Conn } from './connect.js';
@@ -131,21 +131,21 @@ export async function readStatus(
     if (!digests.includes(d) && ruleFromDigest(d)) digests.push(d);
   }
   const adapter = detectCommandClient(conn.client);
-  const reply = replyArray(
-    await adapter.run(
-      STATUS,
-      [
-        keys.pause,
-        keys.leases,
-        keys.fence,
-        keys.rules,
-        keys.pauseBy,
-        ...digests.map((d) => keys.rulePrefix + d),
-      ],
-      digests.map((d) => d[0]!),
-    ),
-    'status',
-  );
+  const statusKeys = [
+    keys.pause,
+    keys.leases,
+    keys.fence,
+    keys.rules,
+    keys.pauseBy,
+    ...digests.map((d) => keys.rulePrefix + d),
+  ];
+  const all = [...statusKeys, ...digests.map((d) => d[0]!)];
+  // By SHA1; a server that does not have the script yet loads it (adapter.recover).
+  const answer = await adapter.call(STATUS, statusKeys.length, all).catch((err: unknown) => {
+    if (isNoScript(err)) return adapter.recover(STATUS, statusKeys.length, all);
+    throw err;
+  });
+  const reply = replyArray(answer, 'status');
   const nowUs = Number(replyString(reply[0], 'status'));
   const now = nowUs / 1000;
   const pauseRaw = replyString(reply[1], 'status');

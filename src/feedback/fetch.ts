@@ -193,16 +193,25 @@ function discard(response: unknown): void {
  * call rejects with its reason) and while running (passed to fetch, combined with the
  * job's own signal). Emits 'retry' ({ attempt, status, waitMs, url, source }).
  */
-export function wrapFetch<F extends FetchLike = typeof fetch>(
-  valve: ValveInternals,
-  fetchFn?: F,
-  options?: WrapFetchOptions<Parameters<F>[0], Parameters<F>[1]>,
-): F {
+/**
+ * Checks wrapFetch()'s arguments (TypeError/RangeError naming the option) and returns the fetch
+ * to wrap; a valve group checks them once this way, before any valve exists.
+ */
+export function checkWrapFetch<F extends FetchLike>(fetchFn: F | undefined, options: unknown): F {
   const fn = (fetchFn ?? globalThis.fetch) as F | undefined;
   if (typeof fn !== 'function') {
     throw new TypeError(`Expected \`fetch\` to be a function, got ${describe(fn)}`);
   }
   checkOptions(options as WrapFetchOptions<unknown, unknown> | undefined);
+  return fn;
+}
+
+export function wrapFetch<F extends FetchLike = typeof fetch>(
+  valve: ValveInternals,
+  fetchFn?: F,
+  options?: WrapFetchOptions<Parameters<F>[0], Parameters<F>[1]>,
+): F {
+  const fn = checkWrapFetch(fetchFn, options);
   const retries = options?.retries ?? 3;
   const costOption = options?.cost ?? 1;
   const priority = options?.priority ?? 0;

@@ -300,6 +300,35 @@ describe('NOSCRIPT: script cache loss never fails a call', () => {
     });
   }
 
+  for (const family of CLIENT_FAMILIES) {
+    it(`an empty script cache is loaded once, not once per call in flight (${family})`, async () => {
+      // 10,000 valves of a group starting at once each sent acquire.lua (27 KB) with EVAL after
+      // their EVALSHA came back NOSCRIPT: 270 MB, seconds of hashing, every call timed out.
+      const c = await connectClient(family, own);
+      try {
+        const store = redisStore({ client: c.client, prefix: uniquePrefix('stampede') });
+        const rule = normalizeRule({ limit: 1_000_000, interval: '1s', burst: 1000 }, 'r');
+        await respCommand(own, ['SCRIPT', 'FLUSH']);
+        await respCommand(own, ['CONFIG', 'RESETSTAT']);
+        const results = await Promise.all(
+          Array.from({ length: 300 }, (_, i) =>
+            store.acquire({ id: `k${i}`, rules: [rule], costs: [1], count: 1 }),
+          ),
+        );
+        expect(results.every((r) => r.granted === 1)).toBe(true);
+        const info = String(await respCommand(own, ['INFO', 'commandstats']));
+        const evals = Number(/cmdstat_eval:calls=(\d+)/.exec(info)?.[1] ?? 0);
+        const evalshas = Number(/cmdstat_evalsha:calls=(\d+)/.exec(info)?.[1] ?? 0);
+        expect(evals).toBe(1);
+        // Each call's EVALSHA, and again for those refused NOSCRIPT before the load.
+        expect(evalshas).toBeGreaterThanOrEqual(299);
+        expect(evalshas).toBeLessThanOrEqual(599);
+      } finally {
+        await c.close();
+      }
+    });
+  }
+
   for (const family of ['ioredis', 'redis'] as const) {
     it(`a server restart (empty script cache) (${family})`, async () => {
       const server = await startRedis();
@@ -367,6 +396,37 @@ describe("valve's own deadline per store call", () => {
         });
       } finally {
         server.kill('SIGCONT');
+        await c.close();
+      }
+    });
+  }
+});
+
+describe("valve's deadline: answers already received are read before a verdict", () => {
+  for (const family of CLIENT_FAMILIES) {
+    it(`a reply that arrived while the process was busy past the deadline is used, not timed out (${family})`, async () => {
+      const c = await connectClient(family, sharedRedis());
+      try {
+        const store = redisStore({ client: c.client, prefix: uniquePrefix('busy'), timeout: 100 });
+        const rule = normalizeRule({ limit: 1_000_000, interval: '1s', burst: 1000 }, 'r');
+        await store.acquire({ id: 'b', rules: [rule], costs: [1], count: 1 }); // scripts loaded
+        const calls = Array.from({ length: 20 }, () =>
+          Promise.resolve(store.acquire({ id: 'b', rules: [rule], costs: [1], count: 1 })).then(
+            (r) => r.granted,
+            (err: unknown) => err,
+          ),
+        );
+        // node-redis writes its commands on the next tick: let it, then the process is busy past
+        // every call's deadline; the answers arrive meanwhile and wait in the socket. When it is
+        // free again, its timers come before its sockets: a verdict taken then would reject
+        // answers it had already received.
+        await new Promise((r) => setImmediate(r));
+        const until = Date.now() + 400;
+        while (Date.now() < until) {
+          // busy
+        }
+        expect(await Promise.all(calls)).toEqual(Array(20).fill(1));
+      } finally {
         await c.close();
       }
     });

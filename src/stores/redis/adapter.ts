@@ -19,8 +19,10 @@ export interface CommandAdapter {
   readonly family: 'ioredis' | 'node-redis';
   /** True for a cluster client. */
   readonly cluster: boolean;
-  /** Runs a script by SHA1, falling back to EVAL when the server does not have it cached. */
-  run(script: LuaScript, keys: readonly string[], args: readonly string[]): Promise<unknown>;
+  /** Runs a script by SHA1 (EVALSHA): rejects with NOSCRIPT when the server does not have it cached. */
+  call(script: LuaScript, numKeys: number, all: readonly string[]): Promise<unknown>;
+  /** After a NOSCRIPT from call(): loads the script (one load at a time) and runs the call. */
+  recover(script: LuaScript, numKeys: number, all: readonly string[]): Promise<unknown>;
 }
 
 type Fn = (...args: unknown[]) => unknown;
@@ -36,45 +38,116 @@ export function isNoScript(err: unknown): boolean {
   return message.startsWith('NOSCRIPT') || message.includes('NOSCRIPT ');
 }
 
+/** A script call: the SHA1 or the source, then its keys (the first `numKeys` of `all`) and arguments. */
+type ScriptCall = (text: string, numKeys: number, all: readonly string[]) => Promise<unknown>;
+
+/** Rounds of "wait for the load in flight, then EVALSHA again" before a call sends its own EVAL. */
+const MAX_LOAD_ROUNDS = 32;
+
+/**
+ * Runs scripts by SHA1 and loads each one at most once at a time. Without it, a server that lost
+ * its script cache (a restart, a failover, SCRIPT FLUSH, or simply the first use) answers every
+ * call in flight with NOSCRIPT, and each would send the whole script (acquire.lua is 27 KB) with
+ * EVAL: 10,000 valves of a group starting at once sent 270 MB, and the server spent seconds
+ * hashing them while every call timed out. Here the first NOSCRIPT sends EVAL (which loads the
+ * script as it runs the call); the calls refused meanwhile wait for it, then EVALSHA again. On a
+ * cluster another node may still lack the script: the next NOSCRIPT loads it there, one node per
+ * round.
+ */
+class ScriptLoads {
+  /** The EVAL in flight per script (settled ones are removed). */
+  private readonly inFlight = new Map<LuaScript, Promise<unknown>>();
+
+  constructor(
+    /** EVALSHA with the script's SHA1. */
+    private readonly evalsha: ScriptCall,
+    /** EVAL with the script's source. */
+    private readonly evalSource: ScriptCall,
+  ) {}
+
+  call(script: LuaScript, numKeys: number, all: readonly string[]): Promise<unknown> {
+    return this.evalsha(script.sha, numKeys, all);
+  }
+
+  /** The call was answered NOSCRIPT: waits for the load in flight, or loads the script itself. */
+  async recover(script: LuaScript, numKeys: number, all: readonly string[]): Promise<unknown> {
+    for (let round = 0; round < MAX_LOAD_ROUNDS; round++) {
+      const loading = this.inFlight.get(script);
+      if (loading === undefined) return this.load(script, numKeys, all);
+      await loading.catch(() => {});
+      try {
+        return await this.evalsha(script.sha, numKeys, all);
+      } catch (err) {
+        if (!isNoScript(err)) throw err;
+      }
+    }
+    return this.evalSource(script.source, numKeys, all);
+  }
+
+  private async load(script: LuaScript, numKeys: number, all: readonly string[]): Promise<unknown> {
+    const loading = this.evalSource(script.source, numKeys, all);
+    this.inFlight.set(script, loading);
+    try {
+      return await loading;
+    } finally {
+      if (this.inFlight.get(script) === loading) this.inFlight.delete(script);
+    }
+  }
+}
+
+/** One adapter per client, so that every store on a client shares its script loads. */
+const adapters = new WeakMap<object, CommandAdapter>();
+
 export function detectCommandClient(client: unknown): CommandAdapter {
   if (typeof client !== 'object' || client === null) {
     throw new TypeError(
       `Expected \`client\` to be an ioredis, iovalkey or node-redis client (or cluster), got ${client === null ? 'null' : typeof client}`,
     );
   }
+  let adapter = adapters.get(client);
+  if (adapter === undefined) {
+    adapter = adapt(client);
+    adapters.set(client, adapter);
+  }
+  return adapter;
+}
+
+function adapt(client: object): CommandAdapter {
   const evalSha = method(client, 'evalSha');
   const evalNode = method(client, 'eval');
   if (evalSha && evalNode) {
     const cluster = typeof method(client, 'getSlotMaster') === 'function';
+    const loads = new ScriptLoads(
+      (text, numKeys, all) =>
+        evalSha.call(client, text, {
+          keys: all.slice(0, numKeys),
+          arguments: all.slice(numKeys),
+        }) as Promise<unknown>,
+      (text, numKeys, all) =>
+        evalNode.call(client, text, {
+          keys: all.slice(0, numKeys),
+          arguments: all.slice(numKeys),
+        }) as Promise<unknown>,
+    );
     return {
       family: 'node-redis',
       cluster,
-      async run(script, keys, args) {
-        const options = { keys: keys.slice(), arguments: args.slice() };
-        try {
-          return await evalSha.call(client, script.sha, options);
-        } catch (err) {
-          if (!isNoScript(err)) throw err;
-          return await evalNode.call(client, script.source, options);
-        }
-      },
+      call: (script, numKeys, all) => loads.call(script, numKeys, all),
+      recover: (script, numKeys, all) => loads.recover(script, numKeys, all),
     };
   }
   const evalsha = method(client, 'evalsha');
   if (evalsha && evalNode) {
     const cluster = (client as { isCluster?: unknown }).isCluster === true;
+    const loads = new ScriptLoads(
+      (text, numKeys, all) => evalsha.call(client, text, numKeys, all) as Promise<unknown>,
+      (text, numKeys, all) => evalNode.call(client, text, numKeys, all) as Promise<unknown>,
+    );
     return {
       family: 'ioredis',
       cluster,
-      async run(script, keys, args) {
-        const all = keys.concat(args);
-        try {
-          return await evalsha.call(client, script.sha, keys.length, all);
-        } catch (err) {
-          if (!isNoScript(err)) throw err;
-          return await evalNode.call(client, script.source, keys.length, all);
-        }
-      },
+      call: (script, numKeys, all) => loads.call(script, numKeys, all),
+      recover: (script, numKeys, all) => loads.recover(script, numKeys, all),
     };
   }
   throw new TypeError(

@@ -26,6 +26,7 @@ import type {
   WakeStatus,
 } from '../store.js';
 import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
+import { Deadlines, type Pending } from './deadlines.js';
 import { type IdKeys, idKeys, validatePrefix } from './keys.js';
 import { ACQUIRE, type LuaScript, PAUSE, PROBE, RELEASE, RENEW, RESUME } from './scripts.generated.js';
 import { type PubSubMode, type WakeHub, wakeHub } from './subscriber.js';
@@ -85,6 +86,66 @@ function checkTimeout(value: unknown): number {
   return value;
 }
 
+/** The strings of the small integers (counts and costs of a batch), made once. */
+const SMALL = 128;
+const SMALL_INTS: readonly string[] = Array.from({ length: SMALL + 1 }, (_, i) => String(i));
+
+/** What stays the same across a valve's acquire calls (see RedisStore.shapeOf). */
+interface Shape {
+  readonly store: RedisStore;
+  readonly id: string;
+  readonly record: string | undefined;
+  readonly leaseLimit: number;
+  readonly leaseTtlUs: number;
+  /** Every key of the call: pause, leases, fence, one per rule, the rule-set record, the line. */
+  readonly keys: readonly string[];
+  /** ARGV[3..5]: the number of rules, the lease limit and the lease TTL. */
+  readonly head: readonly string[];
+  /** Three arguments per rule. */
+  readonly ruleArgs: readonly string[];
+  /** The record argument and its TTL. */
+  readonly tail: readonly string[];
+}
+
+/** Reads acquire.lua's reply (see its header). */
+function readAcquire(value: unknown, call: Pending): AcquireResult {
+  const reply = replyArray(value, 'acquire');
+  const granted = replyNumber(reply[0], 'acquire');
+  const blockedCode = replyNumber(reply[2], 'acquire');
+  const pausedUs = replyNumber(reply[3], 'acquire');
+  const result: AcquireResult = {
+    granted,
+    retryAfter: replyNumber(reply[1], 'acquire') / 1000,
+    blocked: BLOCKED[blockedCode] ?? null,
+    pausedUntil: pausedUs > 0 ? pausedUs / 1000 : null,
+    now: replyNumber(reply[4], 'acquire') / 1000,
+  };
+  if (call.leased) {
+    const expiresAt = replyNumber(reply[5], 'acquire') / 1000;
+    const leases: Lease[] = [];
+    for (let i = 0; i < granted; i++) {
+      leases.push({
+        token: replyString(reply[6 + 2 * i], 'acquire'),
+        fence: replyNumber(reply[7 + 2 * i], 'acquire'),
+        expiresAt,
+      });
+    }
+    result.leases = leases;
+  }
+  const at = call.leased ? 6 + 2 * granted : 6;
+  // The ticket held, last when the call took part in the line; `recorded` before it.
+  const end = call.turned ? reply.length - 1 : reply.length;
+  if (call.turned) result.turn = replyNumber(reply[end], 'acquire');
+  if (call.recorded && end > at) {
+    const held = replyString(reply[at], 'acquire');
+    result.recorded = held === '' ? [] : held.split(',');
+  }
+  return result;
+}
+
+/** Per rules array (a valve's, stable until its rules change), the shape of its calls. */
+const shapes = new WeakMap<readonly StoreRule[], Shape>();
+
 const BLOCKED: readonly (BlockReason | null)[] = [null, 'pause', 'rate', 'concurrency'];
 
 /** Per rule, its script arguments (kind and two numbers), computed once per rule object. */
@@ -114,6 +175,10 @@ class RedisStore implements Store {
   /** Random per store instance; with a counter it makes each call's lease tokens unique. */
   private readonly nonceBase = randomBytes(6).toString('hex');
   private nonceSeq = 0;
+  /** Scratch for acquire()'s distinct rules, emptied before the call awaits. */
+  private readonly distinct: StoreRule[] = [];
+  /** valve's deadline on every call, one timer for all. */
+  private readonly deadlines: Deadlines;
 
   constructor(options: RedisStoreOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -123,6 +188,15 @@ class RedisStore implements Store {
     this.cmd = detectCommandClient(options.client);
     this.prefix = validatePrefix(options.prefix === undefined ? 'valve' : options.prefix);
     this.timeout = checkTimeout(options.timeout);
+    this.deadlines = new Deadlines(
+      this.cmd,
+      this.timeout,
+      (script, id) =>
+        new RedisStoreTimeoutError(
+          `valve: Redis ${script} for id ${JSON.stringify(id)} did not answer within ${this.timeout} ms ` +
+            '(the command may still execute on the server)',
+        ),
+    );
     const mode = options.pubsub ?? (this.cmd.cluster ? 'sharded' : 'classic');
     if (mode !== 'classic' && mode !== 'sharded') {
       throw new TypeError(`Expected \`pubsub\` to be 'classic' or 'sharded', got ${String(mode)}`);
@@ -160,7 +234,7 @@ class RedisStore implements Store {
           }
           const keys = this.keysOf(id);
           const probe = (message: string) =>
-            this.run(PROBE, id, [keys.pause], [keys.wake, this.publish, message]);
+            this.run(PROBE, id, 1, [keys.pause, keys.wake, this.publish, message]);
           return hub.subscribe(keys.wake, onWake, probe, onStatus);
         };
         this.listening = (id) => hub.listening(this.keysOf(id).wake);
@@ -211,58 +285,77 @@ class RedisStore implements Store {
     return String(this.lastTestUs);
   }
 
-  /** Runs a script under valve's deadline. */
-  private run(
-    script: LuaScript,
-    id: string,
-    keys: readonly string[],
-    args: readonly string[],
-  ): Promise<unknown> {
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(
-          new RedisStoreTimeoutError(
-            `valve: Redis ${script.name} for id ${JSON.stringify(id)} did not answer within ${this.timeout} ms ` +
-              '(the command may still execute on the server)',
-          ),
-        );
-      }, this.timeout);
-      timer.unref?.();
-      this.cmd.run(script, keys, args).then(
-        (value) => {
-          clearTimeout(timer);
-          resolve(value);
-        },
-        (err: unknown) => {
-          clearTimeout(timer);
-          reject(err);
-        },
-      );
-    });
+  /** Runs a script under valve's deadline: `all` is its keys (the first `numKeys`), then its arguments. */
+  private run(script: LuaScript, id: string, numKeys: number, all: readonly string[]): Promise<unknown> {
+    return this.deadlines.send(script, id, numKeys, all);
   }
 
-  async acquire(request: AcquireRequest): Promise<AcquireResult> {
-    const distinct: StoreRule[] = [];
-    const m0 = checkRequest(request, distinct);
-    // A rule change's previous rules (checked and spent too) follow the request's own.
-    const m = checkChange(request, distinct, m0);
-    const { costs, count, lease, previous, record } = request;
-    const leaseTtlUs = checkLease(lease);
-    const keys = this.keysOf(request.id);
+  /**
+   * The parts of an acquire call that stay the same from call to call of a valve (its keys, its
+   * rules' arguments, the record): built once per rules array and kept beside it while the
+   * valve sends the same id, lease and record. A rule change in progress (`previous`) builds
+   * them afresh for each call.
+   */
+  private shapeOf(
+    request: AcquireRequest,
+    distinct: readonly StoreRule[],
+    m0: number,
+    m: number,
+    leaseTtlUs: number,
+  ): Shape {
+    const { id, lease, record, previous } = request;
+    const cached = previous === undefined ? shapes.get(request.rules) : undefined;
+    if (
+      cached !== undefined &&
+      cached.store === this &&
+      cached.id === id &&
+      cached.record === record &&
+      cached.leaseLimit === (lease ? lease.limit : 0) &&
+      cached.leaseTtlUs === leaseTtlUs
+    ) {
+      return cached;
+    }
+    const keys = this.keysOf(id);
     const keyList = [keys.pause, keys.leases, keys.fence];
-    const args = [
-      this.clockArg(),
-      String(count),
-      String(m),
-      lease ? String(lease.limit) : '0',
-      String(leaseTtlUs),
-      lease ? `${this.nonceBase}${(this.nonceSeq++).toString(36)}` : '',
-    ];
+    const ruleArgs: string[] = [];
     for (let r = 0; r < m; r++) {
       const rule = distinct[r]!;
       keyList.push(keys.rulePrefix + rule.digest);
-      args.push(...argsOf(rule));
+      ruleArgs.push(...argsOf(rule));
     }
+    keyList.push(keys.rules, keys.line);
+    const shape: Shape = {
+      store: this,
+      id,
+      record,
+      leaseLimit: lease ? lease.limit : 0,
+      leaseTtlUs,
+      keys: keyList,
+      head: [String(m), lease ? String(lease.limit) : '0', String(leaseTtlUs)],
+      ruleArgs,
+      tail: [record === undefined ? '-' : `=${record}`, String(Math.ceil(recordTtlUs(distinct, m0) / 1000))],
+    };
+    if (previous === undefined) shapes.set(request.rules, shape);
+    return shape;
+  }
+
+  acquire(request: AcquireRequest): Promise<AcquireResult> {
+    try {
+      return this.sendAcquire(request);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** acquire(): checks the request (throws) and sends the call. */
+  private sendAcquire(request: AcquireRequest): Promise<AcquireResult> {
+    const distinct = this.distinct;
+    const m0 = checkRequest(request, distinct);
+    // A rule change's previous rules (checked and spent too) follow the request's own.
+    const m = checkChange(request, distinct, m0);
+    const { costs, count, lease, previous } = request;
+    const leaseTtlUs = checkLease(lease);
+    const shape = this.shapeOf(request, distinct, m0, m, leaseTtlUs);
     // Equal costs (the common case) travel as one cost for all `count` jobs, which the script
     // grants arithmetically; otherwise "" and then each job's cost.
     const first = costs[0] as number;
@@ -273,60 +366,59 @@ class RedisStore implements Store {
         break;
       }
     }
+    const convert = request.convert === true && previous !== undefined;
+    const { keys, head, ruleArgs, tail } = shape;
+    const all = new Array<string>(
+      keys.length +
+        6 +
+        ruleArgs.length +
+        (equal ? 1 : 1 + count) +
+        tail.length +
+        1 +
+        (convert ? 1 + 2 * m : 1),
+    );
+    let k = 0;
+    for (let i = 0; i < keys.length; i++) all[k++] = keys[i]!;
+    all[k++] = this.clockArg();
+    all[k++] = count <= SMALL ? SMALL_INTS[count]! : String(count);
+    all[k++] = head[0]!;
+    all[k++] = head[1]!;
+    all[k++] = head[2]!;
+    all[k++] = lease ? `${this.nonceBase}${(this.nonceSeq++).toString(36)}` : '';
+    for (let i = 0; i < ruleArgs.length; i++) all[k++] = ruleArgs[i]!;
     if (equal) {
-      args.push(String(first));
+      all[k++] = first <= SMALL ? SMALL_INTS[first]! : String(first);
     } else {
-      args.push('');
-      for (let i = 0; i < count; i++) args.push(String(costs[i]));
+      all[k++] = '';
+      for (let i = 0; i < count; i++) all[k++] = String(costs[i]);
     }
     // The tail: the rule-set record, and a rule change's conversion (see acquire.lua).
-    keyList.push(keys.rules, keys.line);
     const ticket = checkTurn(request.turn);
-    args.push(
-      record === undefined ? '-' : `=${record}`,
-      String(Math.ceil(recordTtlUs(distinct, m0) / 1000)),
-      ticket === undefined ? '' : String(ticket),
-    );
-    if (request.convert === true && previous !== undefined) {
+    all[k++] = tail[0]!;
+    all[k++] = tail[1]!;
+    all[k++] = ticket === undefined ? '' : String(ticket);
+    if (convert) {
       let roles = '';
       for (let r = 0; r < m; r++) roles += r >= m0 ? 'o' : inPrevious(distinct[r]!, previous) ? 'b' : 'n';
-      args.push(roles);
-      for (let r = 0; r < m; r++) args.push(String(distinct[r]!.intervalUs), String(distinct[r]!.limit));
-    } else {
-      args.push('');
-    }
-    const reply = replyArray(await this.run(ACQUIRE, request.id, keyList, args), 'acquire');
-    const granted = replyNumber(reply[0], 'acquire');
-    const blockedCode = replyNumber(reply[2], 'acquire');
-    const pausedUs = replyNumber(reply[3], 'acquire');
-    const result: AcquireResult = {
-      granted,
-      retryAfter: replyNumber(reply[1], 'acquire') / 1000,
-      blocked: BLOCKED[blockedCode] ?? null,
-      pausedUntil: pausedUs > 0 ? pausedUs / 1000 : null,
-      now: replyNumber(reply[4], 'acquire') / 1000,
-    };
-    if (lease) {
-      const expiresAt = replyNumber(reply[5], 'acquire') / 1000;
-      const leases: Lease[] = [];
-      for (let i = 0; i < granted; i++) {
-        leases.push({
-          token: replyString(reply[6 + 2 * i], 'acquire'),
-          fence: replyNumber(reply[7 + 2 * i], 'acquire'),
-          expiresAt,
-        });
+      all[k++] = roles;
+      for (let r = 0; r < m; r++) {
+        all[k++] = String(distinct[r]!.intervalUs);
+        all[k++] = String(distinct[r]!.limit);
       }
-      result.leases = leases;
+    } else {
+      all[k++] = '';
     }
-    const at = lease ? 6 + 2 * granted : 6;
-    // The ticket held, last when the call took part in the line; `recorded` before it.
-    const end = ticket === undefined ? reply.length : reply.length - 1;
-    if (ticket !== undefined) result.turn = replyNumber(reply[end], 'acquire');
-    if (record !== undefined && end > at) {
-      const held = replyString(reply[at], 'acquire');
-      result.recorded = held === '' ? [] : held.split(',');
-    }
-    return result;
+    distinct.length = 0;
+    return this.deadlines.send(
+      ACQUIRE,
+      request.id,
+      keys.length,
+      all,
+      readAcquire,
+      lease !== undefined,
+      request.record !== undefined,
+      ticket !== undefined,
+    ) as Promise<AcquireResult>;
   }
 
   async pause(id: string, ms: number, by?: string): Promise<number> {
@@ -336,12 +428,15 @@ class RedisStore implements Store {
       throw new TypeError(`Expected \`by\` to be a string, got ${describe(by)}`);
     }
     const reply = replyArray(
-      await this.run(
-        PAUSE,
-        id,
-        [keys.pause, keys.pauseBy],
-        [this.clockArg(), String(us), keys.wake, this.publish, by === undefined ? '' : by.slice(0, 200)],
-      ),
+      await this.run(PAUSE, id, 2, [
+        keys.pause,
+        keys.pauseBy,
+        this.clockArg(),
+        String(us),
+        keys.wake,
+        this.publish,
+        by === undefined ? '' : by.slice(0, 200),
+      ]),
       'pause',
     );
     return replyNumber(reply[0], 'pause') / 1000;
@@ -349,7 +444,7 @@ class RedisStore implements Store {
 
   async resume(id: string): Promise<void> {
     const keys = this.keysOf(id);
-    await this.run(RESUME, id, [keys.pause, keys.pauseBy], [keys.wake, this.publish]);
+    await this.run(RESUME, id, 2, [keys.pause, keys.pauseBy, keys.wake, this.publish]);
   }
 
   async renew(id: string, tokens: readonly string[], ttl: number): Promise<boolean[]> {
@@ -361,9 +456,9 @@ class RedisStore implements Store {
     // overflows the stack somewhere above 100 000. Each token's renewal stands alone.
     const calls: Promise<unknown>[] = [];
     for (let from = 0; from < tokens.length; from += MAX_BATCH) {
-      const args = [this.clockArg(), String(us)];
-      for (let i = from; i < tokens.length && i < from + MAX_BATCH; i++) args.push(tokens[i]!);
-      calls.push(this.run(RENEW, id, [keys.leases, keys.fence], args));
+      const all = [keys.leases, keys.fence, this.clockArg(), String(us)];
+      for (let i = from; i < tokens.length && i < from + MAX_BATCH; i++) all.push(tokens[i]!);
+      calls.push(this.run(RENEW, id, 2, all));
     }
     const replies = await Promise.all(calls);
     const held = new Array<boolean>(tokens.length);
@@ -379,9 +474,9 @@ class RedisStore implements Store {
     checkTokens(tokens);
     const calls: Promise<unknown>[] = [];
     for (let from = 0; from < tokens.length; from += MAX_BATCH) {
-      const args = [keys.wake, this.publish];
-      for (let i = from; i < tokens.length && i < from + MAX_BATCH; i++) args.push(tokens[i]!);
-      calls.push(this.run(RELEASE, id, [keys.leases], args));
+      const all = [keys.leases, keys.wake, this.publish];
+      for (let i = from; i < tokens.length && i < from + MAX_BATCH; i++) all.push(tokens[i]!);
+      calls.push(this.run(RELEASE, id, 1, all));
     }
     await Promise.all(calls);
   }

@@ -1,0 +1,207 @@
+/**
+ * The Redis calls of one store in flight: valve's own deadline on each, with one timer per store
+ * however many calls are in flight, the script cache's recovery (NOSCRIPT) and the reading of
+ * the reply, all on one object per call.
+ *
+ * Every call of a store has the same timeout, so deadlines come in the order the calls were
+ * sent: the calls in flight are a list in that order (a call leaves it when it settles) and the
+ * one timer is set for the oldest. A call whose deadline passed is rejected only after the event
+ * loop has read what the sockets hold (the verdict waits for a setImmediate, which runs after the
+ * poll phase): a process too busy to read its replies for a while (thousands of valves answered
+ * at once) must not declare timed out the answers already waiting in its socket buffer, retry
+ * them, and fall further behind.
+ */
+import { type CommandAdapter, isNoScript } from './adapter.js';
+import type { LuaScript } from './scripts.generated.js';
+
+/** Reads a script's reply into what the store method returns (throws on an unexpected reply). */
+export type ReadReply = (reply: unknown, call: Pending) => unknown;
+
+const NO_KEYS: readonly string[] = [];
+
+/** One call in flight. */
+export class Pending {
+  /** Set once the call settled or timed out; a later outcome is ignored. */
+  done = false;
+  /** A NOSCRIPT was answered and the script is being loaded (once per call). */
+  private recovering = false;
+  /** Neighbours in the list of calls in flight (by deadline). */
+  prev: Pending | null = null;
+  next: Pending | null = null;
+  resolve: ((value: unknown) => void) | null = null;
+  reject: ((err: unknown) => void) | null = null;
+  /** The call's keys (the first numKeys) and arguments, kept for a NOSCRIPT retry until the command is answered. */
+  all: readonly string[];
+
+  constructor(
+    private readonly list: Deadlines,
+    /** When the call times out (ms, performance.now()). */
+    readonly deadline: number,
+    readonly script: LuaScript,
+    readonly id: string,
+    private readonly numKeys: number,
+    all: readonly string[],
+    private readonly read: ReadReply | null,
+    /** For `read`: acquire asked for leases, sent a rule-set record, and sent a turn (its reply ends with the ticket). */
+    readonly leased: boolean,
+    readonly recorded: boolean,
+    readonly turned = false,
+  ) {
+    this.all = all;
+  }
+
+  /** Settles with the command's answer (read by `read`), unless it timed out first. */
+  readonly ok = (value: unknown): void => {
+    this.all = NO_KEYS;
+    if (this.done) return;
+    const resolve = this.resolve!;
+    const reject = this.reject!;
+    this.settle();
+    if (this.read === null) {
+      resolve(value);
+      return;
+    }
+    let out: unknown;
+    try {
+      out = this.read(value, this);
+    } catch (err) {
+      reject(err);
+      return;
+    }
+    resolve(out);
+  };
+
+  /**
+   * Settles with the command's failure, unless it timed out first. A NOSCRIPT loads the script
+   * and runs the call, even one that timed out meanwhile: like any call past its deadline, it
+   * may still execute (as it would have, had the server had the script).
+   */
+  readonly fail = (err: unknown): void => {
+    if (!this.recovering && isNoScript(err)) {
+      this.recovering = true;
+      this.list.cmd.recover(this.script, this.numKeys, this.all).then(this.ok, this.fail);
+      return;
+    }
+    this.all = NO_KEYS;
+    if (this.done) return;
+    const reject = this.reject!;
+    this.settle();
+    reject(err);
+  };
+
+  /** Done (answered or timed out): leaves the list and lets go of the caller's promise. */
+  settle(): void {
+    this.done = true;
+    this.list.unlink(this);
+    this.resolve = null;
+    this.reject = null;
+  }
+}
+
+export class Deadlines {
+  /** Calls in flight, oldest first. */
+  private head: Pending | null = null;
+  private tail: Pending | null = null;
+  /** The one timer, set for a deadline no later than the head's; null when none is set. */
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  /** A verdict is queued (setImmediate) for the calls whose deadline passed. */
+  private verdictQueued = false;
+
+  constructor(
+    /** The command connection. */
+    readonly cmd: CommandAdapter,
+    /** Every call's timeout, ms. */
+    private readonly timeout: number,
+    /** The rejection of a call past its deadline. */
+    private readonly timeoutError: (script: string, id: string) => Error,
+  ) {}
+
+  /**
+   * Sends `script` (its keys are the first `numKeys` of `all`) for `id` under the deadline;
+   * `read` turns the reply into the result (null: the reply as it is).
+   */
+  send(
+    script: LuaScript,
+    id: string,
+    numKeys: number,
+    all: readonly string[],
+    read: ReadReply | null = null,
+    leased = false,
+    recorded = false,
+    turned = false,
+  ): Promise<unknown> {
+    const call = new Pending(
+      this,
+      performance.now() + this.timeout,
+      script,
+      id,
+      numKeys,
+      all,
+      read,
+      leased,
+      recorded,
+      turned,
+    );
+    const promise = new Promise<unknown>((resolve, reject) => {
+      call.resolve = resolve;
+      call.reject = reject;
+    });
+    if (this.tail === null) this.head = call;
+    else {
+      this.tail.next = call;
+      call.prev = this.tail;
+    }
+    this.tail = call;
+    if (this.timer === null && !this.verdictQueued) this.arm();
+    let command: Promise<unknown>;
+    try {
+      command = this.cmd.call(script, numKeys, all);
+    } catch (err) {
+      call.fail(err);
+      return promise;
+    }
+    command.then(call.ok, call.fail);
+    return promise;
+  }
+
+  /** Removes a settled call from the list. */
+  unlink(call: Pending): void {
+    const { prev, next } = call;
+    if (prev === null) {
+      if (this.head === call) this.head = next;
+    } else prev.next = next;
+    if (next === null) {
+      if (this.tail === call) this.tail = prev;
+    } else next.prev = prev;
+    call.prev = null;
+    call.next = null;
+  }
+
+  /** Sets the timer for the oldest call in flight, if any. */
+  private arm(): void {
+    const head = this.head;
+    if (head === null) return;
+    this.timer = setTimeout(this.fired, Math.max(1, head.deadline - performance.now()));
+    this.timer.unref?.();
+  }
+
+  private readonly fired = (): void => {
+    this.timer = null;
+    this.verdictQueued = true;
+    setImmediate(this.verdict);
+  };
+
+  /** Rejects the calls past their deadline that are still unanswered once the sockets were read. */
+  private readonly verdict = (): void => {
+    this.verdictQueued = false;
+    const now = performance.now();
+    let head = this.head;
+    while (head !== null && head.deadline <= now) {
+      const reject = head.reject!;
+      head.settle(); // leaves the list: the head moves on
+      reject(this.timeoutError(head.script.name, head.id));
+      head = this.head;
+    }
+    this.arm();
+  };
+}
