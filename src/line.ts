@@ -26,8 +26,11 @@ interface CallRequest {
   previous: readonly StoreRule[] | undefined;
   convert: boolean | undefined;
   record: string | undefined;
-  /** The ticket the valve holds in the id's line (0: none), from its last answer (see Admission.turn). */
-  turn: number;
+  /**
+   * The ticket the valve holds in the id's line (0: none), from its last answer (see
+   * Admission.turn); undefined: the valve takes no part in the line.
+   */
+  turn: number | undefined;
 }
 
 /**
@@ -73,7 +76,7 @@ export class Call {
       previous: undefined,
       convert: undefined,
       record: undefined,
-      turn: 0,
+      turn: undefined,
     };
     this.onAnswer = (result) => settled(this, true, result);
     this.onFail = (err) => settled(this, false, err);
