@@ -52,6 +52,7 @@ export type {
   Store,
   WakeEvent,
   WakeStatus,
+  WindowTicket,
 } from './stores/store.js';
 export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './types.js';
 export { createValve } from './valve.js';

@@ -140,6 +140,14 @@ async function limiterFor(
       rules: rulesFor(peer, limit, windowMs),
       ...(store ? { store } : {}),
     });
+    if (process.env.QUOTA_DEBUG === '2') {
+      const t = () => (performance.timeOrigin + performance.now()).toFixed(0);
+      (v as unknown as { on(e: string, f: (p: Record<string, unknown>) => void): void }).on('pause', (e) =>
+        process.stderr.write(
+          `pause ${process.pid} at ${t()} until ${Number(e.until).toFixed(0)} ${e.source} ${e.header} ${e.model}\n`,
+        ),
+      );
+    }
     const wrapped = v.wrapFetch(fetch, { retries: 10 });
     return {
       send: async (url) => {
@@ -326,6 +334,10 @@ async function measure(peer: string, name: string): Promise<void> {
     const first = Math.min(...provider.log.map((r) => r.t));
     const at = provider.log.filter((r) => r.status === 429).map((r) => Math.round(r.t - first));
     process.stderr.write(`429 at (ms after the first request): ${at.join(' ')}\n`);
+    if (process.env.QUOTA_DEBUG === '2') {
+      const all = provider.log.map((r) => `${Math.round(r.t - first)}${r.status === 429 ? '!' : ''}`);
+      process.stderr.write(`arrivals (ms after ${first.toFixed(0)}, ! 429): ${all.join(' ')}\n`);
+    }
   }
   emit({
     scenario: 'quota',

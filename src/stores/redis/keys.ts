@@ -19,6 +19,8 @@ export interface IdKeys {
   readonly rulePrefix: string;
   /** `<prefix>:{<id>}:rules`: the rule set recorded for the id (digests joined by ','). */
   readonly rules: string;
+  /** `<prefix>:{<id>}:window`: the provider window wrapFetch learnt (window.lua). */
+  readonly window: string;
 }
 
 export function idKeys(prefix: string, id: string): IdKeys {
@@ -30,6 +32,7 @@ export function idKeys(prefix: string, id: string): IdKeys {
     wake: `${base}wake`,
     rulePrefix: `${base}r:`,
     rules: `${base}rules`,
+    window: `${base}window`,
   };
 }
 
