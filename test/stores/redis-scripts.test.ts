@@ -14,7 +14,15 @@ import { startRedis } from '../helpers/servers.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const luaDir = path.join(root, 'src/stores/redis/lua');
-const all = [scripts.ACQUIRE, scripts.PAUSE, scripts.PROBE, scripts.RESUME, scripts.RENEW, scripts.RELEASE];
+const all = [
+  scripts.ACQUIRE,
+  scripts.PAUSE,
+  scripts.PROBE,
+  scripts.RESUME,
+  scripts.RENEW,
+  scripts.RELEASE,
+  scripts.WINDOW,
+];
 
 describe('embedded Lua scripts', () => {
   it('scripts.generated.ts is up to date with the .lua files (run `node scripts/gen-lua.mjs`)', () => {

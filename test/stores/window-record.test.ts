@@ -130,7 +130,13 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
       resetMs: fc.constantFrom(0, 1, 50, 333.5, 1000),
     }),
   },
-  { weight: 3, arbitrary: fc.record({ t: fc.constant('advance' as const), ms: fc.constantFrom(0, 1, 49, 200, 1000, 2500) }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      t: fc.constant('advance' as const),
+      ms: fc.constantFrom(0, 1, 49, 200, 1000, 2500),
+    }),
+  },
 );
 
 describe('window.lua and the memory store agree', () => {
@@ -140,6 +146,28 @@ describe('window.lua and the memory store agree', () => {
   });
   afterAll(async () => {
     await c?.close();
+  });
+
+  it('answers VALVE_CORRUPT_STATE for a record valve never writes, before changing anything', async () => {
+    const prefix = uniquePrefix('win-corrupt');
+    const store = redisStore({ client: c.client, prefix });
+    const key = `${prefix}:{${ID}}:window`;
+    const redis = c.client as unknown as {
+      set(k: string, v: string): Promise<unknown>;
+      get(k: string): Promise<string | null>;
+      del(k: string): Promise<unknown>;
+      rpush(k: string, v: string): Promise<unknown>;
+    };
+    for (const bad of ['garbage', '1,2,3', '1,2,3,4,5,6,7,x', '1,2,3,4,5,6,7,8.5']) {
+      await redis.set(key, bad);
+      await expect(store.windowSend!(ID, TTL)).rejects.toThrow(/VALVE_CORRUPT_STATE/);
+      await expect(store.windowReport!(ID, 1, 0, 10)).rejects.toThrow(/VALVE_CORRUPT_STATE/);
+      expect(await redis.get(key)).toBe(bad);
+    }
+    await redis.del(key);
+    await redis.rpush(key, 'x');
+    await expect(store.windowSend!(ID, TTL)).rejects.toThrow(/VALVE_CORRUPT_STATE/);
+    await redis.del(key);
   });
 
   it('on random sequences of tickets, reports and time', async () => {

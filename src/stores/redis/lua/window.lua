@@ -4,7 +4,7 @@ window.lua: the provider window one valve id's fleet learnt from its responses (
 ticket before each request, a report after each answer. Mirrors src/stores/window-record.ts
 (see its comment for the model); every time is integer µs on the store's clock.
 
-KEYS[1]  <prefix>:{<id>}:window   hash: seq reset left low start spent probe pseq (integers)
+KEYS[1]  <prefix>:{<id>}:window   string "seq,reset,left,low,start,spent,probe,pseq" (integers)
 ARGV[1]  "" (use Redis TIME), or the time in µs (test-only virtual clock)
 ARGV[2]  "s" a ticket, "r" a report
 ARGV[3]  s: the probe's longest time in flight (µs);  r: the answer's send number
@@ -26,23 +26,27 @@ local now = now_us(clock)
 local key = KEYS[1]
 local KEEP = 60000000
 
-local kind = redis.call('TYPE', key)
-if type(kind) == 'table' then
-  kind = kind.ok or kind['ok']
-end
-if kind ~= 'none' and kind ~= 'hash' then
-  return corrupt(key, 'a value of another type', 'a hash')
-end
-
 local FIELDS = { 'seq', 'reset', 'left', 'low', 'start', 'spent', 'probe', 'pseq' }
 local rec = {}
-local raw = redis.call('HMGET', key, unpack(FIELDS))
+local raw = redis.pcall('GET', key)
+if type(raw) == 'table' then
+  return corrupt(key, 'a value of another type', 'a string')
+end
+local parts = {}
+if raw then
+  for v in string.gmatch(raw, '[^,]+') do
+    parts[#parts + 1] = v
+  end
+  if #parts ~= #FIELDS then
+    return corrupt(key, raw, 'eight integers separated by commas')
+  end
+end
 for i, name in ipairs(FIELDS) do
-  local v = raw[i]
+  local v = parts[i]
   if v then
     local n = tonumber(v)
     if n == nil or n ~= math.floor(n) or math.abs(n) > now + AHEAD then
-      return corrupt(key, v, 'integers (field ' .. name .. ')')
+      return corrupt(key, raw, 'eight integers separated by commas')
     end
     rec[name] = n
   else
@@ -51,14 +55,12 @@ for i, name in ipairs(FIELDS) do
 end
 
 local function save()
-  local args = {}
-  for _, name in ipairs(FIELDS) do
-    args[#args + 1] = name
-    args[#args + 1] = int_str(rec[name])
+  local out = {}
+  for i, name in ipairs(FIELDS) do
+    out[i] = int_str(rec[name])
   end
-  redis.call('HSET', key, unpack(args))
   local until_us = math.max(rec.reset, rec.probe, now)
-  redis.call('PEXPIRE', key, ttl_ms(until_us - now + KEEP, testing))
+  redis.call('SET', key, table.concat(out, ','), 'PX', ttl_ms(until_us - now + KEEP, testing))
 end
 
 if ARGV[2] == 's' then
