@@ -26,6 +26,8 @@
  * `QUOTA_DEBUG=1` prints when the 429s arrived; `QUOTA_MARGIN_MS=<ms>` overrides the margin.
  */
 import { fork } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import Bottleneck from 'bottleneck';
 import { Redis } from 'ioredis';
@@ -239,6 +241,8 @@ interface WorkerSetup {
   readonly url: string;
   readonly requests: number;
   readonly marginMs: number;
+  /** A plain local server to warm fetch up on before "ready" (the provider would count it). */
+  readonly warmUrl: string;
 }
 
 /** A worker process of a fleet: sets up its limiter, starts at the common time, reports its successes. */
@@ -246,6 +250,9 @@ async function worker(): Promise<void> {
   const setup = await new Promise<WorkerSetup>((resolve) => process.once('message', resolve));
   marginMs = setup.marginMs;
   const limiter = await limiterFor(setup.peer, setup.limit, setup.windowMs, setup.shared);
+  // A long-running process has its HTTP client warm: the first request of a cold one takes
+  // long enough (hundreds of ms under load) to arrive after requests granted later.
+  await (await fetch(setup.warmUrl)).arrayBuffer();
   process.send!({ type: 'ready' });
   const { at } = await new Promise<{ at: number }>((resolve) => process.once('message', resolve));
   await new Promise((r) => setTimeout(r, Math.max(0, at - nowMs())));
@@ -265,6 +272,9 @@ async function fleet(
   processes: number,
 ): Promise<number> {
   const server = await startRedis();
+  const warm = createServer((_req, res) => res.end('ok'));
+  await new Promise<void>((resolve) => warm.listen(0, '127.0.0.1', resolve));
+  const warmUrl = `http://127.0.0.1:${(warm.address() as AddressInfo).port}/warm`;
   const path = fileURLToPath(import.meta.url);
   const children = Array.from({ length: processes }, () =>
     fork(path, ['--worker'], {
@@ -297,6 +307,7 @@ async function fleet(
         url,
         requests: share,
         marginMs,
+        warmUrl,
       };
       c.send(setup);
     });
@@ -308,6 +319,8 @@ async function fleet(
     return results.reduce((sum, r) => sum + (r.ok ?? 0), 0);
   } finally {
     for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+    warm.closeAllConnections();
+    warm.close();
     await server.stop();
   }
 }
