@@ -1,5 +1,6 @@
 import type { Clock } from './clock.js';
 import type { PauseSource } from './events.js';
+import type { MaybePromise, Store, WindowTicket } from './stores/store.js';
 
 /*
  * What the valve hands the feedback module (feedback/observe.ts, feedback/fetch.ts): the only
@@ -37,4 +38,20 @@ export interface ValveInternals {
   pauseInBackground(ms: number, source: PauseSource, detail?: unknown): void;
   /** Emits a typed event of the valve (e.g. 'retry', 'feedback-ignored'). */
   emit(event: string, payload: unknown): void;
+  /** The provider window the id's fleet learns through the store (when the store keeps one). */
+  readonly window?: FleetWindow | undefined;
+}
+
+/** Store.windowSend and Store.windowReport for the valve's id (see stores/window-record.ts). */
+export interface FleetWindow {
+  send(probeTtl: number): MaybePromise<WindowTicket>;
+  report(seq: number, remaining: number, resetMs: number): MaybePromise<number>;
+}
+
+/** The fleet window of `id` in a store that keeps one (both methods present). */
+export function windowOf(store: Store, id: string): FleetWindow {
+  return {
+    send: (probeTtl) => store.windowSend!(id, probeTtl),
+    report: (seq, remaining, resetMs) => store.windowReport!(id, seq, remaining, resetMs),
+  };
 }

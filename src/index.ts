@@ -53,6 +53,7 @@ export type {
   Store,
   WakeEvent,
   WakeStatus,
+  WindowTicket,
 } from './stores/store.js';
 export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './types.js';
 export { createValve } from './valve.js';

@@ -12,7 +12,7 @@ import {
 import { type FetchLike, type WrapFetchOptions, wrapFetch } from './feedback/fetch.js';
 import { observe } from './feedback/observe.js';
 import type { FeedbackReading } from './feedback/types.js';
-import type { ValveInternals } from './feedback-port.js';
+import { type ValveInternals, windowOf } from './feedback-port.js';
 import { type AnyJob, capture, Job, Jobs, TimedJob } from './job.js';
 import { Leases } from './leases.js';
 import { OBSERVE, type ValveObserver } from './observer.js';
@@ -160,6 +160,9 @@ class ValveImpl implements Valve {
       emit: (event, payload) => {
         if (event !== 'error') events.emit(event, payload);
       },
+      ...(typeof store.windowSend === 'function' && typeof store.windowReport === 'function'
+        ? { window: windowOf(store, o.id) }
+        : {}),
     };
   }
 

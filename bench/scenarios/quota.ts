@@ -2,7 +2,9 @@
  * Scenario: the share of a real provider's quota each library gets, and the 429s it causes.
  * The providers are real server-side limiters from npm on loopback (test/helpers/real-limiters.ts):
  * express-rate-limit and @fastify/rate-limit allowing 20 requests per 1 s window (a window per
- * client, opened by its first request), and an exact sliding log allowing 200 requests in any 10 s.
+ * client, opened by its first request), an exact sliding log allowing 200 requests in any 10 s,
+ * and (written in that helper) an aligned fixed window, a token bucket with OpenAI's headers and a
+ * GCRA server answering only `Retry-After`, each 20 per 1 s.
  * `requests` requests from 10 callers (each awaits its response before the next); every library is
  * configured the natural way for the provider's stated limit:
  *
@@ -10,7 +12,8 @@
  *   times) on the rule docs/choose-an-algorithm.md recommends for these providers
  *   (`valve-sliding`: a sliding window of the provider's own numbers, plus a 200 ms margin for
  *   arrival jitter against the sliding log, which sends no headers before its 429), and on GCRA
- *   limit per interval, burst 1 (`valve`).
+ *   limit per interval, burst 1 (`valve`); `valve-rec` takes the rule docs/choose-an-algorithm.md
+ *   recommends for the case's provider style (`recommended`; valve-sliding's when none is named).
  * - Cases `…, 3 processes`: three worker processes with 10 callers each share a private Redis
  *   (valve: redisStore with a subscriber; Bottleneck clustered through ioredis; rate-limiter-flexible
  *   RateLimiterRedis; p-queue has no shared store, so each process takes a third of the limit).
@@ -26,6 +29,8 @@
  * `QUOTA_DEBUG=1` prints when the 429s arrived; `QUOTA_MARGIN_MS=<ms>` overrides the margin.
  */
 import { fork } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import Bottleneck from 'bottleneck';
 import { Redis } from 'ioredis';
@@ -36,7 +41,7 @@ import { emit, nowMs, parseScenarioArgs, round } from '../lib/common.js';
 import { startRedis } from '../lib/redis-server.js';
 import { loadValve } from '../lib/valve-module.js';
 
-export const peers = ['valve', 'valve-sliding', 'p-queue', 'bottleneck', 'rlf-memory'];
+export const peers = ['valve', 'valve-sliding', 'valve-rec', 'p-queue', 'bottleneck', 'rlf-memory'];
 export const cases: Record<
   string,
   {
@@ -53,6 +58,13 @@ export const cases: Record<
      * recommend for a provider that sends no headers before its 429 (a sliding log).
      */
     marginMs?: number;
+    /** The provider's burst (token-bucket, gcra). */
+    burst?: number;
+    /**
+     * `valve-rec`: the rule docs/choose-an-algorithm.md recommends for this provider style
+     * (default: valve-sliding's).
+     */
+    recommended?: Record<string, unknown>;
   }
 > = {
   'express 20/1s': { kind: 'express', limit: 20, windowMs: 1000, requests: 200 },
@@ -78,6 +90,55 @@ export const cases: Record<
     ruleLimit: 40,
     processes: 3,
   },
+  'aligned 20/1s': {
+    kind: 'aligned',
+    limit: 20,
+    windowMs: 1000,
+    requests: 200,
+    recommended: { limit: 20, interval: 1000, algorithm: 'fixed-window' },
+  },
+  'token-bucket 20/1s': {
+    kind: 'token-bucket',
+    limit: 20,
+    windowMs: 1000,
+    burst: 20,
+    requests: 200,
+    recommended: { limit: 20, interval: 1000, burst: 20 },
+  },
+  'gcra 20/1s burst 5': {
+    kind: 'gcra',
+    limit: 20,
+    windowMs: 1000,
+    burst: 5,
+    requests: 200,
+    recommended: { limit: 20, interval: 1000, burst: 5 },
+  },
+  'aligned 20/1s, 3 processes': {
+    kind: 'aligned',
+    limit: 20,
+    windowMs: 1000,
+    requests: 200,
+    processes: 3,
+    recommended: { limit: 20, interval: 1000, algorithm: 'fixed-window' },
+  },
+  'token-bucket 20/1s, 3 processes': {
+    kind: 'token-bucket',
+    limit: 20,
+    windowMs: 1000,
+    burst: 20,
+    requests: 200,
+    processes: 3,
+    recommended: { limit: 20, interval: 1000, burst: 20 },
+  },
+  'gcra 20/1s burst 5, 3 processes': {
+    kind: 'gcra',
+    limit: 20,
+    windowMs: 1000,
+    burst: 5,
+    requests: 200,
+    processes: 3,
+    recommended: { limit: 20, interval: 1000, burst: 5 },
+  },
 };
 
 const args = parseScenarioArgs();
@@ -95,12 +156,14 @@ interface Shared {
 
 /** The margin a case's valve-sliding rule adds to the interval. */
 let marginMs = 0;
+/** The case's recommended rule (valve-rec), if it names one. */
+let recommended: Record<string, unknown> | undefined;
 
 /** valve's rules for a provider's stated limit: GCRA burst 1 (`valve`) or the sliding window (`valve-sliding`). */
 function rulesFor(peer: string, limit: number, windowMs: number): unknown[] {
-  return peer === 'valve'
-    ? [{ limit, interval: windowMs }]
-    : [{ limit, interval: windowMs + marginMs, algorithm: 'sliding-window' }];
+  if (peer === 'valve') return [{ limit, interval: windowMs }];
+  if (peer === 'valve-rec' && recommended !== undefined) return [recommended];
+  return [{ limit, interval: windowMs + marginMs, algorithm: 'sliding-window' }];
 }
 
 async function limiterFor(
@@ -124,7 +187,7 @@ async function limiterFor(
   const disconnect = (): void => {
     for (const c of clients) c.disconnect();
   };
-  if (peer === 'valve' || peer === 'valve-sliding') {
+  if (peer === 'valve' || peer === 'valve-sliding' || peer === 'valve-rec') {
     const valve = (await loadValve()) as unknown as {
       createValve(o: unknown): {
         wrapFetch(f: typeof fetch, o?: unknown): typeof fetch;
@@ -140,6 +203,14 @@ async function limiterFor(
       rules: rulesFor(peer, limit, windowMs),
       ...(store ? { store } : {}),
     });
+    if (process.env.QUOTA_DEBUG === '2') {
+      const t = () => (performance.timeOrigin + performance.now()).toFixed(0);
+      (v as unknown as { on(e: string, f: (p: Record<string, unknown>) => void): void }).on('pause', (e) =>
+        process.stderr.write(
+          `pause ${process.pid} at ${t()} until ${Number(e.until).toFixed(0)} ${e.source} ${e.header} ${e.model}\n`,
+        ),
+      );
+    }
     const wrapped = v.wrapFetch(fetch, { retries: 10 });
     return {
       send: async (url) => {
@@ -231,13 +302,20 @@ interface WorkerSetup {
   readonly url: string;
   readonly requests: number;
   readonly marginMs: number;
+  readonly recommended: Record<string, unknown> | undefined;
+  /** A plain local server to warm fetch up on before "ready" (the provider would count it). */
+  readonly warmUrl: string;
 }
 
 /** A worker process of a fleet: sets up its limiter, starts at the common time, reports its successes. */
 async function worker(): Promise<void> {
   const setup = await new Promise<WorkerSetup>((resolve) => process.once('message', resolve));
   marginMs = setup.marginMs;
+  recommended = setup.recommended;
   const limiter = await limiterFor(setup.peer, setup.limit, setup.windowMs, setup.shared);
+  // A long-running process has its HTTP client warm: the first request of a cold one takes
+  // long enough (hundreds of ms under load) to arrive after requests granted later.
+  await (await fetch(setup.warmUrl)).arrayBuffer();
   process.send!({ type: 'ready' });
   const { at } = await new Promise<{ at: number }>((resolve) => process.once('message', resolve));
   await new Promise((r) => setTimeout(r, Math.max(0, at - nowMs())));
@@ -257,6 +335,9 @@ async function fleet(
   processes: number,
 ): Promise<number> {
   const server = await startRedis();
+  const warm = createServer((_req, res) => res.end('ok'));
+  await new Promise<void>((resolve) => warm.listen(0, '127.0.0.1', resolve));
+  const warmUrl = `http://127.0.0.1:${(warm.address() as AddressInfo).port}/warm`;
   const path = fileURLToPath(import.meta.url);
   const children = Array.from({ length: processes }, () =>
     fork(path, ['--worker'], {
@@ -289,6 +370,8 @@ async function fleet(
         url,
         requests: share,
         marginMs,
+        recommended,
+        warmUrl,
       };
       c.send(setup);
     });
@@ -300,6 +383,8 @@ async function fleet(
     return results.reduce((sum, r) => sum + (r.ok ?? 0), 0);
   } finally {
     for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+    warm.closeAllConnections();
+    warm.close();
     await server.stop();
   }
 }
@@ -307,8 +392,13 @@ async function fleet(
 async function measure(peer: string, name: string): Promise<void> {
   const c = cases[name]!;
   marginMs = MARGIN_MS ?? c.marginMs ?? 0;
+  recommended = c.recommended;
   const requests = args.quick ? Math.max(c.limit, Math.round(c.requests / 4)) : c.requests;
-  const provider = await startRealLimiter(c.kind, { limit: c.limit, windowMs: c.windowMs });
+  const provider = await startRealLimiter(c.kind, {
+    limit: c.limit,
+    windowMs: c.windowMs,
+    ...(c.burst === undefined ? {} : { burst: c.burst }),
+  });
   const url = `${provider.url}/item`;
   const limit = c.ruleLimit ?? c.limit;
   const t0 = performance.now();
@@ -326,6 +416,10 @@ async function measure(peer: string, name: string): Promise<void> {
     const first = Math.min(...provider.log.map((r) => r.t));
     const at = provider.log.filter((r) => r.status === 429).map((r) => Math.round(r.t - first));
     process.stderr.write(`429 at (ms after the first request): ${at.join(' ')}\n`);
+    if (process.env.QUOTA_DEBUG === '2') {
+      const all = provider.log.map((r) => `${Math.round(r.t - first)}${r.status === 429 ? '!' : ''}`);
+      process.stderr.write(`arrivals (ms after ${first.toFixed(0)}, ! 429): ${all.join(' ')}\n`);
+    }
   }
   emit({
     scenario: 'quota',

@@ -68,6 +68,7 @@ export function chooseWait(r: Reader, maxPause: number): FeedbackReading | undef
     }
   }
   if (best === undefined) return undefined;
+  r.chosenLimit = best.limit;
   const capped = best.waitMs > maxPause;
   const waitMs = capped ? maxPause : best.waitMs;
   return {

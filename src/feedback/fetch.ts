@@ -1,7 +1,8 @@
 import { describe } from '../duration.js';
 import type { FetchRetryEvent } from '../events.js';
 import type { ValveInternals } from '../feedback-port.js';
-import { observe } from './observe.js';
+import { reportTicket, takeTicket } from './fleet.js';
+import { type FleetObservation, observe } from './observe.js';
 import { feedbackState } from './state.js';
 import type { FeedbackReading } from './types.js';
 
@@ -216,6 +217,7 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
   const costOption = options?.cost ?? 1;
   const priority = options?.priority ?? 0;
   const state = feedbackState(valve);
+  const fleet = valve.window;
 
   const wrapped = async (input: Parameters<F>[0], init?: Parameters<F>[1]): Promise<unknown> => {
     const initRecord =
@@ -231,14 +233,20 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
       const [attemptInput, attemptInit] = plan.args();
       const { response, reading } = await valve.runAt(
         async ({ signal: jobSignal }) => {
+          const attemptSignal = anySignal(jobSignal, signal);
+          // With a fleet window (a store that keeps one), a ticket first (feedback/fleet.ts).
+          const ticket = fleet === undefined ? undefined : await takeTicket(valve, fleet, attemptSignal);
+          const seen: FleetObservation | undefined = ticket === undefined ? undefined : { window: undefined };
           const n = state.begin();
+          let reading: FeedbackReading | undefined;
           try {
-            const response = await fn(attemptInput, { ...attemptInit, signal: anySignal(jobSignal, signal) });
-            let reading: FeedbackReading | undefined;
-            if (response !== null && typeof response === 'object') reading = observe(valve, response, n);
+            const response = await fn(attemptInput, { ...attemptInit, signal: attemptSignal });
+            if (response !== null && typeof response === 'object')
+              reading = observe(valve, response, n, seen);
             return { response, reading };
           } finally {
             state.end(n);
+            if (ticket !== undefined) await reportTicket(valve, fleet!, ticket, seen?.window, seen?.held);
           }
         },
         { cost, priority, signal },

@@ -43,5 +43,14 @@ export function readBag(bag: HeaderBag, options: ParseOptions): ParsedFeedback {
   // A spent counter without its own reset is only worth reporting when nothing else gave a
   // wait (Kong, for one, sends X-RateLimit-Remaining-Minute next to a RateLimit-Reset).
   const ignored = reading ? r.ignored.filter((i) => i.reason !== 'no-reset') : r.ignored;
-  return { status, reading, ignored, needsBackoff: status === 429 && reading === undefined };
+  return {
+    status,
+    reading,
+    ignored,
+    needsBackoff: status === 429 && reading === undefined,
+    ...(r.window === undefined ? {} : { window: r.window }),
+    ...(reading !== undefined && r.window !== undefined && r.chosenLimit === r.window.limit
+      ? { fromWindow: true }
+      : {}),
+  };
 }

@@ -3,7 +3,7 @@ import { nextBackoff, resetBackoff } from './backoff.js';
 import { readBag } from './headers.js';
 import { toHeaderBag } from './input.js';
 import { feedbackState } from './state.js';
-import type { FeedbackReading, HeaderBag, ParsedFeedback } from './types.js';
+import type { FeedbackReading, HeaderBag, ParsedFeedback, WindowSeen } from './types.js';
 
 export type {
   FeedbackIgnored,
@@ -11,6 +11,16 @@ export type {
   FeedbackReading,
   IgnoredReason,
 } from './types.js';
+
+/**
+ * wrapFetch with a fleet window (feedback/fleet.ts): what observe() read of the response's window
+ * is put here, and a pause read from a window is left to wrapFetch.
+ */
+export interface FleetObservation {
+  window: WindowSeen | undefined;
+  /** The window's pause observe() did not write (the fleet's record decides it). */
+  held?: FeedbackReading | undefined;
+}
 
 /**
  * Reads provider feedback from a fetch `Response`, a `Headers`, `{ status, headers }`
@@ -29,6 +39,7 @@ export function observe(
   valve: ValveInternals,
   input: unknown,
   attempt?: number,
+  fleet?: FleetObservation,
 ): FeedbackReading | undefined {
   let bag: HeaderBag;
   try {
@@ -84,6 +95,14 @@ export function observe(
     };
   } else if (status !== undefined && status >= 200 && status < 400) {
     resetBackoff(valve);
+  }
+  if (fleet !== undefined) {
+    fleet.window = parsed.window;
+    // The fleet's record decides a window's pause (wrapFetch writes it once the store answers).
+    if (parsed.fromWindow === true && reading === parsed.reading) {
+      fleet.held = reading;
+      return reading;
+    }
   }
   if (reading && reading.waitMs > 0) valve.pauseInBackground(reading.waitMs, reading.source, reading);
   return reading;

@@ -1,4 +1,4 @@
-import type { Candidate, FeedbackIgnored, HeaderBag, IgnoredReason } from './types.js';
+import type { Candidate, FeedbackIgnored, HeaderBag, IgnoredReason, WindowSeen } from './types.js';
 import {
   decimals,
   interpretReset,
@@ -43,6 +43,11 @@ export class Reader {
   readonly candidates: Candidate[] = [];
   /** Every value not used as sent, in the order found. */
   readonly ignored: FeedbackIgnored[] = [];
+
+  /** The window this response says most about (see see()), for the fleet's record. */
+  window: WindowSeen | undefined;
+  /** The limit whose wait chooseWait() chose. */
+  chosenLimit: string | undefined;
 
   /** Headers already reported as too long (each is reported once). */
   private readonly tooLong = new Set<string>();
@@ -166,8 +171,29 @@ export class Reader {
    * without window bounds or for a precise value.
    */
   tightened(key: string, remaining: number, waitMs: number, precisionMs: number): number {
-    if (this.windows === undefined || precisionMs < 1000) return waitMs;
-    return this.windows.tighten(key, remaining, waitMs, this.now);
+    const bound =
+      this.windows === undefined || precisionMs < 1000
+        ? waitMs
+        : this.windows.tighten(key, remaining, waitMs, this.now);
+    this.see(key, remaining, bound);
+    return bound;
+  }
+
+  /**
+   * Keeps the window this response says most about, for the fleet's record (stores/window-record.ts):
+   * the lowest remaining count; for equal counts, the shortest bound of one limit (its most
+   * precise header) or the longest of different limits (each must be free again).
+   */
+  private see(key: string, remaining: number, waitMs: number): void {
+    if (!(waitMs > 0) || !Number.isFinite(remaining)) return;
+    const space = key.lastIndexOf(' ');
+    const limit = key.slice(0, space);
+    const w = this.window;
+    if (w !== undefined) {
+      if (remaining > w.remaining) return;
+      if (remaining === w.remaining && (limit === w.limit ? waitMs >= w.waitMs : waitMs <= w.waitMs)) return;
+    }
+    this.window = { limit, header: key.slice(space + 1), remaining, waitMs };
   }
 
   /**

@@ -91,6 +91,10 @@ export interface ParsedFeedback {
   readonly ignored: FeedbackIgnored[];
   /** A 429 without a usable wait: the caller should pause with exponential backoff. */
   readonly needsBackoff: boolean;
+  /** The window the response says most about (remaining count and reset), if any. */
+  readonly window?: WindowSeen | undefined;
+  /** True when `reading` is that window's wait (the fleet's record can then decide the pause). */
+  readonly fromWindow?: boolean | undefined;
 }
 
 export interface ParseOptions {
@@ -111,6 +115,17 @@ export interface ParseOptions {
   readonly ahead?: number;
   /** The valve's window bounds: coarse window resets are tightened across responses (windows.ts). */
   readonly windows?: WindowBounds;
+}
+
+/** A window a response described: its remaining count and the upper bound of its reset. */
+export interface WindowSeen {
+  /** Which limit (as Candidate.limit). */
+  readonly limit: string;
+  /** The lower-case header that gave the reset. */
+  readonly header: string;
+  readonly remaining: number;
+  /** The reset's upper bound (ms from the response), tightened by earlier responses of this process. */
+  readonly waitMs: number;
 }
 
 /** Headers of one response: lower-case name → every value received for it. */

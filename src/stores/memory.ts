@@ -28,8 +28,17 @@ import {
   RuleState,
 } from './memory-state.js';
 import { MemoryWakeups } from './memory-wakeups.js';
-import type { AcquireRequest, AcquireResult, BlockReason, Lease, Store, WakeEvent } from './store.js';
+import type {
+  AcquireRequest,
+  AcquireResult,
+  BlockReason,
+  Lease,
+  Store,
+  WakeEvent,
+  WindowTicket,
+} from './store.js';
 import { advance, lineEnd, skipLate, standing, type TurnLine, turnOf, turnStep } from './turns.js';
+import { WindowRecords } from './window-record.js';
 
 /** Options of {@link memoryStore}. */
 export interface MemoryStoreOptions {
@@ -57,6 +66,8 @@ class MemoryStore implements Store {
   private tokenSeq = 0;
   /** Drops expired state of ids nobody touches (amortised per call, and once a second). */
   private readonly sweeper = new IdSweeper(this.ids, () => this.nowUs());
+  /** The provider windows wrapFetch learnt, per id (window-record.ts). */
+  private readonly windows = new WindowRecords();
   // Per-call scratch, reused so that a batch allocates nothing per job.
   private readonly rs: (StoreRule | undefined)[] = [];
   private readonly st: (RuleState | undefined)[] = [];
@@ -411,6 +422,16 @@ class MemoryStore implements Store {
       this.rs[i] = undefined;
       this.st[i] = undefined;
     }
+  }
+
+  windowSend(id: string, probeTtl: number): WindowTicket {
+    checkId(id);
+    return this.windows.send(id, this.nowUs(), checkMs(probeTtl, 'probeTtl', true));
+  }
+
+  windowReport(id: string, seq: number, remaining: number, resetMs: number): number {
+    checkId(id);
+    return this.windows.report(id, this.nowUs(), seq, remaining, checkMs(resetMs, 'resetMs', true));
   }
 
   pause(id: string, ms: number): number {

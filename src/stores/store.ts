@@ -111,6 +111,18 @@ export interface WakeStatus {
 }
 
 /**
+ * A ticket for one request wrapFetch is about to send (see Store.windowSend): `seq` > 0, send it
+ * now (`probe`: it is the request that learns the window after a spent one's reset); `seq` 0,
+ * wait at most `wait` ms and ask again (`probe`: another request is probing, its answer may
+ * come sooner).
+ */
+export interface WindowTicket {
+  readonly seq: number;
+  readonly wait: number;
+  readonly probe: boolean;
+}
+
+/**
  * The contract between the scheduler and a store. The memory store and the Redis
  * store implement it; users may write their own (run the conformance suite from
  * `valve/testing` against it). Every method is atomic on the
@@ -143,6 +155,19 @@ export interface Store {
     onWake: (event: WakeEvent) => void,
     onStatus?: (status: WakeStatus) => void,
   ): () => void;
+  /**
+   * Optional (used by wrapFetch): a ticket for a request about to be sent, from the provider
+   * window the id's fleet learnt from its answers (see docs/provider-feedback.md, "Several
+   * processes"). Refused while the window's budget is spent (until its reset) and while another
+   * request probes the next window (at most `probeTtl` ms).
+   */
+  windowSend?(id: string, probeTtl: number): MaybePromise<WindowTicket>;
+  /**
+   * Optional (used by wrapFetch): the answer to ticket `seq` stated `remaining` (−1: no window, it
+   * only ends the probe it answers) with the window's reset at most `resetMs` from now. Resolves
+   * with the wait (ms) until the window's reset when its budget is spent, else 0.
+   */
+  windowReport?(id: string, seq: number, remaining: number, resetMs: number): MaybePromise<number>;
   /** Optional: true when subscribe() delivers wake-ups right now for every subscribed id (e.g. a connected Redis subscriber). */
   readonly notifies?: boolean;
   /**

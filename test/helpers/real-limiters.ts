@@ -9,19 +9,31 @@
  *   request), with its default `x-ratelimit-*` headers and `retry-after` on 429.
  * - `sliding-log`: a plain node:http server that allows `limit` requests in any `windowMs` (an
  *   exact log of arrivals) and answers 429 with `Retry-After` (whole seconds, rounded up) beyond.
+ * - `aligned`: a plain node:http server with fixed windows aligned on the epoch (`limit` per
+ *   `[k × windowMs, (k + 1) × windowMs)`, as "N per clock minute"), GitHub's headers
+ *   (`X-RateLimit-Limit`, `-Remaining`, `-Reset` in epoch seconds) and `Retry-After` on 429.
+ * - `token-bucket`: a plain node:http server with a bucket of `burst` (default `limit`) refilling
+ *   `limit` per `windowMs`, OpenAI's headers (`x-ratelimit-limit-requests`, `-remaining-requests`,
+ *   `-reset-requests`: the time until the bucket is full, as a Go duration) on every answer.
+ * - `gcra`: a plain node:http server running GCRA (emission interval `windowMs / limit`, burst
+ *   `burst`, default 1), answering 429 with `Retry-After` (whole seconds, rounded up) only.
+ * The last three are written here (the sliding log too): npm has no server-side limiter of those
+ * styles that sends headers as their providers do.
  *
  * Every server logs each request (arrival on `performance.timeOrigin + performance.now()`, status).
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-export type RealLimiterKind = 'express' | 'fastify' | 'sliding-log';
+export type RealLimiterKind = 'express' | 'fastify' | 'sliding-log' | 'aligned' | 'token-bucket' | 'gcra';
 
 export interface RealLimiterOptions {
   readonly limit: number;
   readonly windowMs: number;
   /** express only: the draft of the standard headers (default 'draft-8'). */
   readonly standardHeaders?: 'draft-6' | 'draft-7' | 'draft-8';
+  /** token-bucket (default `limit`) and gcra (default 1): the burst. */
+  readonly burst?: number;
 }
 
 export interface LoggedRequest {
@@ -137,6 +149,88 @@ async function startSlidingLog(o: RealLimiterOptions, log: LoggedRequest[]): Pro
   return { kind: 'sliding-log', url, log, stop: () => close(server) };
 }
 
+function answer(
+  res: import('node:http').ServerResponse,
+  status: number,
+  headers: Record<string, string>,
+): void {
+  res.writeHead(status, { 'content-type': 'application/json', ...headers });
+  res.end(status === 200 ? '{"ok":true}' : '{"error":"rate limited"}');
+}
+
+async function startAligned(o: RealLimiterOptions, log: LoggedRequest[]): Promise<RealLimiter> {
+  let window = -1;
+  let used = 0;
+  const server = createServer((_req, res) => {
+    const t = nowMs();
+    const k = Math.floor(t / o.windowMs);
+    if (k !== window) {
+      window = k;
+      used = 0;
+    }
+    const resetAt = (k + 1) * o.windowMs;
+    const ok = used < o.limit;
+    if (ok) used++;
+    log.push({ t, status: ok ? 200 : 429 });
+    const headers: Record<string, string> = {
+      'x-ratelimit-limit': String(o.limit),
+      'x-ratelimit-remaining': String(o.limit - used),
+      'x-ratelimit-reset': String(Math.ceil(resetAt / 1000)),
+    };
+    if (!ok) headers['retry-after'] = String(Math.ceil((resetAt - t) / 1000));
+    answer(res, ok ? 200 : 429, headers);
+  });
+  const url = await listen(server);
+  return { kind: 'aligned', url, log, stop: () => close(server) };
+}
+
+/** A Go duration as OpenAI writes it: "1m2.5s", "350ms", "0s". */
+function goDuration(ms: number): string {
+  if (ms < 1000) return `${Math.max(0, Math.ceil(ms))}ms`;
+  const m = Math.floor(ms / 60_000);
+  const rest = Math.round((ms - m * 60_000) / 10) / 100;
+  return `${m > 0 ? `${m}m` : ''}${rest}s`;
+}
+
+async function startTokenBucket(o: RealLimiterOptions, log: LoggedRequest[]): Promise<RealLimiter> {
+  const size = o.burst ?? o.limit;
+  const perMs = o.limit / o.windowMs;
+  let tokens = size;
+  let at = nowMs();
+  const server = createServer((_req, res) => {
+    const t = nowMs();
+    tokens = Math.min(size, tokens + (t - at) * perMs);
+    at = t;
+    const ok = tokens >= 1;
+    if (ok) tokens -= 1;
+    log.push({ t, status: ok ? 200 : 429 });
+    answer(res, ok ? 200 : 429, {
+      'x-ratelimit-limit-requests': String(size),
+      'x-ratelimit-remaining-requests': String(Math.floor(tokens)),
+      'x-ratelimit-reset-requests': goDuration((size - tokens) / perMs),
+    });
+  });
+  const url = await listen(server);
+  return { kind: 'token-bucket', url, log, stop: () => close(server) };
+}
+
+async function startGcra(o: RealLimiterOptions, log: LoggedRequest[]): Promise<RealLimiter> {
+  const emission = o.windowMs / o.limit;
+  const tolerance = ((o.burst ?? 1) - 1) * emission;
+  let tat = 0;
+  const server = createServer((_req, res) => {
+    const t = nowMs();
+    const next = Math.max(tat, t) + emission;
+    const ok = next - t <= tolerance + emission;
+    if (ok) tat = next;
+    log.push({ t, status: ok ? 200 : 429 });
+    if (ok) answer(res, 200, {});
+    else answer(res, 429, { 'retry-after': String(Math.ceil((next - t - tolerance - emission) / 1000)) });
+  });
+  const url = await listen(server);
+  return { kind: 'gcra', url, log, stop: () => close(server) };
+}
+
 /** Starts one provider played by a real server-side limiter. */
 export async function startRealLimiter(
   kind: RealLimiterKind,
@@ -145,6 +239,9 @@ export async function startRealLimiter(
   const log: LoggedRequest[] = [];
   if (kind === 'express') return startExpress(options, log);
   if (kind === 'fastify') return startFastify(options, log);
+  if (kind === 'aligned') return startAligned(options, log);
+  if (kind === 'token-bucket') return startTokenBucket(options, log);
+  if (kind === 'gcra') return startGcra(options, log);
   return startSlidingLog(options, log);
 }
 

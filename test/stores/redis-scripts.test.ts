@@ -22,6 +22,7 @@ const all = [
   scripts.RENEW,
   scripts.RELEASE,
   scripts.STATUS,
+  scripts.WINDOW,
 ];
 
 describe('embedded Lua scripts', () => {

@@ -23,6 +23,9 @@ export interface IdKeys {
   readonly rules: string;
   /** `<prefix>:{<id>}:line`: the id's line of turns (stores/turns.ts). */
   readonly line: string;
+
+  /** `<prefix>:{<id>}:window`: the provider window wrapFetch learnt (window.lua). */
+  readonly window: string;
 }
 
 export function idKeys(prefix: string, id: string): IdKeys {
@@ -36,6 +39,8 @@ export function idKeys(prefix: string, id: string): IdKeys {
     rulePrefix: `${base}r:`,
     rules: `${base}rules`,
     line: `${base}line`,
+
+    window: `${base}window`,
   };
 }
 

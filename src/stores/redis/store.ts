@@ -24,11 +24,22 @@ import type {
   Store,
   WakeEvent,
   WakeStatus,
+  WindowTicket,
 } from '../store.js';
+import { checkWindowInt } from '../window-record.js';
 import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
 import { Deadlines, type Pending } from './deadlines.js';
 import { type IdKeys, idKeys, validatePrefix } from './keys.js';
-import { ACQUIRE, type LuaScript, PAUSE, PROBE, RELEASE, RENEW, RESUME } from './scripts.generated.js';
+import {
+  ACQUIRE,
+  type LuaScript,
+  PAUSE,
+  PROBE,
+  RELEASE,
+  RENEW,
+  RESUME,
+  WINDOW,
+} from './scripts.generated.js';
 import { type PubSubMode, type WakeHub, wakeHub } from './subscriber.js';
 
 /** Options of {@link redisStore}. */
@@ -419,6 +430,39 @@ class RedisStore implements Store {
       request.record !== undefined,
       ticket !== undefined,
     ) as Promise<AcquireResult>;
+  }
+
+  async windowSend(id: string, probeTtl: number): Promise<WindowTicket> {
+    const keys = this.keysOf(id);
+    const us = checkMs(probeTtl, 'probeTtl', true);
+    const reply = replyArray(
+      await this.run(WINDOW, id, 1, [keys.window, this.clockArg(), 's', String(us)]),
+      'window',
+    );
+    return {
+      seq: replyNumber(reply[0], 'window'),
+      wait: replyNumber(reply[1], 'window') / 1000,
+      probe: replyNumber(reply[2], 'window') === 1,
+    };
+  }
+
+  async windowReport(id: string, seq: number, remaining: number, resetMs: number): Promise<number> {
+    const keys = this.keysOf(id);
+    checkWindowInt(seq, 'seq', 0);
+    checkWindowInt(remaining, 'remaining', -1);
+    const us = checkMs(resetMs, 'resetMs', true);
+    const reply = replyArray(
+      await this.run(WINDOW, id, 1, [
+        keys.window,
+        this.clockArg(),
+        'r',
+        String(seq),
+        String(remaining),
+        String(us),
+      ]),
+      'window',
+    );
+    return replyNumber(reply[0], 'window') / 1000;
   }
 
   async pause(id: string, ms: number, by?: string): Promise<number> {

@@ -1,0 +1,183 @@
+/**
+ * The provider window one id's fleet learnt from its responses (wrapFetch), kept in the store so
+ * that every process sharing the id sees every process's answers. The memory store runs these
+ * functions; `src/stores/redis/lua/window.lua` mirrors them on a hash. All times are integer µs on
+ * the store's clock. See docs/provider-feedback.md, "Several processes".
+ *
+ * - Every request wrapFetch sends takes a ticket first (`windowSend`): its send number `seq`.
+ * - Every answer with a remaining count reports it (`windowReport`) with the count, the reset's
+ *   upper bound and its send number. The requests sent after it (`seq` minus its own) may not
+ *   have been counted by the provider yet: the budget left is `remaining − sent after`, the
+ *   smallest such value of the window. The window's reset is the earliest upper bound any
+ *   answer of the window gave (a coarse `t=1` from the answer that opened it bounds the reset
+ *   within a few ms, for every process).
+ * - While the window is known and its budget is spent, a ticket is refused until its reset.
+ * - After a window's reset the next window is unknown: answers to requests sent before the
+ *   first ticket after the reset are not counted in it. After a spent window that first ticket
+ *   is a probe, alone in flight for the whole fleet until its answer is reported (or `probeTtl`
+ *   passes); the others wait for that answer, which opens the next window with its true count.
+ */
+
+import type { WindowTicket } from './store.js';
+
+export interface WindowRecord {
+  /** Tickets given so far (send numbers). */
+  seq: number;
+  /** The known window's reset (upper bound, µs); 0 when no window is known. */
+  reset: number;
+  /** Budget left in the known window (may be negative). */
+  left: number;
+  /** Lowest remaining count reported in the known window. */
+  low: number;
+  /** Send number of the first request after the last known reset: older answers belong to older windows. */
+  start: number;
+  /** 1 when the known window's budget was spent: its reset is followed by a probe. */
+  spent: number;
+  /** The probe in flight ends at this time (µs) at the latest; 0 when none. */
+  probe: number;
+  /** The probe's send number. */
+  pseq: number;
+}
+
+/**
+ * A ticket in µs: `seq` > 0 to send now (`probe` when it is the probe), else wait `waitUs` and ask
+ * again (`probe`: for a probe's answer, which may come sooner).
+ */
+export interface WindowTicketUs {
+  readonly seq: number;
+  readonly waitUs: number;
+  readonly probe: boolean;
+}
+
+export function newWindowRecord(): WindowRecord {
+  return { seq: 0, reset: 0, left: 0, low: 0, start: 0, spent: 0, probe: 0, pseq: 0 };
+}
+
+/** A request is about to be sent. */
+export function windowSend(rec: WindowRecord, now: number, probeTtlUs: number): WindowTicketUs {
+  if (rec.probe > now) return { seq: 0, waitUs: rec.probe - now, probe: true };
+  if (rec.reset > now) {
+    if (rec.left <= 0) return { seq: 0, waitUs: rec.reset - now, probe: false };
+    rec.left--;
+    rec.seq++;
+    return { seq: rec.seq, waitUs: 0, probe: false };
+  }
+  rec.seq++;
+  if (rec.reset > 0) {
+    // The known window has passed: this is the first request of the next one. Answers to
+    // requests sent before it belong to older windows.
+    const spent = rec.spent === 1;
+    rec.reset = 0;
+    rec.spent = 0;
+    rec.left = 0;
+    rec.low = 0;
+    rec.start = rec.seq;
+    if (spent) {
+      // After a spent window this request learns the next one; the others wait for its answer.
+      rec.probe = now + probeTtlUs;
+      rec.pseq = rec.seq;
+      return { seq: rec.seq, waitUs: 0, probe: true };
+    }
+  }
+  return { seq: rec.seq, waitUs: 0, probe: false };
+}
+
+/**
+ * The answer to send number `seq` arrived: `remaining` (or −1 when it carried no window: it only
+ * ends the probe it answers), the reset at most `resetUs` from now. Returns the wait until the
+ * window's reset when its budget is spent, else 0.
+ */
+export function windowReport(
+  rec: WindowRecord,
+  now: number,
+  seq: number,
+  remaining: number,
+  resetUs: number,
+): number {
+  if (rec.probe > 0 && rec.pseq === seq) rec.probe = 0;
+  // An answer to a request sent before the known window's reset, reported after it, no request
+  // having been sent since: it belongs to that window, which is over (the next one is unknown).
+  const stale = rec.reset > 0 && rec.reset <= now;
+  if (remaining >= 0 && seq >= rec.start && !stale) {
+    // Sends after this one (a store that lost its record counts none).
+    const ahead = rec.seq > seq ? rec.seq - seq : 0;
+    const est = remaining - ahead;
+    if (rec.reset > now) {
+      if (remaining <= rec.low) {
+        // The same window: its tightest bound, its lowest count.
+        if (now + resetUs < rec.reset) rec.reset = now + resetUs;
+        rec.low = remaining;
+      }
+      if (est < rec.left) rec.left = est;
+    } else {
+      rec.reset = now + resetUs;
+      rec.low = remaining;
+      rec.left = est;
+    }
+    if (rec.left <= 0) rec.spent = 1;
+  }
+  return rec.reset > now && rec.left <= 0 ? rec.reset - now : 0;
+}
+
+/** When the record may be forgotten (µs): nothing it holds matters after its reset and probe. */
+export function windowExpiry(rec: WindowRecord): number {
+  return Math.max(rec.reset, rec.probe);
+}
+
+/** How long a record outlives its reset and probe (µs), like window.lua's KEEP. */
+const KEEP_US = 60_000_000;
+
+/** A send number or a count given to the store: an integer (a count may be −1: no window). */
+export function checkWindowInt(value: unknown, name: string, min: number): number {
+  if (typeof value !== 'number') {
+    throw new TypeError(`Expected \`${name}\` to be an integer, got ${typeof value}`);
+  }
+  if (!Number.isSafeInteger(value) || value < min) {
+    throw new RangeError(`Expected \`${name}\` to be an integer of at least ${min}, got ${String(value)}`);
+  }
+  return value;
+}
+
+/**
+ * The memory store's records, by id. A record is dropped KEEP_US after its reset and probe; each
+ * call also drops up to two expired records of other ids (oldest use first), so ids nobody uses
+ * again leave nothing behind.
+ */
+export class WindowRecords {
+  private readonly records = new Map<string, { rec: WindowRecord; expires: number }>();
+
+  private get(id: string, now: number): { rec: WindowRecord; expires: number } {
+    let n = 0;
+    for (const [other, held] of this.records) {
+      if (n++ >= 2 || held.expires > now) break;
+      this.records.delete(other);
+    }
+    let held = this.records.get(id);
+    if (held === undefined || held.expires <= now) held = { rec: newWindowRecord(), expires: 0 };
+    // Re-inserted on every use: the map stays in order of last use.
+    this.records.delete(id);
+    this.records.set(id, held);
+    return held;
+  }
+
+  send(id: string, now: number, probeTtlUs: number): WindowTicket {
+    const held = this.get(id, now);
+    const t = windowSend(held.rec, now, probeTtlUs);
+    held.expires = Math.max(windowExpiry(held.rec), now) + KEEP_US;
+    return { seq: t.seq, wait: t.waitUs / 1000, probe: t.probe };
+  }
+
+  report(id: string, now: number, seq: number, remaining: number, resetUs: number): number {
+    checkWindowInt(seq, 'seq', 0);
+    checkWindowInt(remaining, 'remaining', -1);
+    const held = this.get(id, now);
+    const wait = windowReport(held.rec, now, seq, remaining, resetUs);
+    held.expires = Math.max(windowExpiry(held.rec), now) + KEEP_US;
+    return wait / 1000;
+  }
+
+  /** Records held (tests). */
+  get size(): number {
+    return this.records.size;
+  }
+}

@@ -1,0 +1,119 @@
+/**
+ * The fleet window (stores/window-record.ts, window.lua) across processes: three worker
+ * processes (fleet-worker.ts), each a valve over redisStore sharing one id, send through
+ * `wrapFetch` to one real express-rate-limit server (a window of 30 per second per client,
+ * opened by its first request, with its standard and legacy headers), with rules twice too loose.
+ *
+ * Checked, from the workers' logs of the fleet window and the provider's own log:
+ * - at most one probe is in flight at a time across all processes (the intervals from a probe's
+ *   ticket to its report never overlap), and no request of any process gets a ticket while a
+ *   probe is unanswered (every later ticket came after the probe's report was sent);
+ * - every request ends 200 and at most 5 % of the requests the provider saw were answered 429.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PROBE_TTL_MS } from '../../src/feedback/fleet.js';
+import { type RealLimiter, startRealLimiter } from '../helpers/real-limiters.js';
+import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { spawnWorker } from '../helpers/workers.js';
+import type { FleetWorkerConfig, FleetWorkerReport } from './fleet-worker.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const workerFile = path.join(here, 'fleet-worker.ts');
+
+const PROCESSES = 3;
+const CALLERS = 10;
+const PER_PROCESS = 50;
+const LIMIT = 30;
+const WINDOW_MS = 1000;
+
+let warm: Server;
+let warmUrl = '';
+
+beforeAll(async () => {
+  warm = createServer((_req, res) => res.end('ok'));
+  await new Promise<void>((resolve) => warm.listen(0, '127.0.0.1', resolve));
+  warmUrl = `http://127.0.0.1:${(warm.address() as AddressInfo).port}/warm`;
+});
+
+afterAll(async () => {
+  warm?.closeAllConnections();
+  await new Promise((resolve) => warm?.close(resolve));
+});
+
+async function runFleet(provider: RealLimiter): Promise<FleetWorkerReport[]> {
+  const redis = sharedRedis();
+  const prefix = uniquePrefix('fleet-window');
+  const id = `fleet:${Math.random().toString(36).slice(2)}`;
+  const workers = Array.from({ length: PROCESSES }, (_, i) => {
+    const config: FleetWorkerConfig = {
+      name: `w${i}`,
+      target: { host: redis.host, port: redis.port },
+      prefix,
+      id,
+      rules: [{ limit: LIMIT * 2, interval: WINDOW_MS, algorithm: 'sliding-window' }],
+      callers: CALLERS,
+      requests: PER_PROCESS,
+      url: `${provider.url}/item`,
+      warmUrl,
+      fleet: true,
+    };
+    return spawnWorker<FleetWorkerReport>(workerFile, 'FLEET_WORKER', config, 90_000);
+  });
+  await Promise.all(workers.map((w) => w.ready));
+  const startAt = Date.now() + 300;
+  for (const w of workers) w.go(startAt);
+  return Promise.all(workers.map((w) => w.report));
+}
+
+describe('the fleet window through Redis, 3 processes against express-rate-limit', () => {
+  it('one probe in flight at a time, nothing else sent while it is; rules twice too loose: every request ends 200, at most 5 % 429s', async () => {
+    const provider = await startRealLimiter('express', { limit: LIMIT, windowMs: WINDOW_MS });
+    let reports: FleetWorkerReport[];
+    try {
+      reports = await runFleet(provider);
+    } finally {
+      await provider.stop();
+    }
+    for (const r of reports) expect(r.storeErrors).toEqual([]);
+    const statuses = reports.flatMap((r) => r.statuses);
+    expect(statuses).toHaveLength(PROCESSES * PER_PROCESS);
+    expect(statuses.every((s) => s === 200)).toBe(true);
+    const limited = provider.log.filter((r) => r.status === 429).length;
+    expect(limited, `${limited} × 429 in ${provider.log.length} requests`).toBeLessThanOrEqual(
+      Math.floor(provider.log.length * 0.05),
+    );
+
+    const tickets = reports.flatMap((r) => r.tickets);
+    const reported = new Map<number, { sentAt: number; at: number }>();
+    for (const r of reports) for (const x of r.reports) reported.set(x.seq, x);
+    const probes = tickets.filter((t) => t.probe).sort((a, b) => a.seq - b.seq);
+    // Rules twice too loose spend the provider's window: the fleet probes after each reset.
+    expect(probes.length).toBeGreaterThan(0);
+    // Each probe's span: from its ticket to its report being answered (or its time-to-live).
+    const spans = probes.map((p) => {
+      const r = reported.get(p.seq);
+      return {
+        seq: p.seq,
+        from: p.at,
+        sentAt: r?.sentAt ?? p.at + PROBE_TTL_MS,
+        to: r?.at ?? p.at + PROBE_TTL_MS,
+      };
+    });
+    for (let i = 1; i < spans.length; i++) {
+      expect(
+        spans[i]!.from,
+        `probe ${spans[i]!.seq} began before probe ${spans[i - 1]!.seq} was answered`,
+      ).toBeGreaterThanOrEqual(spans[i - 1]!.sentAt - 1);
+    }
+    // Every ticket after a probe was given once the probe's answer was on its way to the store
+    // (1 ms of slack: the processes read one clock through their own performance.timeOrigin).
+    for (const s of spans) {
+      const early = tickets.filter((t) => t.seq > s.seq && t.at < s.sentAt - 1);
+      expect(early, `tickets given while probe ${s.seq} was in flight`).toEqual([]);
+    }
+  }, 120_000);
+});

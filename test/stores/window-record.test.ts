@@ -1,0 +1,201 @@
+/**
+ * The fleet window (src/stores/window-record.ts; window.lua mirrors it): what a ticket and a
+ * report do, on the memory store and a virtual clock; and, differentially, the Lua script in
+ * redisStore's test-clock mode gives the same answers on random command sequences.
+ */
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { memoryStore } from '../../src/stores/memory.js';
+import { redisStore } from '../../src/stores/redis/index.js';
+import type { Store } from '../../src/stores/store.js';
+import { FakeClock } from '../helpers/fake-clock.js';
+import { type Connected, connectClient } from '../helpers/redis-clients.js';
+import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+
+const ID = 'w';
+const TTL = 2000;
+
+function setup(): { clock: FakeClock; store: Store } {
+  const clock = new FakeClock();
+  return { clock, store: memoryStore({ clock }) };
+}
+
+const send = (s: Store) => s.windowSend!(ID, TTL) as { seq: number; wait: number; probe: boolean };
+const report = (s: Store, seq: number, remaining: number, resetMs: number) =>
+  s.windowReport!(ID, seq, remaining, resetMs) as number;
+
+describe('the fleet window (memory store)', () => {
+  it('without a known window every ticket goes, numbered in order', () => {
+    const { store } = setup();
+    expect([send(store), send(store), send(store)].map((t) => t.seq)).toEqual([1, 2, 3]);
+    expect(send(store)).toEqual({ seq: 4, wait: 0, probe: false });
+  });
+
+  it('requests sent after an answer count against its remaining count: spent, the next ticket waits for the reset', () => {
+    const { clock, store } = setup();
+    for (let i = 0; i < 4; i++) send(store); // 1..4 in flight
+    // The answer to #1 says 4 left: #2..#4 may not be counted yet, so 1 is left.
+    expect(report(store, 1, 4, 800)).toBe(0);
+    expect(send(store).seq).toBe(5);
+    const refused = send(store);
+    expect(refused).toEqual({ seq: 0, wait: 800, probe: false });
+    // The last unit was given: a report now says the budget is spent, and until when.
+    clock.advance(100);
+    expect(report(store, 2, 3, 900)).toBe(700);
+  });
+
+  it('the tightest reset any answer of the window gave holds (a later, coarser one does not lengthen it)', () => {
+    const { clock, store } = setup();
+    send(store);
+    send(store);
+    report(store, 1, 1, 1000); // reset at t0 + 1000 at the latest, one left after #2
+    clock.advance(300);
+    // #2's answer: spent, with a coarse `t=1` (1000 ms from now): the window's own bound stays.
+    expect(report(store, 2, 0, 1000)).toBe(700);
+    expect(send(store)).toEqual({ seq: 0, wait: 700, probe: false });
+  });
+
+  it('after a spent window one probe at a time learns the next; the others wait for its answer', () => {
+    const { clock, store } = setup();
+    send(store);
+    expect(report(store, 1, 0, 500)).toBe(500);
+    clock.advance(500);
+    const probe = send(store);
+    expect(probe).toEqual({ seq: 2, wait: 0, probe: true });
+    expect(send(store)).toEqual({ seq: 0, wait: TTL, probe: true });
+    clock.advance(20);
+    expect(send(store)).toEqual({ seq: 0, wait: TTL - 20, probe: true });
+    // The probe's answer opens the next window with its true count.
+    expect(report(store, probe.seq, 9, 1000)).toBe(0);
+    const after = Array.from({ length: 10 }, () => send(store).seq);
+    expect(after).toEqual([3, 4, 5, 6, 7, 8, 9, 10, 11, 0]);
+  });
+
+  it('a probe that is never answered stops holding the fleet after its time-to-live; one without a window ends it', () => {
+    const { clock, store } = setup();
+    send(store);
+    report(store, 1, 0, 100);
+    clock.advance(100);
+    expect(send(store).probe).toBe(true);
+    clock.advance(TTL - 1);
+    expect(send(store).seq).toBe(0);
+    clock.advance(1);
+    expect(send(store)).toEqual({ seq: 3, wait: 0, probe: false });
+    // A probe answered without a window (e.g. a network error): −1 ends it at once.
+    report(store, 3, 0, 100);
+    clock.advance(100);
+    const p = send(store);
+    expect(p.probe).toBe(true);
+    expect(report(store, p.seq, -1, 0)).toBe(0);
+    expect(send(store).seq).toBe(p.seq + 1);
+  });
+
+  it('an answer from before a reset, reported after it with nothing sent since, does not open a spent window', () => {
+    const { clock, store } = setup();
+    send(store);
+    send(store);
+    report(store, 1, 5, 200);
+    clock.advance(250); // the window's reset passed; #2's answer arrives late, saying 0 left
+    expect(report(store, 2, 0, 1000)).toBe(0);
+    expect(send(store)).toEqual({ seq: 3, wait: 0, probe: false });
+    // And once a request was sent after the reset, answers to older ones are not counted.
+    expect(report(store, 2, 0, 1000)).toBe(0);
+    expect(send(store).seq).toBe(4);
+  });
+
+  it('checks its arguments', () => {
+    const { store } = setup();
+    expect(() => store.windowSend!(ID, -1)).toThrow(RangeError);
+    expect(() => store.windowReport!(ID, 1.5, 0, 10)).toThrow(RangeError);
+    expect(() => store.windowReport!(ID, 1, -2, 10)).toThrow(RangeError);
+    expect(() => store.windowReport!(ID, 1, 0, Number.NaN)).toThrow(RangeError);
+    expect(() => store.windowReport!(ID, '1' as unknown as number, 0, 10)).toThrow(TypeError);
+    expect(() => store.windowSend!('a{b}', 10)).toThrow(TypeError);
+  });
+});
+
+type Command =
+  | { t: 'send' }
+  | { t: 'report'; back: number; remaining: number; resetMs: number }
+  | { t: 'advance'; ms: number };
+
+const commandArb: fc.Arbitrary<Command> = fc.oneof(
+  { weight: 4, arbitrary: fc.constant({ t: 'send' as const }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      t: fc.constant('report' as const),
+      back: fc.integer({ min: 0, max: 6 }),
+      remaining: fc.integer({ min: -1, max: 6 }),
+      resetMs: fc.constantFrom(0, 1, 50, 333.5, 1000),
+    }),
+  },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      t: fc.constant('advance' as const),
+      ms: fc.constantFrom(0, 1, 49, 200, 1000, 2500),
+    }),
+  },
+);
+
+describe('window.lua and the memory store agree', () => {
+  let c: Connected;
+  beforeAll(async () => {
+    c = await connectClient('ioredis', sharedRedis('redis'));
+  });
+  afterAll(async () => {
+    await c?.close();
+  });
+
+  it('answers VALVE_CORRUPT_STATE for a record valve never writes, before changing anything', async () => {
+    const prefix = uniquePrefix('win-corrupt');
+    const store = redisStore({ client: c.client, prefix });
+    const key = `${prefix}:{${ID}}:window`;
+    const redis = c.client as unknown as {
+      set(k: string, v: string): Promise<unknown>;
+      get(k: string): Promise<string | null>;
+      del(k: string): Promise<unknown>;
+      rpush(k: string, v: string): Promise<unknown>;
+    };
+    for (const bad of ['garbage', '1,2,3', '1,2,3,4,5,6,7,x', '1,2,3,4,5,6,7,8.5']) {
+      await redis.set(key, bad);
+      await expect(store.windowSend!(ID, TTL)).rejects.toThrow(/VALVE_CORRUPT_STATE/);
+      await expect(store.windowReport!(ID, 1, 0, 10)).rejects.toThrow(/VALVE_CORRUPT_STATE/);
+      expect(await redis.get(key)).toBe(bad);
+    }
+    await redis.del(key);
+    await redis.rpush(key, 'x');
+    await expect(store.windowSend!(ID, TTL)).rejects.toThrow(/VALVE_CORRUPT_STATE/);
+    await redis.del(key);
+  });
+
+  it('on random sequences of tickets, reports and time', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(commandArb, { minLength: 1, maxLength: 40 }), async (commands) => {
+        const mClock = new FakeClock();
+        const rClock = new FakeClock();
+        const mem = memoryStore({ clock: mClock });
+        const red = redisStore({ client: c.client, prefix: uniquePrefix('win'), unsafeTestClock: rClock });
+        let last = 0;
+        for (const cmd of commands) {
+          if (cmd.t === 'advance') {
+            mClock.advance(cmd.ms);
+            rClock.advance(cmd.ms);
+          } else if (cmd.t === 'send') {
+            const a = await mem.windowSend!(ID, TTL);
+            const b = await red.windowSend!(ID, TTL);
+            expect(b).toEqual(a);
+            if (a.seq > 0) last = a.seq;
+          } else {
+            const seq = Math.max(0, last - cmd.back);
+            const a = await mem.windowReport!(ID, seq, cmd.remaining, cmd.resetMs);
+            const b = await red.windowReport!(ID, seq, cmd.remaining, cmd.resetMs);
+            expect(b).toBe(a);
+          }
+        }
+      }),
+      { numRuns: 60 },
+    );
+  }, 120_000);
+});
