@@ -1,16 +1,5 @@
-/**
- * Runs examples/redis.ts (the README's example) as a user would, against a test Redis and a
- * local stand-in for the provider's API: both requests go through the valve, nothing is
- * printed as an unhandled error, and the process exits by itself once the example has shut
- * down (the valve, the client and the subscriber: an open connection would keep it alive).
- * And each client set-up of docs/redis.md (examples/redis-clients/*.ts) against the test
- * servers: two valves share a global slot on its store, the subscriber follows the store's
- * channels, and close() closes both connections.
- */
-import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setup as ioredis } from '../../examples/redis-clients/ioredis.js';
 import { setup as ioredisCluster } from '../../examples/redis-clients/ioredis-cluster.js';
@@ -20,9 +9,9 @@ import { setup as nodeRedis } from '../../examples/redis-clients/node-redis.js';
 import { setup as nodeRedisCluster } from '../../examples/redis-clients/node-redis-cluster.js';
 import { createValve, type Store } from '../../src/index.js';
 import { type FakeApiKind, startFakeApi } from '../helpers/fake-apis.js';
+import { runExample } from '../helpers/run-example.js';
 import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 
-const root = resolve(import.meta.dirname, '../..');
 let api: Server;
 const seen: string[] = [];
 
@@ -35,33 +24,6 @@ beforeAll(async () => {
   await new Promise<void>((done) => api.listen(0, '127.0.0.1', done));
 });
 afterAll(() => new Promise<void>((done) => api.close(() => done())));
-
-function runExample(file: string, env: Record<string, string>) {
-  return new Promise<{ code: number | null; signal: string | null; stdout: string; stderr: string }>(
-    (done, fail) => {
-      const child = spawn(process.execPath, ['--import', 'tsx', file], {
-        cwd: root,
-        env: { ...process.env, ...env },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let stdout = '';
-      let stderr = '';
-      child.stdout.on('data', (d) => {
-        stdout += d;
-      });
-      child.stderr.on('data', (d) => {
-        stderr += d;
-      });
-      // The example must end by itself: kill it only well past what it needs.
-      const killer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-      child.on('error', fail);
-      child.on('exit', (code, signal) => {
-        clearTimeout(killer);
-        done({ code, signal, stdout, stderr });
-      });
-    },
-  );
-}
 
 describe('examples/redis.ts (the README example)', () => {
   it('runs both jobs through a Redis-backed valve and exits by itself after its shutdown', async () => {

@@ -1,46 +1,16 @@
-/**
- * Runs examples/octokit.ts (the blocks of docs/octokit.md) as a user would, against the fake
- * GitHub and the test Redis: the token client and each installation's client get their
- * answers, the installation tokens are fetched through the plugin, and the process exits by
- * itself (nothing left open).
- */
-import { spawn } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
-import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeGitHub, startFakeGitHub } from '../helpers/fake-github.js';
+import { runExample } from '../helpers/run-example.js';
 import { sharedRedis } from '../helpers/shared-servers.js';
 
-const root = resolve(import.meta.dirname, '../..');
 let github: FakeGitHub;
 beforeAll(async () => {
   github = await startFakeGitHub();
 });
 afterAll(() => github.stop());
 
-function run(env: Record<string, string>) {
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((done, fail) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/octokit.ts'], {
-      cwd: root,
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => {
-      stdout += d;
-    });
-    child.stderr.on('data', (d) => {
-      stderr += d;
-    });
-    const killer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    child.on('error', fail);
-    child.on('exit', (code) => {
-      clearTimeout(killer);
-      done({ code, stdout, stderr });
-    });
-  });
-}
+const run = (env: Record<string, string>) => runExample('examples/octokit.ts', env, 30_000);
 
 describe('examples/octokit.ts', () => {
   it('runs against the fake GitHub with Redis, and exits by itself', async () => {

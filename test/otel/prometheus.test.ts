@@ -1,15 +1,7 @@
-/**
- * examples/otel-prometheus.ts, in this process, on a free port: the global meter provider it
- * registers is the one instrument() and instrumentStore() use when given no meter, and its
- * PrometheusExporter serves valve's metrics over HTTP. Then the example runs as a user runs it.
- */
-import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
-import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { start } from '../../examples/otel-prometheus.js';
-
-const root = resolve(import.meta.dirname, '../..');
+import { runExample } from '../helpers/run-example.js';
 
 /** A port nothing listens on right now. */
 function freePort(): Promise<number> {
@@ -78,29 +70,7 @@ describe('examples/otel-prometheus.ts', () => {
 
   it('runs as a script: prints its own valve lines and exits by itself', async () => {
     const port = await freePort();
-    const result = await new Promise<{ code: number | null; stdout: string; stderr: string }>(
-      (done, fail) => {
-        const child = spawn(process.execPath, ['--import', 'tsx', 'examples/otel-prometheus.ts'], {
-          cwd: root,
-          env: { ...process.env, METRICS_PORT: String(port) },
-          stdio: ['ignore', 'pipe', 'pipe'],
-        });
-        let stdout = '';
-        let stderr = '';
-        child.stdout.on('data', (d) => {
-          stdout += d;
-        });
-        child.stderr.on('data', (d) => {
-          stderr += d;
-        });
-        const killer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-        child.on('error', fail);
-        child.on('exit', (code) => {
-          clearTimeout(killer);
-          done({ code, stdout, stderr });
-        });
-      },
-    );
+    const result = await runExample('examples/otel-prometheus.ts', { METRICS_PORT: String(port) });
     expect(result.code, result.stderr).toBe(0);
     const s = samples(result.stdout);
     expect(s.get('valve_job_started_total{valve_name="github"}')).toBe(6);
