@@ -15,6 +15,9 @@ let clients: IORedis[] = [];
 function connect(): IORedis {
   const { host, port } = sharedRedis();
   const client = new IORedis({ host, port, maxRetriesPerRequest: 1 });
+  // Without a listener ioredis prints "Unhandled error event" for each connection error, e.g.
+  // while a failed test's subscriber connection is torn down.
+  client.on('error', () => {});
   clients.push(client);
   return client;
 }
