@@ -192,6 +192,9 @@ function groupAdapter(name: string, useRedis: boolean): Adapter {
           }),
           users: 0,
         };
+        entry.group.on('store-error', () => {
+          acquireStats.storeErrors++;
+        });
         groups.set(slot, entry);
       }
       entry.users++;
@@ -224,7 +227,7 @@ interface GrantSource {
  * the times the Guarantees page measures bounds on. Everything else passes through unchanged.
  */
 /** Store calls made through logGrants() in this process, and how many of them granted nothing. */
-export const acquireStats = { calls: 0, empty: 0 };
+export const acquireStats = { calls: 0, empty: 0, storeErrors: 0 };
 
 function logGrants(inner: GrantSource, log: number[]): unknown {
   const record = (result: Granted): Granted => {

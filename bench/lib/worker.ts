@@ -31,6 +31,8 @@ export interface WorkerDone {
   /** valve with logGrants: store calls, and calls that granted nothing. */
   readonly calls: number;
   readonly emptyCalls: number;
+  /** valve groups: 'store-error' events (e.g. calls past the store's timeout). */
+  readonly storeErrors: number;
   /** This process's CPU time (user + system) during the run, ms. */
   readonly cpuMs: number;
 }
@@ -85,6 +87,7 @@ async function handle(message: Message): Promise<void> {
       grants,
       calls: acquireStats.calls,
       emptyCalls: acquireStats.empty,
+      storeErrors: acquireStats.storeErrors,
       cpuMs: ((c) => (c.user + c.system) / 1000)(process.cpuUsage(cpu0)),
     };
     send(done);

@@ -75,6 +75,7 @@ async function keyed(peer: string, name: string, keys: number): Promise<void> {
         commandsPerJob: round(r.redis.commands / jobs, 3),
         redisCpuUsPerJob: round((r.redis.cpuSec * 1e6) / jobs, 2),
         clientCpuUsPerJob: round((r.clientCpuMs * 1000) / jobs, 2),
+        storeErrors: r.storeErrors,
         // Redis keys and used memory per key, sampled halfway through the run.
         redisKeysPerKey: round(r.mid.keys / keys, 2),
         redisBytesPerKey: Math.round(r.mid.usedMemoryDelta / keys),

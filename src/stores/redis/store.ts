@@ -27,11 +27,11 @@ import type {
   WindowTicket,
 } from '../store.js';
 import { checkWindowInt } from '../window-record.js';
+import { Acquires } from './acquires.js';
 import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
-import { Deadlines, type Pending } from './deadlines.js';
+import { Deadlines } from './deadlines.js';
 import { type IdKeys, idKeys, validatePrefix } from './keys.js';
 import {
-  ACQUIRE,
   type LuaScript,
   PAUSE,
   PROBE,
@@ -118,8 +118,11 @@ interface Shape {
   readonly tail: readonly string[];
 }
 
-/** Reads acquire.lua's reply (see its header). */
-function readAcquire(value: unknown, call: Pending): AcquireResult {
+/** Reads acquire.lua's reply (see its header); `call` says what the request asked for. */
+function readAcquire(
+  value: unknown,
+  call: { readonly leased: boolean; readonly recorded: boolean; readonly turned: boolean },
+): AcquireResult {
   const reply = replyArray(value, 'acquire');
   const granted = replyNumber(reply[0], 'acquire');
   const blockedCode = replyNumber(reply[2], 'acquire');
@@ -190,6 +193,8 @@ class RedisStore implements Store {
   private readonly distinct: StoreRule[] = [];
   /** valve's deadline on every call, one timer for all. */
   private readonly deadlines: Deadlines;
+  /** Acquire calls: in order, bounded in flight, several ids per script call when standalone. */
+  private readonly acquires: Acquires;
 
   constructor(options: RedisStoreOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -206,6 +211,20 @@ class RedisStore implements Store {
         new RedisStoreTimeoutError(
           `valve: Redis ${script} for id ${JSON.stringify(id)} did not answer within ${this.timeout} ms ` +
             '(the command may still execute on the server)',
+        ),
+    );
+    this.acquires = new Acquires(
+      this.deadlines,
+      !this.cmd.cluster,
+      this.timeout,
+      readAcquire,
+      (id, sent) =>
+        new RedisStoreTimeoutError(
+          sent
+            ? `valve: Redis acquire for id ${JSON.stringify(id)} did not answer within ${this.timeout} ms ` +
+                '(the command may still execute on the server)'
+            : `valve: Redis acquire for id ${JSON.stringify(id)} was not sent: it waited ${this.timeout} ms ` +
+                'behind calls the server did not answer',
         ),
     );
     const mode = options.pubsub ?? (this.cmd.cluster ? 'sharded' : 'classic');
@@ -420,16 +439,14 @@ class RedisStore implements Store {
       all[k++] = '';
     }
     distinct.length = 0;
-    return this.deadlines.send(
-      ACQUIRE,
+    return this.acquires.send(
       request.id,
       keys.length,
       all,
-      readAcquire,
       lease !== undefined,
       request.record !== undefined,
       ticket !== undefined,
-    ) as Promise<AcquireResult>;
+    );
   }
 
   async windowSend(id: string, probeTtl: number): Promise<WindowTicket> {
