@@ -420,10 +420,12 @@ describe("valve's deadline: answers already received are read before a verdict",
             (err: unknown) => err,
           ),
         );
-        // node-redis writes its commands on the next tick: let it, then the process is busy past
-        // every call's deadline; the answers arrive meanwhile and wait in the socket. When it is
-        // free again, its timers come before its sockets: a verdict taken then would reject
-        // answers it had already received.
+        // The store sends its calls on the next tick and node-redis writes them on the
+        // immediate after: let them, then the process is busy past every call's deadline; the
+        // answers arrive meanwhile and wait in the socket. When it is free again, its timers
+        // come before its sockets: a verdict taken then would reject answers it had already
+        // received.
+        await new Promise((r) => setImmediate(r));
         await new Promise((r) => setImmediate(r));
         const until = Date.now() + 400;
         while (Date.now() < until) {

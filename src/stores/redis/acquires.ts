@@ -23,8 +23,22 @@ import { ACQUIRE, ACQUIRE_MANY } from './scripts.generated.js';
 export const MAX_IN_FLIGHT = 1024;
 /** Requests per acquire-many.lua call at most. */
 export const MAX_PER_CALL = 64;
-/** A request with more keys and arguments than this (a batch of mixed costs) goes alone. */
-const MAX_ARGS_BATCHED = 64;
+
+/** What stays the same across a valve's acquire calls (store.ts builds it once per valve). */
+export interface CallShape {
+  /** acquire.lua's KEYS. */
+  readonly keys: readonly string[];
+  /** ARGV[3..5]: the number of rules, the lease limit and the lease TTL. */
+  readonly head: readonly string[];
+  /** Three arguments per rule. */
+  readonly ruleArgs: readonly string[];
+  /** The record argument and its TTL. */
+  readonly tail: readonly string[];
+  /** head, ruleArgs and tail: what acquire-many.lua receives once per call as a shape. */
+  readonly spec: readonly string[];
+  /** spec joined: the same for every valve with the same rules, lease and record. */
+  readonly specKey: string;
+}
 
 /** Reads one acquire.lua reply (store.ts). */
 export type ReadAcquire = (
@@ -32,15 +46,24 @@ export type ReadAcquire = (
   flags: { readonly leased: boolean; readonly recorded: boolean; readonly turned: boolean },
 ) => AcquireResult;
 
-/** One acquire call not answered yet. */
+/**
+ * One acquire call not answered yet: its whole keys and arguments (`all`), or (a request that
+ * may go with others) its shape and the four strings of its own.
+ */
 class Request {
   next: Request | null = null;
   resolve: ((value: AcquireResult) => void) | null = null;
   reject: ((err: unknown) => void) | null = null;
   constructor(
     readonly id: string,
+    readonly all: readonly string[] | null,
     readonly numKeys: number,
-    readonly all: readonly string[],
+    readonly shape: CallShape | null,
+    /** ARGV[2], ARGV[6], ARGV[7+3m] and ARGV[t+2] of acquire.lua (with a shape). */
+    readonly count: string,
+    readonly nonce: string,
+    readonly cost: string,
+    readonly ticket: string,
     readonly leased: boolean,
     readonly recorded: boolean,
     readonly turned: boolean,
@@ -55,12 +78,17 @@ export class Acquires {
   private tail: Request | null = null;
   /** A flush is scheduled (process.nextTick). */
   private scheduled = false;
+  /** Scratch for sendMany(): the shapes of the call being built, by specKey (1-based), in order. */
+  private readonly specs = new Map<string, number>();
+  private readonly specList: (readonly string[])[] = [];
 
   constructor(
     private readonly deadlines: Deadlines,
     /** Several ids per script call (a standalone server). */
-    private readonly many: boolean,
+    readonly many: boolean,
     private readonly timeout: number,
+    /** acquire.lua's ARGV[1] (the store's test clock, or ''), read when a call is sent. */
+    private readonly clockArg: () => string,
     private readonly read: ReadAcquire,
     /** The error of a request past its deadline: sent and unanswered, or never sent. */
     private readonly timeoutError: (id: string, sent: boolean) => Error,
@@ -80,7 +108,45 @@ export class Acquires {
     recorded: boolean,
     turned: boolean,
   ): Promise<AcquireResult> {
-    const request = new Request(id, numKeys, all, leased, recorded, turned, performance.now());
+    return this.queue(
+      new Request(id, all, numKeys, null, '', '', '', '', leased, recorded, turned, performance.now()),
+    );
+  }
+
+  /**
+   * Queues one acquire.lua call of jobs that all cost `cost`, converting nothing: its keys and
+   * arguments are `shape`'s and these strings, and it may go with others (`many`).
+   */
+  sendShaped(
+    id: string,
+    shape: CallShape,
+    count: string,
+    nonce: string,
+    cost: string,
+    ticket: string,
+    leased: boolean,
+    recorded: boolean,
+    turned: boolean,
+  ): Promise<AcquireResult> {
+    return this.queue(
+      new Request(
+        id,
+        null,
+        shape.keys.length,
+        shape,
+        count,
+        nonce,
+        cost,
+        ticket,
+        leased,
+        recorded,
+        turned,
+        performance.now(),
+      ),
+    );
+  }
+
+  private queue(request: Request): Promise<AcquireResult> {
     const promise = new Promise<AcquireResult>((resolve, reject) => {
       request.resolve = resolve;
       request.reject = reject;
@@ -104,10 +170,9 @@ export class Acquires {
     while (this.head !== null && deadlines.load < MAX_IN_FLIGHT) {
       const first = this.head;
       let count = 1;
-      if (this.many && first.all.length <= MAX_ARGS_BATCHED) {
+      if (this.many && first.shape !== null) {
         const most = Math.min(MAX_PER_CALL, MAX_IN_FLIGHT - deadlines.load);
-        for (let r = first.next; r !== null && count < most && r.all.length <= MAX_ARGS_BATCHED; r = r.next)
-          count++;
+        for (let r = first.next; r !== null && count < most && r.shape !== null; r = r.next) count++;
       }
       if (count === 1) {
         this.head = first.next;
@@ -120,7 +185,7 @@ export class Acquires {
           ACQUIRE,
           first.id,
           first.numKeys,
-          first.all,
+          first.all ?? this.allOf(first),
           this.readOne,
           first.leased,
           first.recorded,
@@ -137,16 +202,43 @@ export class Acquires {
 
   private readonly readOne = (reply: unknown, call: Pending): unknown => this.read(reply, call);
 
-  /** Sends the first `count` queued requests as one acquire-many.lua call. */
+  /** A shaped request's acquire.lua keys and arguments, whole. */
+  private allOf(r: Request): string[] {
+    const { keys, head, ruleArgs, tail } = r.shape!;
+    const all = new Array<string>(keys.length + 11 + ruleArgs.length);
+    let k = 0;
+    for (let i = 0; i < keys.length; i++) all[k++] = keys[i]!;
+    all[k++] = this.clockArg();
+    all[k++] = r.count;
+    all[k++] = head[0]!;
+    all[k++] = head[1]!;
+    all[k++] = head[2]!;
+    all[k++] = r.nonce;
+    for (let i = 0; i < ruleArgs.length; i++) all[k++] = ruleArgs[i]!;
+    all[k++] = r.cost;
+    all[k++] = tail[0]!;
+    all[k++] = tail[1]!;
+    all[k++] = r.ticket;
+    all[k++] = '';
+    return all;
+  }
+
+  /** Sends the first `count` queued requests (all shaped) as one acquire-many.lua call. */
   private sendMany(count: number): void {
     const requests = new Array<Request>(count);
+    const specs = this.specs;
     let keys = 0;
-    let size = 0;
+    let specArgs = 0;
     let r = this.head!;
     for (let i = 0; i < count; i++) {
       requests[i] = r;
-      keys += r.numKeys;
-      size += r.all.length;
+      const shape = r.shape!;
+      keys += shape.keys.length;
+      if (!specs.has(shape.specKey)) {
+        specs.set(shape.specKey, specs.size + 1);
+        this.specList.push(shape.spec);
+        specArgs += 1 + shape.spec.length;
+      }
       const next = r.next;
       r.next = null;
       if (i === count - 1) {
@@ -154,22 +246,29 @@ export class Acquires {
         if (next === null) this.tail = null;
       } else r = next!;
     }
-    const all = new Array<string>(size + 1 + 2 * count);
+    const all = new Array<string>(keys + 3 + specArgs + 5 * count);
     let k = 0;
     for (let i = 0; i < count; i++) {
-      const req = requests[i]!;
-      for (let j = 0; j < req.numKeys; j++) all[k++] = req.all[j]!;
+      const shapeKeys = requests[i]!.shape!.keys;
+      for (let j = 0; j < shapeKeys.length; j++) all[k++] = shapeKeys[j]!;
     }
+    all[k++] = this.clockArg();
     all[k++] = String(count);
-    for (let i = 0; i < count; i++) {
-      const req = requests[i]!;
-      all[k++] = String(req.numKeys);
-      all[k++] = String(req.all.length - req.numKeys);
+    all[k++] = String(specs.size);
+    for (const spec of this.specList) {
+      all[k++] = String(spec.length);
+      for (let j = 0; j < spec.length; j++) all[k++] = spec[j]!;
     }
     for (let i = 0; i < count; i++) {
       const req = requests[i]!;
-      for (let j = req.numKeys; j < req.all.length; j++) all[k++] = req.all[j]!;
+      all[k++] = String(specs.get(req.shape!.specKey));
+      all[k++] = req.count;
+      all[k++] = req.nonce;
+      all[k++] = req.cost;
+      all[k++] = req.ticket;
     }
+    specs.clear();
+    this.specList.length = 0;
     this.deadlines.dispatch(
       ACQUIRE_MANY,
       requests[0]!.id,

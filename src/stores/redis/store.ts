@@ -27,7 +27,7 @@ import type {
   WindowTicket,
 } from '../store.js';
 import { checkWindowInt } from '../window-record.js';
-import { Acquires } from './acquires.js';
+import { Acquires, type CallShape } from './acquires.js';
 import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
 import { Deadlines } from './deadlines.js';
 import { type IdKeys, idKeys, validatePrefix } from './keys.js';
@@ -102,7 +102,7 @@ const SMALL = 128;
 const SMALL_INTS: readonly string[] = Array.from({ length: SMALL + 1 }, (_, i) => String(i));
 
 /** What stays the same across a valve's acquire calls (see RedisStore.shapeOf). */
-interface Shape {
+interface Shape extends CallShape {
   readonly store: RedisStore;
   readonly id: string;
   readonly record: string | undefined;
@@ -217,6 +217,7 @@ class RedisStore implements Store {
       this.deadlines,
       !this.cmd.cluster,
       this.timeout,
+      () => this.clockArg(),
       readAcquire,
       (id, sent) =>
         new RedisStoreTimeoutError(
@@ -354,6 +355,9 @@ class RedisStore implements Store {
       ruleArgs.push(...argsOf(rule));
     }
     keyList.push(keys.rules, keys.line);
+    const head = [String(m), lease ? String(lease.limit) : '0', String(leaseTtlUs)];
+    const tail = [record === undefined ? '-' : `=${record}`, String(Math.ceil(recordTtlUs(distinct, m0) / 1000))];
+    const spec = [...head, ...ruleArgs, ...tail];
     const shape: Shape = {
       store: this,
       id,
@@ -361,9 +365,11 @@ class RedisStore implements Store {
       leaseLimit: lease ? lease.limit : 0,
       leaseTtlUs,
       keys: keyList,
-      head: [String(m), lease ? String(lease.limit) : '0', String(leaseTtlUs)],
+      head,
       ruleArgs,
-      tail: [record === undefined ? '-' : `=${record}`, String(Math.ceil(recordTtlUs(distinct, m0) / 1000))],
+      tail,
+      spec,
+      specKey: spec.join(' '),
     };
     if (previous === undefined) shapes.set(request.rules, shape);
     return shape;
@@ -397,6 +403,22 @@ class RedisStore implements Store {
       }
     }
     const convert = request.convert === true && previous !== undefined;
+    const ticket = checkTurn(request.turn);
+    if (equal && !convert && this.acquires.many) {
+      // Jobs of one cost, nothing converted: it may go with other ids' calls (acquires.ts).
+      distinct.length = 0;
+      return this.acquires.sendShaped(
+        request.id,
+        shape,
+        count <= SMALL ? SMALL_INTS[count]! : String(count),
+        lease ? `${this.nonceBase}${(this.nonceSeq++).toString(36)}` : '',
+        first <= SMALL ? SMALL_INTS[first]! : String(first),
+        ticket === undefined ? '' : String(ticket),
+        lease !== undefined,
+        request.record !== undefined,
+        ticket !== undefined,
+      );
+    }
     const { keys, head, ruleArgs, tail } = shape;
     const all = new Array<string>(
       keys.length +
@@ -423,7 +445,6 @@ class RedisStore implements Store {
       for (let i = 0; i < count; i++) all[k++] = String(costs[i]);
     }
     // The tail: the rule-set record, and a rule change's conversion (see acquire.lua).
-    const ticket = checkTurn(request.turn);
     all[k++] = tail[0]!;
     all[k++] = tail[1]!;
     all[k++] = ticket === undefined ? '' : String(ticket);
