@@ -6,8 +6,8 @@
  * valve sends), 'norecord' (no rule-set record), 'binds' (a rule whose state outlives the call).
  */
 import { Redis } from 'ioredis';
-import { recordOf } from '../../src/rulesets.js';
 import { normalizeRule } from '../../src/rules/rule.js';
+import { recordOf } from '../../src/rulesets.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import { startRedis } from '../lib/redis-server.js';
 
@@ -37,8 +37,7 @@ const rule =
 const rules = [rule];
 const record = variant === 'norecord' ? undefined : recordOf(rules);
 const ids = Array.from({ length: keys }, (_, i) => `tenant-${i}`);
-const round = () =>
-  Promise.all(ids.map((id) => store.acquire({ id, rules, costs: [1], count: 1, record })));
+const round = () => Promise.all(ids.map((id) => store.acquire({ id, rules, costs: [1], count: 1, record })));
 await round();
 const before = await stats(admin);
 for (let i = 0; i < rounds; i++) await round();

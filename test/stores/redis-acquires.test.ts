@@ -105,8 +105,11 @@ describe('acquire calls of many ids at once (standalone server)', () => {
         expect(String((results[1] as PromiseRejectedResult).reason)).toMatch(
           /VALVE_CORRUPT_STATE .*\{bad\}:pause/,
         );
-        expect(String((results[3] as PromiseRejectedResult).reason)).toMatch(/VALVE_CORRUPT_STATE .*\{worse\}/);
-        for (const i of [0, 2, 4]) expect((results[i] as PromiseFulfilledResult<AcquireResult>).value.granted).toBe(1);
+        expect(String((results[3] as PromiseRejectedResult).reason)).toMatch(
+          /VALVE_CORRUPT_STATE .*\{worse\}/,
+        );
+        for (const i of [0, 2, 4])
+          expect((results[i] as PromiseFulfilledResult<AcquireResult>).value.granted).toBe(1);
       } finally {
         await c.close();
       }
@@ -148,7 +151,8 @@ describe('acquire calls of many ids at once (standalone server)', () => {
       // what was written while it was stopped).
       const calls = MAX_IN_FLIGHT / MAX_PER_CALL;
       const end = Date.now() + 10_000;
-      while ((await scriptCalls(server)).evalsha - before.evalsha < calls && Date.now() < end) await sleep(20);
+      while ((await scriptCalls(server)).evalsha - before.evalsha < calls && Date.now() < end)
+        await sleep(20);
       await sleep(200);
       expect((await scriptCalls(server)).evalsha - before.evalsha).toBe(calls);
     } finally {

@@ -31,15 +31,7 @@ import { Acquires, type CallShape } from './acquires.js';
 import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
 import { Deadlines } from './deadlines.js';
 import { type IdKeys, idKeys, validatePrefix } from './keys.js';
-import {
-  type LuaScript,
-  PAUSE,
-  PROBE,
-  RELEASE,
-  RENEW,
-  RESUME,
-  WINDOW,
-} from './scripts.generated.js';
+import { type LuaScript, PAUSE, PROBE, RELEASE, RENEW, RESUME, WINDOW } from './scripts.generated.js';
 import { type PubSubMode, type WakeHub, wakeHub } from './subscriber.js';
 
 /** Options of {@link redisStore}. */
@@ -356,7 +348,10 @@ class RedisStore implements Store {
     }
     keyList.push(keys.rules, keys.line);
     const head = [String(m), lease ? String(lease.limit) : '0', String(leaseTtlUs)];
-    const tail = [record === undefined ? '-' : `=${record}`, String(Math.ceil(recordTtlUs(distinct, m0) / 1000))];
+    const tail = [
+      record === undefined ? '-' : `=${record}`,
+      String(Math.ceil(recordTtlUs(distinct, m0) / 1000)),
+    ];
     const spec = [...head, ...ruleArgs, ...tail];
     const shape: Shape = {
       store: this,
