@@ -12,8 +12,9 @@
  *   and their deadline starts when they are sent. A process with more calls than it can read
  *   answers for (10,000 keys, each with a call in flight) would otherwise find answers waiting
  *   in its socket past their deadline, time them out (the server did answer), retry them, and
- *   fall further behind. A request that waited here as long as the timeout when a call in flight
- *   times out (the server is not answering) is rejected with the same error, unsent.
+ *   fall further behind. When a call in flight times out and the server has answered nothing
+ *   for as long as the timeout, the requests that waited here that long are rejected with the
+ *   same error, unsent.
  */
 import type { AcquireResult } from '../store.js';
 import type { Deadlines, Pending } from './deadlines.js';
@@ -324,9 +325,16 @@ export class Acquires {
     }
   }
 
-  /** A call in flight timed out: requests queued at least as long as the timeout fail too, unsent. */
+  /**
+   * A call in flight timed out. When the server has not answered any call for as long as the
+   * timeout, the requests queued at least that long fail too, unsent. A server that answers,
+   * however slowly, is not failing: its queue waits its turn (failing it would have every valve
+   * retry, and the retries would fill the queue again).
+   */
   private expire(): void {
-    const limit = performance.now() - this.timeout;
+    const now = performance.now();
+    const limit = now - this.timeout;
+    if (this.deadlines.answeredAt > limit) return;
     while (this.head !== null && this.head.at <= limit) {
       const req = this.head;
       this.head = req.next;

@@ -58,6 +58,7 @@ export class Pending {
   /** Settles with the command's answer (read by `read`), unless it timed out first. */
   readonly ok = (value: unknown): void => {
     this.all = NO_KEYS;
+    this.list.answeredAt = performance.now();
     if (this.done) return;
     const resolve = this.resolve!;
     const reject = this.reject!;
@@ -115,6 +116,8 @@ export class Deadlines {
   private verdictQueued = false;
   /** Requests in flight (a call's weight: acquire-many.lua carries several). */
   load = 0;
+  /** When the server last answered a call (performance.now()), even one past its deadline. */
+  answeredAt = Number.NEGATIVE_INFINITY;
   /** Told after any call settled (answered, failed or timed out). */
   settled: (() => void) | null = null;
   /** Told after calls were rejected for their deadline. */
