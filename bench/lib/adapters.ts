@@ -182,7 +182,9 @@ function groupAdapter(name: string, useRedis: boolean): Adapter {
       let entry = groups.get(slot);
       if (!entry) {
         const store = useRedis
-          ? countCalls(mod.redisStore!({ client: sharedClient(o.redis!.port), prefix: 'bench' }) as GrantSource)
+          ? countCalls(
+              mod.redisStore!({ client: sharedClient(o.redis!.port), prefix: 'bench' }) as GrantSource,
+            )
           : undefined;
         entry = {
           group: mod.createValveGroup({
