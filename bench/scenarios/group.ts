@@ -87,7 +87,7 @@ async function keyed(peer: string, name: string, keys: number): Promise<void> {
         commandsPerJob: round(r.redis.commands / jobs, 3),
         // valve-group-redis: its store's acquire calls (each one acquire.lua request, whether
         // sent alone or with others in one acquire-many.lua call) per job.
-        storeCallsPerJob: r.calls > 0 ? round(r.calls / jobs, 3) : null,
+        storeCallsPerJob: r.runCalls > 0 ? round(r.runCalls / jobs, 3) : null,
         scriptCallsPerJob: round(r.redis.scripts / jobs, 3),
         redisCpuUsPerJob: round((r.redis.cpuSec * 1e6) / jobs, 2),
         clientCpuUsPerJob: round((r.clientCpuMs * 1000) / jobs, 2),
