@@ -1,5 +1,5 @@
 /**
- * A worker process for test/multiprocess/group-cluster.test.ts: one valve group over
+ * A worker process for test/multiprocess/redis-multiprocess.test.ts ("a valve group on Redis Cluster"): one valve group over
  * redisStore (on a cluster), every key of `keys` kept saturated (`depth` jobs always queued per
  * key) from the common start for `durationMs`, logging the store's clock of every grant per key.
  * The keys start 100 at a time, 20 ms apart: 8 processes' 8,000 first calls (and subscriptions)
