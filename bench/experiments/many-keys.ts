@@ -42,7 +42,9 @@ if (peer === 'valve') {
     rules: [{ limit: 1_000_000_000, interval: 1000, burst: 1_000_000_000 }],
     store: redisStore({ client, prefix: 'bench' }),
   });
-  group.on('store-error', () => storeErrors++);
+  group.on('store-error', (err) => {
+    if (storeErrors++ === 0) console.log(`first store error: ${String(err)}`);
+  });
   run = (key) => group.run(key, () => {});
   close = () => group.close();
 } else {

@@ -19,6 +19,10 @@ export interface FleetResult {
   /** valve with logGrants: store calls, and calls that granted nothing, over all processes. */
   readonly calls: number;
   readonly emptyCalls: number;
+  /** Store calls made during the run (from the start to each worker's end), over all processes. */
+  readonly runCalls: number;
+  /** valve groups: 'store-error' events over all processes. */
+  readonly storeErrors: number;
   /** CPU time of all worker processes during the run, ms. */
   readonly clientCpuMs: number;
   readonly redis: RedisCounters;
@@ -123,6 +127,8 @@ export async function runFleet(o: FleetOptions): Promise<FleetResult> {
       grants: results.flatMap((r) => r.grants).sort((a, b) => a - b),
       calls: results.reduce((s, r) => s + r.calls, 0),
       emptyCalls: results.reduce((s, r) => s + r.emptyCalls, 0),
+      storeErrors: results.reduce((s, r) => s + (r.storeErrors ?? 0), 0),
+      runCalls: results.reduce((s, r) => s + (r.runCalls ?? 0), 0),
       clientCpuMs: results.reduce((s, r) => s + r.cpuMs, 0),
       redis: diffCounters(before, after, 2),
       mid: { keys: midway.keys, usedMemoryDelta: midway.usedMemory - before.usedMemory },

@@ -17,6 +17,7 @@ export interface ValveLike {
 
 export interface ValveGroupLike {
   run(key: string, job: () => unknown): Promise<unknown>;
+  on(event: 'store-error', listener: () => void): unknown;
   close(options?: { drain?: boolean }): Promise<void>;
   readonly size: number;
 }

@@ -31,6 +31,10 @@ export interface WorkerDone {
   /** valve with logGrants: store calls, and calls that granted nothing. */
   readonly calls: number;
   readonly emptyCalls: number;
+  /** Store calls made from the start to the end of the run (no warm-up; calls still answered after it included). */
+  readonly runCalls: number;
+  /** valve groups: 'store-error' events (e.g. calls past the store's timeout). */
+  readonly storeErrors: number;
   /** This process's CPU time (user + system) during the run, ms. */
   readonly cpuMs: number;
 }
@@ -68,6 +72,7 @@ async function handle(message: Message): Promise<void> {
     const s = setup!;
     await sleep(Math.max(0, message.at - nowMs()));
     const cpu0 = process.cpuUsage();
+    const calls0 = acquireStats.calls;
     const runs = await Promise.all(
       adapters.map((adapter) =>
         runFor(adapter, {
@@ -84,7 +89,9 @@ async function handle(message: Message): Promise<void> {
       starts,
       grants,
       calls: acquireStats.calls,
+      runCalls: acquireStats.calls - calls0,
       emptyCalls: acquireStats.empty,
+      storeErrors: acquireStats.storeErrors,
       cpuMs: ((c) => (c.user + c.system) / 1000)(process.cpuUsage(cpu0)),
     };
     send(done);

@@ -12,7 +12,16 @@
  *   jobs/s, Redis commands per job and Redis CPU per job (INFO deltas, as redis-throughput),
  *   Redis keys and bytes per key (halfway through the run).
  *   Each worker runs one job per key before the start, so first uses are not measured.
+ * - '100000 keys once': 100,000 keys used once each through one group (10 per second per key),
+ *   then, after its idle timeout (1 s here; the default is 5 minutes), the heap against the
+ *   baseline (after a full GC), the timers left, and on Redis the keys left once every TTL
+ *   passed (DBSIZE on a private server). Peers: valve-group (memory store), valve-group-redis
+ *   (redisStore with a subscriber), bottleneck-group (Bottleneck.Group with `timeout`),
+ *   rlf-memory (one RateLimiterMemory keyed per call). Runs bench/lib/group-once.ts with
+ *   --expose-gc.
  */
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { createAdapter, NEVER_BINDS } from '../lib/adapters.js';
 import { emit, noop, parseScenarioArgs, round } from '../lib/common.js';
 import { runBatch } from '../lib/drive.js';
@@ -24,11 +33,14 @@ export const cases: Record<string, { keys: number }> = {
   '10 keys': { keys: 10 },
   '1000 keys': { keys: 1000 },
   '10000 keys': { keys: 10_000 },
+  '100000 keys once': { keys: 100_000 },
 };
 export const peersFor = (name: string): string[] =>
   name === 'overhead'
     ? ['valve', 'valve-group']
-    : ['valve-group-redis', 'rlf-redis', 'bottleneck-group-redis'];
+    : name === '100000 keys once'
+      ? ['valve-group', 'valve-group-redis', 'bottleneck-group', 'rlf-memory']
+      : ['valve-group-redis', 'rlf-redis', 'bottleneck-group-redis'];
 
 const args = parseScenarioArgs();
 const N = args.quick ? 20_000 : 200_000;
@@ -73,8 +85,13 @@ async function keyed(peer: string, name: string, keys: number): Promise<void> {
       metrics: {
         jobsPerSec: round((r.started / r.elapsedMs) * 1000),
         commandsPerJob: round(r.redis.commands / jobs, 3),
+        // valve-group-redis: its store's acquire calls (each one acquire.lua request, whether
+        // sent alone or with others in one acquire-many.lua call) per job.
+        storeCallsPerJob: r.runCalls > 0 ? round(r.runCalls / jobs, 3) : null,
+        scriptCallsPerJob: round(r.redis.scripts / jobs, 3),
         redisCpuUsPerJob: round((r.redis.cpuSec * 1e6) / jobs, 2),
         clientCpuUsPerJob: round((r.clientCpuMs * 1000) / jobs, 2),
+        storeErrors: r.storeErrors,
         // Redis keys and used memory per key, sampled halfway through the run.
         redisKeysPerKey: round(r.mid.keys / keys, 2),
         redisBytesPerKey: Math.round(r.mid.usedMemoryDelta / keys),
@@ -85,11 +102,55 @@ async function keyed(peer: string, name: string, keys: number): Promise<void> {
   }
 }
 
+const onceChild = fileURLToPath(new URL('../lib/group-once.ts', import.meta.url));
+
+async function once(peer: string, keys: number): Promise<void> {
+  const server = peer === 'valve-group-redis' ? await startRedis() : undefined;
+  try {
+    const idleMs = 1000;
+    const out = await new Promise<string>((resolve, reject) => {
+      execFile(
+        process.execPath,
+        [
+          '--expose-gc',
+          '--import',
+          'tsx',
+          onceChild,
+          peer,
+          String(keys),
+          String(idleMs),
+          String(server?.port ?? ''),
+        ],
+        { timeout: 600_000, maxBuffer: 1 << 20 },
+        (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout)),
+      );
+    });
+    const f = JSON.parse(out.trim().split('\n').at(-1)!) as Record<string, number | null>;
+    emit({
+      scenario: 'group',
+      case: '100000 keys once',
+      peer,
+      metrics: {
+        keys,
+        usedMs: f.usedMs!,
+        heapPeakAboveBaselineMB: round(f.peakMB! - f.baselineMB!, 2),
+        heapAfterAboveBaselineMB: round(f.afterMB! - f.baselineMB!, 2),
+        timersAtPeak: f.timersAtPeak!,
+        timersLeft: f.timersAfter! - f.timersBefore!,
+        redisKeysLeft: f.redisKeys ?? null,
+      },
+    });
+  } finally {
+    await server?.stop();
+  }
+}
+
 async function main(): Promise<void> {
   for (const [name, c] of Object.entries(cases)) {
     if (args.case && args.case !== name) continue;
     for (const peer of args.peer ? [args.peer] : peersFor(name)) {
       if (name === 'overhead') await overhead(peer);
+      else if (name === '100000 keys once') await once(peer, args.quick ? 10_000 : c.keys);
       else await keyed(peer, name, c.keys);
     }
   }

@@ -16,6 +16,7 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 const luaDir = path.join(root, 'src/stores/redis/lua');
 const all = [
   scripts.ACQUIRE,
+  scripts.ACQUIRE_MANY,
   scripts.PAUSE,
   scripts.PROBE,
   scripts.RESUME,

@@ -17,6 +17,9 @@ import type { LuaScript } from './scripts.generated.js';
 /** Reads a script's reply into what the store method returns (throws on an unexpected reply). */
 export type ReadReply = (reply: unknown, call: Pending) => unknown;
 
+/** How a caller of dispatch() hears the outcome. */
+export type Settle = (value: unknown) => void;
+
 const NO_KEYS: readonly string[] = [];
 
 /** One call in flight. */
@@ -45,7 +48,9 @@ export class Pending {
     /** For `read`: acquire asked for leases, sent a rule-set record, and sent a turn (its reply ends with the ticket). */
     readonly leased: boolean,
     readonly recorded: boolean,
-    readonly turned = false,
+    readonly turned: boolean,
+    /** Requests the call carries (acquire-many.lua carries several), counted in Deadlines.load. */
+    readonly weight: number,
   ) {
     this.all = all;
   }
@@ -53,6 +58,7 @@ export class Pending {
   /** Settles with the command's answer (read by `read`), unless it timed out first. */
   readonly ok = (value: unknown): void => {
     this.all = NO_KEYS;
+    this.list.answeredAt = performance.now();
     if (this.done) return;
     const resolve = this.resolve!;
     const reject = this.reject!;
@@ -95,6 +101,8 @@ export class Pending {
     this.list.unlink(this);
     this.resolve = null;
     this.reject = null;
+    this.list.load -= this.weight;
+    this.list.settled?.();
   }
 }
 
@@ -106,6 +114,14 @@ export class Deadlines {
   private timer: ReturnType<typeof setTimeout> | null = null;
   /** A verdict is queued (setImmediate) for the calls whose deadline passed. */
   private verdictQueued = false;
+  /** Requests in flight (a call's weight: acquire-many.lua carries several). */
+  load = 0;
+  /** When the server last answered a call (performance.now()), even one past its deadline. */
+  answeredAt = Number.NEGATIVE_INFINITY;
+  /** Told after any call settled (answered, failed or timed out). */
+  settled: (() => void) | null = null;
+  /** Told after calls were rejected for their deadline. */
+  timedOut: (() => void) | null = null;
 
   constructor(
     /** The command connection. */
@@ -126,10 +142,29 @@ export class Deadlines {
     numKeys: number,
     all: readonly string[],
     read: ReadReply | null = null,
-    leased = false,
-    recorded = false,
-    turned = false,
   ): Promise<unknown> {
+    return new Promise<unknown>((resolve, reject) => {
+      this.dispatch(script, id, numKeys, all, read, false, false, false, 1, resolve, reject);
+    });
+  }
+
+  /**
+   * send(), settling through `resolve` and `reject` instead of a promise of its own; `leased`,
+   * `recorded` and `turned` are for `read` (see Pending), `weight` the requests it carries.
+   */
+  dispatch(
+    script: LuaScript,
+    id: string,
+    numKeys: number,
+    all: readonly string[],
+    read: ReadReply | null,
+    leased: boolean,
+    recorded: boolean,
+    turned: boolean,
+    weight: number,
+    resolve: Settle,
+    reject: Settle,
+  ): void {
     const call = new Pending(
       this,
       performance.now() + this.timeout,
@@ -141,11 +176,11 @@ export class Deadlines {
       leased,
       recorded,
       turned,
+      weight,
     );
-    const promise = new Promise<unknown>((resolve, reject) => {
-      call.resolve = resolve;
-      call.reject = reject;
-    });
+    call.resolve = resolve;
+    call.reject = reject;
+    this.load += weight;
     if (this.tail === null) this.head = call;
     else {
       this.tail.next = call;
@@ -158,10 +193,9 @@ export class Deadlines {
       command = this.cmd.call(script, numKeys, all);
     } catch (err) {
       call.fail(err);
-      return promise;
+      return;
     }
     command.then(call.ok, call.fail);
-    return promise;
   }
 
   /** Removes a settled call from the list. */
@@ -196,12 +230,15 @@ export class Deadlines {
     this.verdictQueued = false;
     const now = performance.now();
     let head = this.head;
+    let rejected = false;
     while (head !== null && head.deadline <= now) {
       const reject = head.reject!;
       head.settle(); // leaves the list: the head moves on
       reject(this.timeoutError(head.script.name, head.id));
+      rejected = true;
       head = this.head;
     }
     this.arm();
+    if (rejected) this.timedOut?.();
   };
 }

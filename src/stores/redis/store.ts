@@ -27,19 +27,11 @@ import type {
   WindowTicket,
 } from '../store.js';
 import { checkWindowInt } from '../window-record.js';
+import { Acquires, type CallShape } from './acquires.js';
 import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
-import { Deadlines, type Pending } from './deadlines.js';
+import { Deadlines } from './deadlines.js';
 import { type IdKeys, idKeys, validatePrefix } from './keys.js';
-import {
-  ACQUIRE,
-  type LuaScript,
-  PAUSE,
-  PROBE,
-  RELEASE,
-  RENEW,
-  RESUME,
-  WINDOW,
-} from './scripts.generated.js';
+import { type LuaScript, PAUSE, PROBE, RELEASE, RENEW, RESUME, WINDOW } from './scripts.generated.js';
 import { type PubSubMode, type WakeHub, wakeHub } from './subscriber.js';
 
 /** Options of {@link redisStore}. */
@@ -102,7 +94,7 @@ const SMALL = 128;
 const SMALL_INTS: readonly string[] = Array.from({ length: SMALL + 1 }, (_, i) => String(i));
 
 /** What stays the same across a valve's acquire calls (see RedisStore.shapeOf). */
-interface Shape {
+interface Shape extends CallShape {
   readonly store: RedisStore;
   readonly id: string;
   readonly record: string | undefined;
@@ -118,8 +110,11 @@ interface Shape {
   readonly tail: readonly string[];
 }
 
-/** Reads acquire.lua's reply (see its header). */
-function readAcquire(value: unknown, call: Pending): AcquireResult {
+/** Reads acquire.lua's reply (see its header); `call` says what the request asked for. */
+function readAcquire(
+  value: unknown,
+  call: { readonly leased: boolean; readonly recorded: boolean; readonly turned: boolean },
+): AcquireResult {
   const reply = replyArray(value, 'acquire');
   const granted = replyNumber(reply[0], 'acquire');
   const blockedCode = replyNumber(reply[2], 'acquire');
@@ -190,6 +185,8 @@ class RedisStore implements Store {
   private readonly distinct: StoreRule[] = [];
   /** valve's deadline on every call, one timer for all. */
   private readonly deadlines: Deadlines;
+  /** Acquire calls: in order, bounded in flight, several ids per script call when standalone. */
+  private readonly acquires: Acquires;
 
   constructor(options: RedisStoreOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -206,6 +203,21 @@ class RedisStore implements Store {
         new RedisStoreTimeoutError(
           `valve: Redis ${script} for id ${JSON.stringify(id)} did not answer within ${this.timeout} ms ` +
             '(the command may still execute on the server)',
+        ),
+    );
+    this.acquires = new Acquires(
+      this.deadlines,
+      !this.cmd.cluster,
+      this.timeout,
+      () => this.clockArg(),
+      readAcquire,
+      (id, sent) =>
+        new RedisStoreTimeoutError(
+          sent
+            ? `valve: Redis acquire for id ${JSON.stringify(id)} did not answer within ${this.timeout} ms ` +
+                '(the command may still execute on the server)'
+            : `valve: Redis acquire for id ${JSON.stringify(id)} was not sent: it waited ${this.timeout} ms ` +
+                'behind calls the server did not answer',
         ),
     );
     const mode = options.pubsub ?? (this.cmd.cluster ? 'sharded' : 'classic');
@@ -335,6 +347,12 @@ class RedisStore implements Store {
       ruleArgs.push(...argsOf(rule));
     }
     keyList.push(keys.rules, keys.line);
+    const head = [String(m), lease ? String(lease.limit) : '0', String(leaseTtlUs)];
+    const tail = [
+      record === undefined ? '-' : `=${record}`,
+      String(Math.ceil(recordTtlUs(distinct, m0) / 1000)),
+    ];
+    const spec = [...head, ...ruleArgs, ...tail];
     const shape: Shape = {
       store: this,
       id,
@@ -342,9 +360,11 @@ class RedisStore implements Store {
       leaseLimit: lease ? lease.limit : 0,
       leaseTtlUs,
       keys: keyList,
-      head: [String(m), lease ? String(lease.limit) : '0', String(leaseTtlUs)],
+      head,
       ruleArgs,
-      tail: [record === undefined ? '-' : `=${record}`, String(Math.ceil(recordTtlUs(distinct, m0) / 1000))],
+      tail,
+      spec,
+      specKey: spec.join(' '),
     };
     if (previous === undefined) shapes.set(request.rules, shape);
     return shape;
@@ -378,6 +398,22 @@ class RedisStore implements Store {
       }
     }
     const convert = request.convert === true && previous !== undefined;
+    const ticket = checkTurn(request.turn);
+    if (equal && !convert && this.acquires.many) {
+      // Jobs of one cost, nothing converted: it may go with other ids' calls (acquires.ts).
+      distinct.length = 0;
+      return this.acquires.sendShaped(
+        request.id,
+        shape,
+        count <= SMALL ? SMALL_INTS[count]! : String(count),
+        lease ? `${this.nonceBase}${(this.nonceSeq++).toString(36)}` : '',
+        first <= SMALL ? SMALL_INTS[first]! : String(first),
+        ticket === undefined ? '' : String(ticket),
+        lease !== undefined,
+        request.record !== undefined,
+        ticket !== undefined,
+      );
+    }
     const { keys, head, ruleArgs, tail } = shape;
     const all = new Array<string>(
       keys.length +
@@ -404,7 +440,6 @@ class RedisStore implements Store {
       for (let i = 0; i < count; i++) all[k++] = String(costs[i]);
     }
     // The tail: the rule-set record, and a rule change's conversion (see acquire.lua).
-    const ticket = checkTurn(request.turn);
     all[k++] = tail[0]!;
     all[k++] = tail[1]!;
     all[k++] = ticket === undefined ? '' : String(ticket);
@@ -420,16 +455,14 @@ class RedisStore implements Store {
       all[k++] = '';
     }
     distinct.length = 0;
-    return this.deadlines.send(
-      ACQUIRE,
+    return this.acquires.send(
       request.id,
       keys.length,
       all,
-      readAcquire,
       lease !== undefined,
       request.record !== undefined,
       ticket !== undefined,
-    ) as Promise<AcquireResult>;
+    );
   }
 
   async windowSend(id: string, probeTtl: number): Promise<WindowTicket> {

@@ -1,0 +1,895 @@
+--[[
+acquire-one.lua (included by acquire.lua and acquire-many.lua): `acquire_one(KEYS, ARGV, time_us)`
+is one admission for one valve id, its keys and arguments as acquire.lua's header lists them,
+returning acquire.lua's reply (or an error reply). `time_us`: the server time in µs already
+read by the caller (acquire-many.lua reads TIME once for every id of its call), or nil to read
+it here; a test clock in ARGV[1] overrides both.
+
+The hot path: one closure per call at most (the line's reader), no lib/common.lua (its
+helpers are inlined), one scratch table, every ARGV converted once.
+]]
+-- The farthest ahead of the clock valve ever writes a time (365 days), plus a day of slack
+-- for a clock step (e.g. a failover to a replica whose clock is behind).
+local AHEAD = 366 * 86400000000
+local function corrupt(key, raw, expected)
+  return redis.error_reply('VALVE_CORRUPT_STATE ' .. key .. ' holds ' .. string.format('%q', string.sub(raw, 1, 64)) ..
+    ', not ' .. expected .. ' (valve never writes that; something else did): delete the key')
+end
+-- A string key's value (false when missing); an error reply naming the key when it is no string.
+local function read(key)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then
+    return nil, corrupt(key, 'a value of another type', 'a string')
+  end
+  return raw
+end
+
+local floor, ceil = math.floor, math.ceil
+
+local function acquire_one(KEYS, ARGV, time_us)
+  local clock = ARGV[1]
+  local testing = clock ~= ''
+  local now
+  if testing then
+    now = tonumber(clock)
+  elseif time_us then
+    now = time_us
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+
+  -- The shared pause (epoch ms with 3 decimals -> µs).
+  local paused, bad = read(KEYS[1])
+  if bad then
+    return bad
+  end
+  if paused then
+    local until_us = string.find(paused, '^%d+%.?%d*$') and floor(tonumber(paused) * 1000 + 0.5)
+    if not until_us or until_us > now + AHEAD then
+      return corrupt(KEYS[1], paused, 'a pause end in epoch ms at most 365 days ahead')
+    end
+    if until_us > now then
+      local tail = 8 + 3 * tonumber(ARGV[3]) + (ARGV[7 + 3 * tonumber(ARGV[3])] == '' and tonumber(ARGV[2]) or 0)
+      if ARGV[tail + 2] ~= '' then
+        return { 0, until_us - now, 1, until_us, now, 0, 0 }
+      end
+      return { 0, until_us - now, 1, until_us, now, 0 }
+    end
+  end
+
+  local n = tonumber(ARGV[2])
+  local m = tonumber(ARGV[3])
+  local lease_limit = tonumber(ARGV[4])
+  local shared = ARGV[7 + 3 * m]
+
+  -- Leases: purge expired ones; `free` slots (n, i.e. never binding, without leases). The last
+  -- fencing number is read (and checked) here, before anything is spent.
+  local free = n
+  local last_fence = 0
+  if lease_limit > 0 then
+    local raw_fence, bad_fence = read(KEYS[3])
+    if bad_fence then
+      return bad_fence
+    end
+    if raw_fence then
+      last_fence = string.find(raw_fence, '^%d+$') and tonumber(raw_fence)
+      if not last_fence or last_fence > now + AHEAD then
+        return corrupt(KEYS[3], raw_fence, 'a fencing number (an integer near the clock in µs)')
+      end
+    end
+    local purged = redis.pcall('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d.%03d', floor(now / 1000), now % 1000))
+    if type(purged) == 'table' then
+      return corrupt(KEYS[2], 'a value of another type', 'a sorted set')
+    end
+    free = lease_limit - redis.call('ZCARD', KEYS[2])
+    if free < lease_limit then
+      -- Every lease left expires after now; the latest no further ahead than any ttl.
+      local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+      local exp = tonumber(latest[2])
+      if not exp or exp * 1000 > now + AHEAD then
+        return corrupt(KEYS[2], latest[1] .. ' ' .. latest[2], 'lease expiries in epoch ms at most 365 days ahead')
+      end
+    end
+  end
+
+  -- A rule change (see src/rules/convert.ts): each new rule's state gets the units the previous
+  -- rules' states prove may have been spent in its current window, written before the batch is
+  -- read below. The record of the id's rule set is compared and written.
+  local tail = 8 + 3 * m + (shared == '' and n or 0)
+  local roles = ARGV[tail + 3]
+  if roles and roles ~= '' then
+    local DAY = 86400000000
+    local val, kk = {}, {}
+    for r = 1, m do
+      local base = 4 + 3 * r
+      local kind, x, y, key = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), KEYS[3 + r]
+      if kind == 's' then
+        local all = redis.pcall('LRANGE', key, 0, -1)
+        if all.err then
+          return corrupt(key, 'a value of another type', 'a sliding-window log (a list)')
+        end
+        local live = 0
+        for i = 2, #all - 1, 2 do
+          local tn, cn = tonumber(all[i]), tonumber(all[i + 1])
+          if not (tn and tn >= 0 and tn < math.huge and cn and cn > 0 and cn < math.huge) then
+            return corrupt(key, tostring(all[i]) .. ' ' .. tostring(all[i + 1]),
+              'a sliding-window log (a sum, then times in epoch µs and costs)')
+          end
+          if tn > now - x then
+            live = live + cn
+          end
+        end
+        val[r] = live
+      else
+        local raw, bad_rule = read(key)
+        if bad_rule then
+          return bad_rule
+        end
+        if kind == 'g' then
+          local tat = now
+          if raw then
+            tat = string.find(raw, '^%d+$') and tonumber(raw)
+            if not tat or tat > now + y * x + DAY then
+              return corrupt(key, raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
+            end
+          end
+          val[r] = tat > now and tat or now
+        else
+          local k = floor(now / x)
+          if k * x > now then
+            k = k - 1
+          end
+          kk[r] = k
+          local count = 0
+          if raw then
+            local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
+            if not sk or tonumber(sc) > y then
+              return corrupt(key, raw, '"<window>:<count>" with a count from 0 to the limit')
+            end
+            if tonumber(sk) == k then
+              count = tonumber(sc)
+            end
+          end
+          val[r] = count
+        end
+      end
+    end
+    for r = 1, m do
+      if string.sub(roles, r, r) == 'n' then
+        local base = 4 + 3 * r
+        local kind, x, y, key = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), KEYS[3 + r]
+        local iv, lim = tonumber(ARGV[tail + 2 + 2 * r]), tonumber(ARGV[tail + 3 + 2 * r])
+        local start = kind == 'w' and kk[r] * x or now - iv + 1
+        local units = math.huge
+        for j = 1, m do
+          if string.sub(roles, j, j) ~= 'n' then
+            local bj = 4 + 3 * j
+            local kj, xj, yj, u = ARGV[bj], tonumber(ARGV[bj + 1]), tonumber(ARGV[bj + 2]), 0
+            if kj == 'g' then
+              if val[j] > start then
+                u = floor((val[j] - start) / xj)
+              end
+            else
+              local covered = kj == 'w' and kk[j] * xj or now - xj + 1
+              local older = 0
+              if start < covered then
+                older = ceil((covered - start) / xj)
+              end
+              u = val[j] + older * yj
+            end
+            if u < units then
+              units = u
+            end
+          end
+        end
+        local ttl
+        if kind == 'g' then
+          local cap = y * x
+          local most = now + cap + (iv < DAY and iv or DAY)
+          local add = units < lim + y and units or lim + y
+          local tat = val[r] + add * x
+          if tat > most then
+            tat = most
+          end
+          ttl = ceil((tat - now) / 1000)
+          if tat > now then
+            redis.call('SET', key, string.format('%d', tat), 'PX', (ttl < 1 and 1 or ttl) + (testing and 600000 or 0))
+          end
+        elseif kind == 'w' then
+          local count = val[r] + units
+          if count > y then
+            count = y
+          end
+          ttl = ceil(((kk[r] + 1) * x - now) / 1000)
+          redis.call('SET', key, string.format('%d', kk[r]) .. ':' .. string.format('%.17g', count), 'PX',
+            (ttl < 1 and 1 or ttl) + (testing and 600000 or 0))
+        else
+          local add = units < y and units or y
+          if add > 0 then
+            local head = redis.call('LINDEX', key, 0)
+            if not head then
+              redis.call('RPUSH', key, '0')
+              head = '0'
+            end
+            redis.call('RPUSH', key, string.format('%d', now), string.format('%.17g', add))
+            redis.call('LSET', key, 0, string.format('%.17g', tonumber(head) + add))
+            ttl = ceil(x / 1000)
+            redis.call('PEXPIRE', key, (ttl < 1 and 1 or ttl) + (testing and 600000 or 0))
+          end
+        end
+      end
+    end
+  end
+  local recorded = nil
+  local record = ARGV[tail]
+  if record and string.sub(record, 1, 1) == '=' then
+    local key = KEYS[4 + m]
+    record = string.sub(record, 2)
+    local raw, bad_record = read(key)
+    if bad_record then
+      return bad_record
+    end
+    -- "<until µs>:<digests>": held until then (the key's TTL says the same on the real clock).
+    local held = nil
+    if raw then
+      local until_us, digests = string.match(raw, '^(%d+):([gws0-9.,]*)$')
+      if not until_us or tonumber(until_us) > now + AHEAD then
+        return corrupt(key, raw, 'a rule set ("<until µs>:" and rule digests joined by commas)')
+      end
+      if tonumber(until_us) > now then
+        held = digests
+      end
+    end
+    if held ~= record then
+      recorded = held
+      local ttl = tonumber(ARGV[tail + 1])
+      redis.call('SET', key, string.format('%d', now + ttl * 1000) .. ':' .. record, 'PX', ttl + (testing and 600000 or 0))
+    end
+  end
+
+  -- The line (src/stores/turns.ts): for callers taking part, under GCRA rules only, without
+  -- leases. lh, lt, la, ls: the live line's head, tail, head's turn and step (lh nil: no line),
+  -- read when the caller holds a ticket (or, below, when it is refused); late tickets skipped.
+  -- The ticket k places behind the head has its turn at la + k * gap, gap = ls + min(floor(ls / 8), 100).
+  -- A caller holding a ticket behind the head is refused here, without reading the rules.
+  local GRACE = 2000
+  local ticket_arg = ARGV[tail + 2]
+  local lined = ticket_arg ~= '' and lease_limit == 0 and m > 0
+  if lined then
+    for r = 1, m do
+      if ARGV[4 + 3 * r] ~= 'g' then
+        lined = false
+      end
+    end
+  end
+  local ticket = lined and tonumber(ticket_arg) or 0
+  local lh, lt, la, ls
+  -- Reads the live line into lh, lt, la, ls (late tickets skipped); an error reply when corrupt.
+  local read_line
+  if lined then
+    read_line = function()
+      local raw_line, bad_line = read(KEYS[5 + m])
+      if bad_line then
+        return bad_line
+      end
+      if raw_line then
+        local h, t, a, s = string.match(raw_line, '^(%d+):(%d+):(%d+):(%d+)$')
+        h, t, a, s = tonumber(h), tonumber(t), tonumber(a), tonumber(s)
+        if not h or h >= t or s < 1 or a > now + AHEAD or s > AHEAD then
+          return corrupt(KEYS[5 + m], raw_line, 'a line "<head>:<tail>:<turn µs>:<step µs>" with head < tail')
+        end
+        local gap = s + (s < 800 and floor(s / 8) or 100)
+        if now <= a + (t - h - 1) * gap + GRACE then
+          local late = now - a - GRACE
+          if late > 0 then
+            local k = floor((late - 1) / gap) + 1
+            if k > t - h then
+              k = t - h
+            end
+            h = h + k
+            a = a + k * gap
+          end
+          if h < t then
+            lh, lt, la, ls = h, t, a, s
+          end
+        end
+      end
+    end
+  end
+  local line_read, lhead = false, false
+  if lined and ticket > 0 then
+    line_read = true
+    local bad_line = read_line()
+    if bad_line then
+      return bad_line
+    end
+    if lh and ticket >= lh and ticket < lt then
+      local turn = la + (ticket - lh) * (ls + (ls < 800 and floor(ls / 8) or 100))
+      if ticket == lh then
+        lhead = true
+      elseif turn <= now then
+        -- Its turn has come and the tickets before it did not use theirs: it goes first.
+        lh, la, lhead = ticket, turn, true
+      else
+        -- Behind the head: wait for its turn. Nothing is read or spent.
+        local behind = { 0, turn - now, 2, 0, now, 0 }
+        if recorded then
+          behind[#behind + 1] = recorded
+        end
+        behind[#behind + 1] = ticket
+        return behind
+      end
+    end
+  end
+
+  -- Sliding windows (see src/rules/sliding-window.ts): read each log's live sum, counting the
+  -- entries that left the window (t <= now - intervalUs) from the head. Nothing is written
+  -- yet: sl[r] = { live sum, list elements to drop after the sentinel, entries left }.
+  local sl = {}
+  for r = 1, m do
+    local base = 4 + 3 * r
+    if ARGV[base] == 's' then
+      local key = KEYS[3 + r]
+      local cut = now - tonumber(ARGV[base + 1])
+      local span = 33 -- the sentinel and 16 entries, then chunks of 33, 66, 132... elements
+      local part = redis.pcall('LRANGE', key, 0, span - 1)
+      if part.err then
+        return corrupt(key, 'a value of another type', 'a sliding-window log (a list)')
+      end
+      local sum, drop, left = 0, 0, 0
+      if part[1] then
+        sum = tonumber(part[1])
+        local from, i = 0, 2 -- part[i] is list element from + i - 1
+        while true do
+          local t = part[i]
+          if t == nil then
+            if #part < span then
+              break
+            end
+            from = from + span
+            span = span * 2
+            part = redis.call('LRANGE', key, from, from + span - 1)
+            i = 1
+          else
+            local tn, cn = tonumber(t), tonumber(part[i + 1])
+            -- State this script did not write (NaN fails every comparison) is refused, naming the key.
+            if not (sum and sum >= 0 and sum < math.huge and tn and tn >= 0 and tn < math.huge
+                and cn and cn > 0 and cn < math.huge) then
+              return corrupt(key, tostring(part[1]) .. ' ' .. tostring(t) .. ' ' .. tostring(part[i + 1]),
+                'a sliding-window log (a sum, then times in epoch µs and costs)')
+            end
+            if tn > cut then
+              left = 1
+              break
+            end
+            sum = sum - cn
+            drop = drop + 2
+            i = i + 2
+          end
+        end
+        if left == 0 then
+          sum = 0
+        end
+      end
+      sl[r] = { sum, drop, left }
+    end
+  end
+
+  -- Rule state, read once. Per rule r, at q = 5(r-1): st[q+1] true for GCRA; st[q+2] emissionUs
+  -- or intervalUs; st[q+3] GCRA capacity (burst × emissionUs) or window limit; st[q+4] GCRA tat
+  -- (>= now) or window count, as updated by the jobs granted; st[q+5] window index k.
+  -- A sliding window is kept like a window (st[q+1] false, st[q+3] limit, st[q+4] live sum as
+  -- updated by the jobs granted) without an index (st[q+5] nil); its wait is computed below.
+  local st = {}
+  local granted, retry, blocked = 0, 0, 0
+
+  if shared ~= '' then
+    -- Equal costs: each rule's longest fitting prefix computed arithmetically; the batch grants
+    -- the shortest of them (and no more than the free lease slots). Exactly what the per-job
+    -- loop below computes: job j fits a rule iff its state after j-1 equal jobs admits one more.
+    local c = tonumber(shared)
+    local fit_min, wait = n, 0
+    for r = 1, m do
+      local base = 4 + 3 * r
+      local x = tonumber(ARGV[base + 1])
+      local y = tonumber(ARGV[base + 2])
+      local raw, bad_rule
+      if ARGV[base] ~= 's' then
+        raw, bad_rule = read(KEYS[3 + r])
+        if bad_rule then
+          return bad_rule
+        end
+      end
+      local q = 5 * (r - 1)
+      st[q + 2] = x
+      local fit, w
+      if ARGV[base] == 'g' then
+        -- Missing or past state means tat = now. Job j fits iff tat + j·inc − now ≤ capacity.
+        local cap = y * x
+        local tat = now
+        if raw then
+          tat = string.find(raw, '^%d+$') and tonumber(raw)
+          if not tat or tat > now + cap + 86400000000 then
+            return corrupt(KEYS[3 + r], raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
+          end
+        end
+        if tat < now then
+          tat = now
+        end
+        local inc = ceil(c * x)
+        fit = floor((cap - (tat - now)) / inc)
+        if fit < 0 then
+          fit = 0
+        elseif fit > n then
+          fit = n
+        end
+        -- The division is a float: settle the boundary exactly (integers below 2^53).
+        while fit > 0 and tat + fit * inc - now - cap > 0 do
+          fit = fit - 1
+        end
+        while fit < n and tat + (fit + 1) * inc - now - cap <= 0 do
+          fit = fit + 1
+        end
+        if fit < n then
+          w = tat + (fit + 1) * inc - now - cap
+        end
+        st[q + 1] = true
+        st[q + 3] = cap
+        st[q + 4] = tat
+      elseif ARGV[base] == 's' then
+        -- Job j fits iff sum + j·c <= limit (the wait, if any, is computed after the batch).
+        local sum = sl[r][1]
+        if c % 1 == 0 and sum % 1 == 0 then
+          fit = floor((y - sum) / c)
+          if fit < 0 then
+            fit = 0
+          elseif fit > n then
+            fit = n
+          end
+          while fit > 0 and sum + fit * c > y do
+            fit = fit - 1
+          end
+          while fit < n and sum + (fit + 1) * c <= y do
+            fit = fit + 1
+          end
+        else
+          fit = 0
+          local s = sum
+          while fit < n and s + c <= y do
+            s = s + c
+            fit = fit + 1
+          end
+        end
+        st[q + 1] = false
+        st[q + 3] = y
+        st[q + 4] = sum
+      else
+        local k = floor(now / x)
+        -- Guard against the float division rounding up across a window edge.
+        if k * x > now then
+          k = k - 1
+        end
+        local count = 0
+        if raw then
+          local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
+          if not sk or tonumber(sc) > y then
+            return corrupt(KEYS[3 + r], raw, '"<window>:<count>" with a count from 0 to the limit')
+          end
+          -- A state of another window counts as 0.
+          if tonumber(sk) == k then
+            count = tonumber(sc)
+          end
+        end
+        if c % 1 == 0 and count % 1 == 0 then
+          -- Integers: exact. Job j fits iff count + j·c ≤ limit.
+          fit = floor((y - count) / c)
+          if fit < 0 then
+            fit = 0
+          elseif fit > n then
+            fit = n
+          end
+          while fit > 0 and count + fit * c > y do
+            fit = fit - 1
+          end
+          while fit < n and count + (fit + 1) * c <= y do
+            fit = fit + 1
+          end
+        else
+          -- Fractions: add job by job, as the per-job loop does (same float sums).
+          fit = 0
+          local s = count
+          while fit < n and s + c <= y do
+            s = s + c
+            fit = fit + 1
+          end
+        end
+        if fit < n then
+          w = (k + 1) * x - now
+        end
+        st[q + 1] = false
+        st[q + 3] = y
+        st[q + 4] = count
+        st[q + 5] = k
+      end
+      -- The first refused job is the same for every rule with the shortest prefix: its wait is
+      -- the largest of theirs.
+      if fit < fit_min then
+        fit_min = fit
+        wait = w or 0
+      elseif fit == fit_min and w and w > wait then
+        wait = w
+      end
+    end
+    granted = fit_min
+    if free < granted then
+      granted = free > 0 and free or 0
+    end
+    if granted < n then
+      if granted >= free then
+        -- No free slot (the hint, the earliest lease expiry, is computed at the end).
+        blocked = 3
+      else
+        blocked = 2
+        retry = wait
+      end
+    end
+    -- The state after `granted` jobs.
+    if granted > 0 then
+      for q = 0, 5 * m - 5, 5 do
+        if st[q + 1] then
+          st[q + 4] = st[q + 4] + granted * ceil(c * st[q + 2])
+        elseif c % 1 == 0 and st[q + 4] % 1 == 0 then
+          st[q + 4] = st[q + 4] + granted * c
+        else
+          local s = st[q + 4]
+          for _ = 1, granted do
+            s = s + c
+          end
+          st[q + 4] = s
+        end
+      end
+    end
+  else
+    -- Mixed costs: job by job, each against every rule as updated by the jobs before it.
+    for r = 1, m do
+      local base = 4 + 3 * r
+      local x = tonumber(ARGV[base + 1])
+      local y = tonumber(ARGV[base + 2])
+      local raw, bad_rule
+      if ARGV[base] ~= 's' then
+        raw, bad_rule = read(KEYS[3 + r])
+        if bad_rule then
+          return bad_rule
+        end
+      end
+      local q = 5 * (r - 1)
+      st[q + 2] = x
+      if ARGV[base] == 'g' then
+        local tat = now
+        if raw then
+          tat = string.find(raw, '^%d+$') and tonumber(raw)
+          if not tat or tat > now + y * x + 86400000000 then
+            return corrupt(KEYS[3 + r], raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
+          end
+        end
+        if tat < now then
+          tat = now
+        end
+        st[q + 1] = true
+        st[q + 3] = y * x
+        st[q + 4] = tat
+      elseif ARGV[base] == 's' then
+        st[q + 1] = false
+        st[q + 3] = y
+        st[q + 4] = sl[r][1]
+      else
+        local k = floor(now / x)
+        if k * x > now then
+          k = k - 1
+        end
+        local count = 0
+        if raw then
+          local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
+          if not sk or tonumber(sc) > y then
+            return corrupt(KEYS[3 + r], raw, '"<window>:<count>" with a count from 0 to the limit')
+          end
+          if tonumber(sk) == k then
+            count = tonumber(sc)
+          end
+        end
+        st[q + 1] = false
+        st[q + 3] = y
+        st[q + 4] = count
+        st[q + 5] = k
+      end
+    end
+    local last = 5 * m - 5
+    local cost_base = 7 + 3 * m -- job i: ARGV[cost_base + i]
+    for i = 1, n do
+      if granted >= free then
+        blocked = 3
+        break
+      end
+      local c = tonumber(ARGV[cost_base + i])
+      local wait = 0
+      for q = 0, last, 5 do
+        if st[q + 1] then
+          local over = st[q + 4] + ceil(c * st[q + 2]) - now - st[q + 3]
+          if over > wait then
+            wait = over
+          end
+        elseif st[q + 4] + c > st[q + 3] then
+          -- A sliding window (no index) marks the job refused; its wait is computed below.
+          local w = st[q + 5] and (st[q + 5] + 1) * st[q + 2] - now or 1
+          if w > wait then
+            wait = w
+          end
+        end
+      end
+      if wait > 0 then
+        blocked = 2
+        retry = wait
+        break
+      end
+      for q = 0, last, 5 do
+        if st[q + 1] then
+          st[q + 4] = st[q + 4] + ceil(c * st[q + 2])
+        else
+          st[q + 4] = st[q + 4] + c
+        end
+      end
+      granted = i
+    end
+  end
+
+  -- Sliding windows: the refused job's wait. With need = sum + c - limit, the job fits once the
+  -- oldest entries holding `need` units have left: at t_p + intervalUs for the first entry p
+  -- where their running sum reaches need (this call's own grants, not yet in the log, leave
+  -- one interval from now).
+  if blocked == 2 and next(sl) then
+    local cr = tonumber(shared ~= '' and shared or ARGV[7 + 3 * m + granted + 1])
+    for r, v in pairs(sl) do
+      local q = 5 * (r - 1)
+      local x, y, a = st[q + 2], st[q + 3], st[q + 4]
+      if a + cr > y then
+        local need = a + cr - y
+        local w = x
+        if v[3] == 1 then
+          local key = KEYS[3 + r]
+          local acc, from, span = 0, 1 + v[2], 32
+          local found = false
+          while not found do
+            local part = redis.call('LRANGE', key, from, from + span - 1)
+            for i = 1, #part - 1, 2 do
+              local tn, cn = tonumber(part[i]), tonumber(part[i + 1])
+              if not (tn and tn >= 0 and tn < math.huge and cn and cn > 0 and cn < math.huge) then
+                return corrupt(key, tostring(part[i]) .. ' ' .. tostring(part[i + 1]),
+                  'a sliding-window log (a sum, then times in epoch µs and costs)')
+              end
+              acc = acc + cn
+              if acc >= need then
+                w = tn + x - now
+                found = true
+                break
+              end
+            end
+            if #part < span then
+              break
+            end
+            from = from + span
+            span = span * 2
+          end
+        end
+        if w > retry then
+          retry = w
+        end
+      end
+    end
+  end
+
+  -- Sliding windows: drop the entries that left, record this call's grants (one entry at `now`,
+  -- merged into the newest when it has that time), and expire the key one interval after its
+  -- newest entry.
+  for r, v in pairs(sl) do
+    local key = KEYS[3 + r]
+    local q = 5 * (r - 1)
+    local pending = 0
+    if granted > 0 then
+      pending = st[q + 4] - v[1]
+    end
+    if v[2] > 0 then
+      if v[3] == 0 and pending == 0 then
+        redis.call('DEL', key)
+      else
+        redis.call('LTRIM', key, v[2], -1)
+      end
+    end
+    if pending > 0 then
+      local newest = now
+      if v[3] == 1 then
+        newest = tonumber(redis.call('LINDEX', key, -2))
+        if not (newest and newest < math.huge) then
+          return corrupt(key, tostring(redis.call('LINDEX', key, -2)),
+            'a sliding-window log (a sum, then times in epoch µs and costs)')
+        end
+      end
+      if v[3] == 1 and newest >= now then
+        local tail = tonumber(redis.call('LINDEX', key, -1))
+        redis.call('LSET', key, -1, string.format('%.17g', tail + pending))
+      else
+        newest = now
+        if v[3] == 0 and v[2] == 0 then
+          -- No list yet (or an empty one): its sentinel first.
+          redis.call('DEL', key)
+          redis.call('RPUSH', key, '0')
+        end
+        redis.call('RPUSH', key, string.format('%d', now), string.format('%.17g', pending))
+      end
+      redis.call('LSET', key, 0, string.format('%.17g', st[q + 4]))
+      local ttl = ceil((newest + st[q + 2] - now) / 1000)
+      if ttl < 1 then
+        ttl = 1
+      end
+      if testing then
+        ttl = ttl + 600000
+      end
+      redis.call('PEXPIRE', key, ttl)
+    elseif v[2] > 0 and v[3] == 1 then
+      redis.call('LSET', key, 0, string.format('%.17g', v[1]))
+    end
+  end
+
+  -- The line: the head's turn is used once it is granted; a caller refused on rate takes a
+  -- ticket at the tail (or keeps the head, when it came before its slot opened).
+  local held = 0
+  if lined then
+    local changed = false
+    if lhead and granted > 0 then
+      local open = retry
+      if blocked ~= 2 then
+        -- All granted: when one more job of the last cost would fit.
+        open = 0
+        local c = tonumber(shared ~= '' and shared or ARGV[7 + 3 * m + granted])
+        for q = 0, 5 * m - 5, 5 do
+          local o = st[q + 4] + ceil(c * st[q + 2]) - now - st[q + 3]
+          if o > open then
+            open = o
+          end
+        end
+      end
+      lh = lh + 1
+      local at = now + open
+      if la + ls > at then
+        at = la + ls
+      end
+      la = at
+      if lh >= lt then
+        lh = nil
+      end
+      changed = true
+    elseif lhead then
+      if now + retry > la then
+        la = now + retry
+      end
+      held = ticket
+      changed = true
+    end
+    if blocked == 2 and held == 0 then
+      if not line_read then
+        local bad_line = read_line()
+        if bad_line then
+          return bad_line
+        end
+      end
+      if not lh then
+        -- A new line: its step from the rule that keeps the refused job waiting longest.
+        local c = tonumber(shared ~= '' and shared or ARGV[7 + 3 * m + granted + 1])
+        local worst, step = -math.huge, 1
+        for q = 0, 5 * m - 5, 5 do
+          local inc = ceil(c * st[q + 2])
+          local cap = st[q + 3]
+          local w = st[q + 4] + inc - now - cap
+          if w > worst then
+            worst = w
+            local per = floor(floor(cap / inc) / 2)
+            step = inc * (per > 1 and per or 1)
+          end
+        end
+        lh, lt, la, ls = now, now, now + retry, step
+      end
+      held = lt
+      lt = lt + 1
+      local turn = la + (held - lh) * (ls + (ls < 800 and floor(ls / 8) or 100))
+      if turn - now > retry then
+        retry = turn - now
+      end
+      changed = true
+    end
+    if changed then
+      if lh then
+        local ttl = ceil((la + (lt - lh - 1) * (ls + (ls < 800 and floor(ls / 8) or 100)) + GRACE - now + 1) / 1000)
+        redis.call('SET', KEYS[5 + m], string.format('%d:%d:%d:%d', lh, lt, la, ls), 'PX',
+          ttl + (testing and 600000 or 0))
+      else
+        redis.call('DEL', KEYS[5 + m])
+      end
+    end
+  end
+
+  local reply = { granted, retry, blocked, 0, now, 0 }
+  if granted > 0 then
+    -- Spend: write every rule's state with a TTL (whole ms, at least 1; long under the test
+    -- clock) at which it would be fresh again.
+    for r = 1, m do
+      local q = 5 * (r - 1)
+      local s = st[q + 4]
+      local us, value = 0, nil
+      if st[q + 1] then
+        us = s - now
+        value = string.format('%d', s)
+      elseif st[q + 5] then
+        local k = st[q + 5]
+        us = (k + 1) * st[q + 2] - now
+        value = string.format('%d', k) .. ':' .. string.format('%.17g', s)
+      end
+      local ttl = ceil(us / 1000)
+      if ttl < 1 then
+        ttl = 1
+      end
+      if testing then
+        ttl = ttl + 600000
+      end
+      if value then
+        redis.call('SET', KEYS[3 + r], value, 'PX', ttl)
+      end
+    end
+
+    if lease_limit > 0 then
+      local expires = now + tonumber(ARGV[5])
+      local expires_ms = string.format('%d.%03d', floor(expires / 1000), expires % 1000)
+      local nonce = ARGV[6]
+      -- The fencing number only grows: one more than the last, and never below the clock in µs,
+      -- so it keeps growing even after the fence key expired or was lost.
+      local fence = last_fence
+      local at = 6
+      for _ = 1, granted do
+        fence = fence + 1
+        if fence < now then
+          fence = now
+        end
+        local token = nonce .. '.' .. string.format('%d', fence)
+        redis.call('ZADD', KEYS[2], expires_ms, token)
+        reply[at + 1] = token
+        reply[at + 2] = fence
+        at = at + 2
+      end
+      local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+      local ttl = ceil((floor(tonumber(latest[2]) * 1000 + 0.5) - now) / 1000)
+      if ttl < 1 then
+        ttl = 1
+      end
+      if testing then
+        ttl = ttl + 600000
+      end
+      redis.call('PEXPIRE', KEYS[2], ttl)
+      redis.call('SET', KEYS[3], string.format('%d', fence), 'PX', ttl)
+      reply[6] = expires
+    end
+  end
+  if recorded then
+    reply[#reply + 1] = recorded
+  end
+  if ticket_arg ~= '' then
+    reply[#reply + 1] = held
+  end
+
+  if blocked == 3 then
+    -- No free slot: hint at the earliest expiry of a held lease (a release usually wakes sooner).
+    local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    if first[2] then
+      reply[2] = floor(tonumber(first[2]) * 1000 + 0.5) - now
+    end
+  end
+  return reply
+end
