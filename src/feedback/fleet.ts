@@ -71,19 +71,25 @@ export async function takeTicket(
 /**
  * How much of a coarse wait's rounding the first probe waits past its lower bound: 1/16 (62.5 ms
  * for whole seconds). Each probe answered 429 doubles it, so a `Retry-After: 1` is probed at most
- * 62.5, 125, 250 and 500 ms after each 429 before the whole second is waited out: at most 4
- * probes answered 429 per coarse wait, one at a time for the whole fleet.
+ * 62.5, 125, 250 and 500 ms after each 429, and then at the bound the first 429 stated: at most
+ * 4 probes answered 429 per coarse wait, one at a time for the whole fleet.
  */
 const PROBE_FRACTION = 1 / 16;
 
 /**
  * The wait before probing the provider again after a 429 whose only wait is coarse (`reading`,
  * true reset in [earliest, until]), at `now`: its lower bound plus a step that doubles with each
- * probe answered 429 since the last success, never past `until`.
+ * probe answered 429 since the last success, never past `until` nor past `bound` (the tightest
+ * upper bound the earlier 429s of the same wait stated, epoch ms).
  */
-export function probeDelay(reading: FeedbackReading, probes: number, now: number): number {
+export function probeDelay(
+  reading: FeedbackReading,
+  probes: number,
+  now: number,
+  bound = Number.POSITIVE_INFINITY,
+): number {
   const lower = Math.max(0, reading.earliest - now);
-  const upper = Math.max(lower, reading.until - now);
+  const upper = Math.max(lower, Math.min(reading.until, bound) - now);
   const step = (reading.until - reading.earliest) * PROBE_FRACTION * 2 ** Math.min(probes, 30);
   return Math.min(upper, lower + step);
 }
@@ -115,8 +121,9 @@ export async function reportTicket(
     const state = feedbackState(valve);
     // A 429 to the probe itself: the provider's reset is later than the last delay.
     if (ticket.probe) state.probes++;
+    if (seen.coarse.until < state.probeBound) state.probeBound = seen.coarse.until;
     remaining = 0;
-    resetMs = probeDelay(seen.coarse, state.probes, valve.clock.now());
+    resetMs = probeDelay(seen.coarse, state.probes, valve.clock.now(), state.probeBound);
     header = seen.coarse.header;
   } else if (seen?.window !== undefined) {
     remaining = Math.max(0, Math.floor(seen.window.remaining));

@@ -101,7 +101,9 @@ export function observe(
     };
   } else if (status !== undefined && status >= 200 && status < 400) {
     resetBackoff(valve);
-    feedbackState(valve).probes = 0;
+    const state = feedbackState(valve);
+    state.probes = 0;
+    state.probeBound = Number.POSITIVE_INFINITY;
   }
   if (fleet !== undefined) {
     fleet.window = parsed.window;

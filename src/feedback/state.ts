@@ -15,6 +15,11 @@ export class FeedbackState {
    * doubles the next probe's delay.
    */
   probes = 0;
+  /**
+   * The tightest upper bound (valve clock, epoch ms) the coarse 429s since the last success
+   * stated: no probe waits past it. Infinity when none.
+   */
+  probeBound = Number.POSITIVE_INFINITY;
 
   /** An attempt starts: returns its start number. */
   begin(): number {

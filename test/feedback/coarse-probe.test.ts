@@ -116,6 +116,21 @@ describe('wrapFetch: a coarse Retry-After is probed, not waited out', () => {
     await valve.close();
   });
 
+  it('no probe goes past the bound the first 429 stated (a 2 s ban: probes, then the bound)', async () => {
+    const { clock, make } = setup();
+    const valve = make();
+    // Blocked for 2 s, as a secondary limit: `Retry-After: 2`, then 1 for the probes.
+    const { fn, calls } = blockedUntil(clock, 2000);
+    const p = valve.wrapFetch(fn, { retries: 10 })('https://api.example/x');
+    await clock.runAllAsync();
+    expect((await p).status).toBe(200);
+    // The reset lies in (1 s, 2 s]: probes at 1062.5, then 125, 250, 500 ms after each 429, and
+    // the next one (1000 ms after the last 429) is cut to the first 429's bound, 2000.
+    expect(calls.map((c) => c.at)).toEqual([0, 1062.5, 1187.5, 1437.5, 1937.5, 2000]);
+    expect(calls.map((c) => c.status)).toEqual([429, 429, 429, 429, 429, 200]);
+    await valve.close();
+  });
+
   it('a longer Retry-After (3 s: the rounding is at most a third of it) is waited out', async () => {
     const { clock, make } = setup();
     const valve = make();
@@ -168,5 +183,8 @@ describe('probeDelay', () => {
     expect(probeDelay(reading(2000, 3000), 0, 0)).toBe(2062.5);
     // Read later than it was sent: measured from now.
     expect(probeDelay(reading(2000, 3000), 0, 500)).toBe(1562.5);
+    // Never past the bound an earlier 429 of the same wait stated.
+    expect(probeDelay(r, 4, 0, 300)).toBe(300);
+    expect(probeDelay(r, 0, 0, 30)).toBe(30);
   });
 });
