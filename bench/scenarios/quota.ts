@@ -95,6 +95,14 @@ export const cases: Record<
     ruleLimit: 40,
     processes: 3,
   },
+  'fastify 20/1s, rules 40/1s, 3 processes': {
+    kind: 'fastify',
+    limit: 20,
+    windowMs: 1000,
+    requests: 200,
+    ruleLimit: 40,
+    processes: 3,
+  },
   'aligned 20/1s': {
     kind: 'aligned',
     limit: 20,
