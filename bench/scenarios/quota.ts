@@ -124,7 +124,7 @@ export const cases: Record<
     windowMs: 1000,
     burst: 5,
     requests: 200,
-    recommended: { limit: 20, interval: 1000, burst: 5 },
+    recommended: { limit: 20, interval: 1000, burst: 4 },
   },
   'aligned 20/1s, 3 processes': {
     kind: 'aligned',
@@ -150,7 +150,7 @@ export const cases: Record<
     burst: 5,
     requests: 200,
     processes: 3,
-    recommended: { limit: 20, interval: 1000, burst: 5 },
+    recommended: { limit: 20, interval: 1000, burst: 4 },
   },
 };
 
