@@ -36,6 +36,8 @@ export interface ValveInternals {
   ): Promise<T>;
   /** Writes a shared pause of `ms` in the background; emits 'pause' with `source`; failures emit 'store-error'. */
   pauseInBackground(ms: number, source: PauseSource, detail?: unknown): void;
+  /** End of the shared pause this process knows (valve clock, epoch ms; 0 or past: none). */
+  knownPauseEnd(): number;
   /** Emits a typed event of the valve (e.g. 'retry', 'feedback-ignored'). */
   emit(event: string, payload: unknown): void;
   /** The provider window the id's fleet learns through the store (when the store keeps one). */

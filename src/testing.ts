@@ -26,6 +26,7 @@ import {
   type TestFunction,
 } from './testing/suite.js';
 import { turnCases } from './testing/turns.js';
+import { windowCases } from './testing/windows.js';
 
 export type { DescribeFunction, StoreUnderTest, TestFunction } from './testing/suite.js';
 
@@ -49,9 +50,15 @@ export interface StoreContractOptions {
    * a store may ignore `turn`.
    */
   turns?: boolean;
+  /**
+   * The fleet window (`windowSend`/`windowReport`, which wrapFetch uses when a store has both).
+   * Default: its cases check a store that has them and have nothing to check on one that has
+   * neither. `true`: the store must keep one (a store without fails them). `false`: no case.
+   */
+  window?: boolean;
 }
 
-const OPTIONS = ['describe', 'it', 'controlledClock', 'wakeUps', 'turns'];
+const OPTIONS = ['describe', 'it', 'controlledClock', 'wakeUps', 'turns', 'window'];
 
 function check(name: unknown, makeStore: unknown, options: unknown): asserts options is StoreContractOptions {
   if (typeof name !== 'string')
@@ -68,7 +75,7 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
   for (const key of Object.keys(o)) {
     if (!OPTIONS.includes(key)) {
       throw new TypeError(
-        `Unknown option \`${key}\`; storeContract() takes \`describe\`, \`it\`, \`controlledClock\`, \`wakeUps\` and \`turns\``,
+        `Unknown option \`${key}\`; storeContract() takes \`describe\`, \`it\`, \`controlledClock\`, \`wakeUps\`, \`turns\` and \`window\``,
       );
     }
   }
@@ -79,7 +86,7 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
       );
     }
   }
-  for (const key of ['controlledClock', 'wakeUps', 'turns'] as const) {
+  for (const key of ['controlledClock', 'wakeUps', 'turns', 'window'] as const) {
     if (o[key] !== undefined && typeof o[key] !== 'boolean') {
       throw new TypeError(`Expected \`${key}\` to be a boolean, got ${describe(o[key])}`);
     }
@@ -91,7 +98,9 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
  *
  * `makeStore` runs once per case and returns a fresh store (it may share a server: every case
  * uses fresh random ids). A capability declared in `options` that the store lacks fails its
- * cases; a capability not declared registers no case (nothing is skipped at run time).
+ * cases; a capability not declared registers no case (nothing is skipped at run time), but for
+ * the fleet window, whose cases by default check the store's `windowSend`/`windowReport` when it
+ * has them (as wrapFetch uses them when they are there).
  * Most cases take a few ms; a few wait real time (under 0.5 s), and the wake-up case waits up
  * to 5 s for a subscription to become active.
  */
@@ -109,6 +118,7 @@ export function storeContract(
     controlledClock: options.controlledClock === true,
     wakeUps: options.wakeUps !== false,
     turns: options.turns === true,
+    window: options.window,
   });
   registry.describe(`Store contract: ${name}`, () => {
     admissionCases(registry);
@@ -116,5 +126,6 @@ export function storeContract(
     leaseCases(registry);
     sharingCases(registry);
     turnCases(registry);
+    windowCases(registry);
   });
 }

@@ -157,6 +157,7 @@ class ValveImpl implements Valve {
         this.runAt(job as AnyJob, options, sequence, onSequence) as Promise<never>,
       // observe() reaches the pause directly: feedback → pauses → store.
       pauseInBackground: (ms, source, detail) => pauses.pauseInBackground(ms, source, detail),
+      knownPauseEnd: () => pauses.until,
       emit: (event, payload) => {
         if (event !== 'error') events.emit(event, payload);
       },

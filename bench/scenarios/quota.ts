@@ -22,11 +22,16 @@
  *   limit, reservoirRefreshInterval: interval }`, rate-limiter-flexible `{ points: limit, duration }`
  *   waiting `msBeforeNext` when refused. They don't read headers; a 429 is a failed request.
  *
- * Metrics: `quotaPct` (successes over what the provider's sustained rate allows from the first
- * request to one emission interval after the last success: see quotaShare), `rejected429`,
- * `ok` (requests that ended 200), `failed` (requests that did not), `seconds` (first request to
- * last response; with processes, from the fleet's start, Redis and worker startup included).
- * `QUOTA_DEBUG=1` prints when the 429s arrived; `QUOTA_MARGIN_MS=<ms>` overrides the margin.
+ * Metrics: `quotaPct`, the quota used: successes over the most the provider could have allowed
+ * from the first request's arrival to the last success's (span `S`), so 100 % is the ceiling
+ * (test/helpers/real-limiters.ts, quotaCeiling): its initial allowance plus its sustained rate
+ * over the span, per provider style: `limit × (1 + S / window)` for windows opened by the first
+ * request (express, fastify) and the sliding log; `limit` per aligned window the span touches
+ * (aligned); `bucket + rate × S` (token bucket); `burst + S / emission interval` (GCRA).
+ * `rejected429` (answers 429 the provider sent), `ok` (requests that ended 200), `failed`
+ * (requests that did not), `seconds` (first request to last response; with processes, from the fleet's start, Redis and worker startup included).
+ * `QUOTA_DEBUG=1` prints when the 429s arrived; `QUOTA_MARGIN_MS=<ms>` overrides the margin;
+ * `QUOTA_RULE=<json>` overrides valve-rec's rule.
  */
 import { fork } from 'node:child_process';
 import { createServer } from 'node:http';
@@ -90,6 +95,14 @@ export const cases: Record<
     ruleLimit: 40,
     processes: 3,
   },
+  'fastify 20/1s, rules 40/1s, 3 processes': {
+    kind: 'fastify',
+    limit: 20,
+    windowMs: 1000,
+    requests: 200,
+    ruleLimit: 40,
+    processes: 3,
+  },
   'aligned 20/1s': {
     kind: 'aligned',
     limit: 20,
@@ -111,7 +124,7 @@ export const cases: Record<
     windowMs: 1000,
     burst: 5,
     requests: 200,
-    recommended: { limit: 20, interval: 1000, burst: 5 },
+    recommended: { limit: 20, interval: 1000, burst: 4 },
   },
   'aligned 20/1s, 3 processes': {
     kind: 'aligned',
@@ -137,7 +150,7 @@ export const cases: Record<
     burst: 5,
     requests: 200,
     processes: 3,
-    recommended: { limit: 20, interval: 1000, burst: 5 },
+    recommended: { limit: 20, interval: 1000, burst: 4 },
   },
 };
 
@@ -389,10 +402,13 @@ async function fleet(
   }
 }
 
+/** Overrides the recommended rule (valve-rec), to measure others: QUOTA_RULE='{"limit":20,"interval":1000,"burst":3}'. */
+const RULE = process.env.QUOTA_RULE === undefined ? undefined : JSON.parse(process.env.QUOTA_RULE);
+
 async function measure(peer: string, name: string): Promise<void> {
   const c = cases[name]!;
   marginMs = MARGIN_MS ?? c.marginMs ?? 0;
-  recommended = c.recommended;
+  recommended = RULE ?? c.recommended;
   const requests = args.quick ? Math.max(c.limit, Math.round(c.requests / 4)) : c.requests;
   const provider = await startRealLimiter(c.kind, {
     limit: c.limit,
@@ -426,7 +442,15 @@ async function measure(peer: string, name: string): Promise<void> {
     case: name,
     peer,
     metrics: {
-      quotaPct: round(quotaShare(provider.log, c.limit, c.windowMs) * 100, 1),
+      quotaPct: round(
+        quotaShare(provider.log, {
+          kind: c.kind,
+          limit: c.limit,
+          windowMs: c.windowMs,
+          ...(c.burst === undefined ? {} : { burst: c.burst }),
+        }) * 100,
+        1,
+      ),
       rejected429: provider.log.filter((r) => r.status === 429).length,
       ok,
       failed: requests - ok,

@@ -231,6 +231,8 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
     let sequence: number | undefined;
     for (let attempt = 0; ; attempt++) {
       const [attemptInput, attemptInit] = plan.args();
+      // The pause the fleet's record wrote for this attempt's answer (fleet window only).
+      let fleetWait: number | undefined;
       const { response, reading } = await valve.runAt(
         async ({ signal: jobSignal }) => {
           const attemptSignal = anySignal(jobSignal, signal);
@@ -246,7 +248,7 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
             return { response, reading };
           } finally {
             state.end(n);
-            if (ticket !== undefined) await reportTicket(valve, fleet!, ticket, seen?.window, seen?.held);
+            if (ticket !== undefined) fleetWait = await reportTicket(valve, fleet!, ticket, seen);
           }
         },
         { cost, priority, signal },
@@ -263,7 +265,7 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
       const event: FetchRetryEvent = {
         attempt: attempt + 1,
         status,
-        waitMs: reading?.waitMs ?? 0,
+        waitMs: fleetWait ?? reading?.waitMs ?? 0,
         url: urlOf(input),
         source: reading?.source,
       };

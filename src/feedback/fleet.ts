@@ -1,7 +1,9 @@
 import type { FleetWindow, ValveInternals } from '../feedback-port.js';
 import { isThenable } from '../maybe-promise.js';
 import type { WindowTicket } from '../stores/store.js';
-import type { FeedbackReading, WindowSeen } from './types.js';
+import type { FleetObservation } from './observe.js';
+import { feedbackState } from './state.js';
+import type { FeedbackReading } from './types.js';
 
 /*
  * wrapFetch's side of the fleet window (stores/window-record.ts): a ticket before each request,
@@ -38,7 +40,8 @@ function sleep(valve: ValveInternals, ms: number, signal: AbortSignal): Promise<
 
 /**
  * A ticket to send one request; waits (honouring `signal`) while the fleet's window is spent or a
- * probe is out. Undefined when the store failed: send without one.
+ * probe is out, and while this process knows of a pause (written since the job was granted).
+ * Undefined when the store failed: send without one.
  */
 export async function takeTicket(
   valve: ValveInternals,
@@ -46,6 +49,12 @@ export async function takeTicket(
   signal: AbortSignal,
 ): Promise<WindowTicket | undefined> {
   for (;;) {
+    // A job granted before a pause was written, and held here since, must not send inside it.
+    const paused = valve.knownPauseEnd() - valve.clock.now();
+    if (paused > 0) {
+      await sleep(valve, paused, signal);
+      continue;
+    }
     let ticket: WindowTicket;
     try {
       const t = window.send(PROBE_TTL_MS);
@@ -60,33 +69,77 @@ export async function takeTicket(
 }
 
 /**
- * The answer to `ticket` arrived (or the attempt failed: `seen` undefined): reports its window to
- * the fleet's record and writes the pause the record gives when the window's budget is spent
- * (the tightest reset any process saw), with the response's own window reading (`held`, the
- * pause observe() left to the fleet) as its detail.
+ * How much of a coarse wait's rounding the first probe waits past its lower bound: 1/16 (62.5 ms
+ * for whole seconds). Each probe answered 429 doubles it, so a `Retry-After: 1` is probed at most
+ * 62.5, 125, 250 and 500 ms after each 429, and then at the bound the first 429 stated: at most
+ * 4 probes answered 429 per coarse wait, one at a time for the whole fleet.
+ */
+const PROBE_FRACTION = 1 / 16;
+
+/**
+ * The wait before probing the provider again after a 429 whose only wait is coarse (`reading`,
+ * true reset in [earliest, until]), at `now`: its lower bound plus a step that doubles with each
+ * probe answered 429 since the last success, never past `until` nor past `bound` (the tightest
+ * upper bound the earlier 429s of the same wait stated, epoch ms).
+ */
+export function probeDelay(
+  reading: FeedbackReading,
+  probes: number,
+  now: number,
+  bound = Number.POSITIVE_INFINITY,
+): number {
+  const lower = Math.max(0, reading.earliest - now);
+  const upper = Math.max(lower, Math.min(reading.until, bound) - now);
+  const step = (reading.until - reading.earliest) * PROBE_FRACTION * 2 ** Math.min(probes, 30);
+  return Math.min(upper, lower + step);
+}
+
+/**
+ * The answer to `ticket` arrived (`seen`: what observe() read of it; its window undefined when
+ * the attempt failed or described none): reports its window to the fleet's record and writes the
+ * pause the record gives when the window's budget is spent (the tightest reset any process saw),
+ * with the response's own reading (`held`, the pause observe() left to the fleet) as its detail.
+ *
+ * A 429 whose only wait is coarse (`seen.coarse`: `Retry-After` in whole seconds, no window) is
+ * reported as a spent window that resets at probeDelay(): the fleet pauses that long, then sends
+ * one probe (alone in flight for every process sharing the id) whose answer opens the way or, if
+ * it is a 429 too, starts the next, longer delay.
+ *
+ * Returns the pause written (ms), 0 when none, undefined when the answer described no window.
  */
 export async function reportTicket(
   valve: ValveInternals,
   window: FleetWindow,
   ticket: WindowTicket,
-  seen: WindowSeen | undefined,
-  held: FeedbackReading | undefined,
-): Promise<void> {
+  seen: FleetObservation | undefined,
+): Promise<number | undefined> {
+  const held = seen?.held;
+  let remaining = -1;
+  let resetMs = 0;
+  let header = seen?.window?.header;
+  if (seen?.coarse !== undefined) {
+    const state = feedbackState(valve);
+    // A 429 to the probe itself: the provider's reset is later than the last delay.
+    if (ticket.probe) state.probes++;
+    if (seen.coarse.until < state.probeBound) state.probeBound = seen.coarse.until;
+    remaining = 0;
+    resetMs = probeDelay(seen.coarse, state.probes, valve.clock.now(), state.probeBound);
+    header = seen.coarse.header;
+  } else if (seen?.window !== undefined) {
+    remaining = Math.max(0, Math.floor(seen.window.remaining));
+    resetMs = Math.min(seen.window.waitMs, 31_536_000_000);
+  }
   let wait: number;
   try {
-    const remaining = seen === undefined ? -1 : Math.max(0, Math.floor(seen.remaining));
-    const w = window.report(
-      ticket.seq,
-      remaining,
-      seen === undefined ? 0 : Math.min(seen.waitMs, 31_536_000_000),
-    );
+    const w = window.report(ticket.seq, remaining, resetMs);
     wait = isThenable(w) ? await w : w;
   } catch {
     // Without the fleet's answer, this process's own reading decides, as without a fleet window.
     if (held !== undefined && held.waitMs > 0) valve.pauseInBackground(held.waitMs, held.source, held);
-    return;
+    return held?.waitMs;
   }
-  if (!(wait > 0) || seen === undefined) return;
+  if (remaining < 0) return undefined;
+  if (!(wait > 0)) return 0;
   const capped = Math.min(wait, valve.feedback.maxPause);
   const now = valve.clock.now();
   const detail: FeedbackReading =
@@ -96,12 +149,13 @@ export async function reportTicket(
           waitMs: capped,
           until: now + capped,
           source: 'ratelimit-header',
-          header: seen.header,
+          header,
           raw: undefined,
           status: undefined,
           model: 'window',
           earliest: now,
           coarse: false,
         };
-  valve.pauseInBackground(capped, 'ratelimit-header', detail);
+  valve.pauseInBackground(capped, detail.source, detail);
+  return capped;
 }

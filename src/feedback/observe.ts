@@ -20,6 +20,12 @@ export interface FleetObservation {
   window: WindowSeen | undefined;
   /** The window's pause observe() did not write (the fleet's record decides it). */
   held?: FeedbackReading | undefined;
+  /**
+   * A 429 whose only wait is coarse (`Retry-After: 1`, whole seconds: an upper bound) and that
+   * describes no window: the fleet probes the provider instead of waiting the bound out
+   * (feedback/fleet.ts). Set together with `held`.
+   */
+  coarse?: FeedbackReading | undefined;
 }
 
 /**
@@ -95,12 +101,33 @@ export function observe(
     };
   } else if (status !== undefined && status >= 200 && status < 400) {
     resetBackoff(valve);
+    const state = feedbackState(valve);
+    state.probes = 0;
+    state.probeBound = Number.POSITIVE_INFINITY;
   }
   if (fleet !== undefined) {
     fleet.window = parsed.window;
     // The fleet's record decides a window's pause (wrapFetch writes it once the store answers).
     if (parsed.fromWindow === true && reading === parsed.reading) {
       fleet.held = reading;
+      return reading;
+    }
+    // A 429 with only a coarse wait (whole seconds), whose rounding may be most of it
+    // (`Retry-After: 1` or `2`): an upper bound the fleet probes instead of waiting out. A longer
+    // one is waited out: a probe would save at most a third of it, and servers that state long
+    // waits (GitHub's secondary limits) ask not to be retried before them.
+    if (
+      status === 429 &&
+      reading !== undefined &&
+      reading === parsed.reading &&
+      parsed.window === undefined &&
+      reading.model === 'wait' &&
+      reading.coarse &&
+      reading.capped !== true &&
+      reading.until - reading.earliest >= (reading.until - now) / 2
+    ) {
+      fleet.held = reading;
+      fleet.coarse = reading;
       return reading;
     }
   }

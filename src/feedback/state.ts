@@ -10,6 +10,16 @@ export class FeedbackState {
   /** Attempts in flight, by start number, in start order (a Set keeps insertion order). */
   private readonly inFlight = new Set<number>();
   private started = 0;
+  /**
+   * Probes of a coarse wait that got a 429 since the last success (feedback/fleet.ts): each one
+   * doubles the next probe's delay.
+   */
+  probes = 0;
+  /**
+   * The tightest upper bound (valve clock, epoch ms) the coarse 429s since the last success
+   * stated: no probe waits past it. Infinity when none.
+   */
+  probeBound = Number.POSITIVE_INFINITY;
 
   /** An attempt starts: returns its start number. */
   begin(): number {

@@ -1,6 +1,6 @@
 import type { Rule, StoreRule } from '../rules/rule.js';
 import { normalizeRule } from '../rules/rule.js';
-import type { AcquireRequest, AcquireResult, MaybePromise, Store } from '../stores/store.js';
+import type { AcquireRequest, AcquireResult, MaybePromise, Store, WindowTicket } from '../stores/store.js';
 import { expect } from './expect.js';
 
 /** What `makeStore` returns: the store, and optionally a controlled clock and a cleanup. */
@@ -37,6 +37,14 @@ export interface ClockCaseContext extends CaseContext {
   advance: (ms: number) => MaybePromise<void>;
 }
 
+/** A fleet-window case: the store's window methods, bound and awaited. */
+export interface WindowCaseContext extends CaseContext {
+  /** `store.windowSend(id, probeTtl)`. */
+  send(id: string, probeTtl?: number): Promise<WindowTicket>;
+  /** `store.windowReport(id, seq, remaining, resetMs)`. */
+  report(id: string, seq: number, remaining: number, resetMs: number): Promise<number>;
+}
+
 /** How case files register their cases; capabilities the store lacks register nothing. */
 export interface CaseRegistry {
   describe(name: string, body: () => void): void;
@@ -47,6 +55,15 @@ export interface CaseRegistry {
   itTurns(name: string, body: (s: ClockCaseContext) => Promise<unknown>): void;
   /** Registered unless `wakeUps: false`; fails when the store has no `subscribe()`. */
   itWake(name: string, body: (s: CaseContext) => Promise<unknown>): void;
+  /**
+   * The fleet-window cases (`windowSend`/`windowReport`), registered unless `window: false`.
+   * With `window: true` a store without both methods fails them; by default they check a store
+   * that has them and pass with nothing to check on one that has neither (valve then keeps no
+   * fleet window: its wrapFetch never calls them). One method without the other always fails.
+   */
+  itWindow(name: string, body: (s: WindowCaseContext) => Promise<unknown>): void;
+  /** itWindow, registered only with `controlledClock: true` too. */
+  itWindowClock(name: string, body: (s: WindowCaseContext & ClockCaseContext) => Promise<unknown>): void;
   /** A fresh id, unique to this run of the suite (so a shared server can hold many runs). */
   newId(): string;
   /** Whether the controlled-clock cases are registered. */
@@ -88,6 +105,8 @@ export interface RegistryOptions {
   controlledClock: boolean;
   wakeUps: boolean;
   turns: boolean;
+  /** true: the store must keep a fleet window; false: no window case; undefined: checked if present. */
+  window: boolean | undefined;
 }
 
 /** Builds the registry the case files use, on the caller's runner. */
@@ -151,6 +170,43 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
   };
   const none = () => {};
 
+  /** Registers a fleet-window case (see CaseRegistry.itWindow). */
+  function windowCase<C extends WindowCaseContext>(
+    title: string,
+    body: (s: C) => Promise<unknown>,
+    clock: boolean,
+  ): void {
+    if (options.window === false || (clock && !options.controlledClock)) return;
+    options.it(title, () =>
+      runCase(
+        async (s: CaseContext) => {
+          const { store } = s;
+          const hasSend = typeof store.windowSend === 'function';
+          const hasReport = typeof store.windowReport === 'function';
+          if (hasSend !== hasReport) {
+            throw new Error(
+              `storeContract(${JSON.stringify(name)}): the store has ${hasSend ? 'windowSend' : 'windowReport'} without ${hasSend ? 'windowReport' : 'windowSend'} (valve uses the fleet window only with both)`,
+            );
+          }
+          if (!hasSend) {
+            if (options.window === true) throw missing('a fleet window (windowSend/windowReport)');
+            return;
+          }
+          const w: WindowCaseContext = {
+            ...s,
+            send: async (id, probeTtl = 2000) => await store.windowSend!(id, probeTtl),
+            report: async (id, seqNo, remaining, resetMs) =>
+              await store.windowReport!(id, seqNo, remaining, resetMs),
+          };
+          await body(w as C);
+        },
+        (s) => {
+          if (clock && !s.advance) throw missing('a controlled clock');
+        },
+      ),
+    );
+  }
+
   return {
     describe: (title, body) => {
       options.describe(title, body);
@@ -174,6 +230,8 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
         if (typeof s.store.subscribe !== 'function') throw missing('wake-ups');
       });
     },
+    itWindow: (title, body) => windowCase(title, body, false),
+    itWindowClock: (title, body) => windowCase(title, body, true),
     newId: () => `contract:${name}:${run}:${++seq}`,
     controlledClock: options.controlledClock,
     wakeUps: options.wakeUps,

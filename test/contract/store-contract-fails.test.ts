@@ -18,7 +18,7 @@ interface Collected {
 /** Registers the suite on a runner of our own and returns its cases by full name. */
 function collect(
   makeStore: () => StoreUnderTest | Promise<StoreUnderTest>,
-  options: { controlledClock?: boolean; wakeUps?: boolean } = {},
+  options: { controlledClock?: boolean; wakeUps?: boolean; window?: boolean } = {},
 ): Collected[] {
   const cases: Collected[] = [];
   const path: string[] = [];
@@ -62,6 +62,8 @@ function broken(patch: (inner: Store) => Partial<Store>): () => StoreUnderTest {
       renew: (id, tokens, ttl) => inner.renew(id, tokens, ttl),
       release: (id, tokens) => inner.release(id, tokens),
       subscribe: (id, onWake) => inner.subscribe!(id, onWake),
+      windowSend: (id, probeTtl) => inner.windowSend!(id, probeTtl),
+      windowReport: (id, seq, remaining, resetMs) => inner.windowReport!(id, seq, remaining, resetMs),
       ...patch(inner),
     };
     return { store, advance: (ms) => clock.advance(ms) };
@@ -142,6 +144,71 @@ describe('the conformance suite fails stores that break the contract', () => {
     );
   });
 
+  it('a fleet window that sends past a spent window, loosens its reset, or lets several probes out', async () => {
+    const window = /fleet window/;
+    const sound = collect(
+      broken(() => ({})),
+      { controlledClock: true, window: true },
+    );
+    expect(sound.filter((c) => window.test(c.name)).length).toBeGreaterThanOrEqual(10);
+    expect(await failing(sound, window)).toEqual([]);
+    // Never refuses a ticket.
+    const open = collect(
+      broken((inner) => ({
+        windowSend: async (id, ttl) => {
+          const t = await inner.windowSend!(id, ttl);
+          return t.seq > 0 ? t : { seq: 1_000_000 + Math.floor(Math.random() * 1000), wait: 0, probe: false };
+        },
+      })),
+      { controlledClock: true },
+    );
+    expect(await failing(open, window)).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/refuses every ticket until its reset/),
+        expect.stringMatching(/less the tickets sent after that answer/),
+        expect.stringMatching(/one probe goes alone/),
+      ]),
+    );
+    // Keeps the last reset reported rather than the tightest.
+    const loose = collect(
+      broken((inner) => {
+        const last = new Map<string, number>();
+        return {
+          windowReport: async (id, seq, remaining, resetMs) => {
+            const wait = await inner.windowReport!(id, seq, remaining, resetMs);
+            if (remaining >= 0) last.set(id, resetMs);
+            return wait > 0 ? Math.max(wait, last.get(id) ?? 0) : wait;
+          },
+        };
+      }),
+      { controlledClock: true },
+    );
+    expect(await failing(loose, window)).toEqual([expect.stringMatching(/tightest reset holds/)]);
+    // One method without the other; `window: true` on a store with neither.
+    const half = collect(broken(() => ({ windowReport: undefined })));
+    const halfFailed = await failing(half, window);
+    expect(halfFailed.length).toBe(half.filter((c) => window.test(c.name)).length);
+    await expect(half.find((c) => window.test(c.name))!.run()).rejects.toThrow(
+      /windowSend without windowReport/,
+    );
+    const none = collect(
+      broken(() => ({ windowSend: undefined, windowReport: undefined })),
+      { window: true },
+    );
+    await expect(none.find((c) => window.test(c.name))!.run()).rejects.toThrow(
+      /declared with a fleet window \(windowSend\/windowReport\) but has none/,
+    );
+    // By default a store with neither has nothing to check; `window: false` registers no case.
+    const plain = collect(broken(() => ({ windowSend: undefined, windowReport: undefined })));
+    expect(await failing(plain, window)).toEqual([]);
+    expect(
+      collect(
+        broken(() => ({})),
+        { window: false },
+      ).some((c) => window.test(c.name)),
+    ).toBe(false);
+  });
+
   it('wake-ups that never arrive', async () => {
     const cases = collect(broken(() => ({ subscribe: () => () => {} })));
     const wake = cases.filter((c) => /wake-ups .*subscribers hear/.test(c.name));
@@ -194,6 +261,7 @@ describe('the conformance suite fails stores that break the contract', () => {
     expect(() => storeContract('x', make, undefined as never)).toThrow(/`options`.*describe/);
     expect(() => storeContract('x', make, { it: run.it } as never)).toThrow(/`describe`.*got undefined/);
     expect(() => storeContract('x', make, { ...run, wakeUps: 'no' } as never)).toThrow(/`wakeUps`.*"no"/);
+    expect(() => storeContract('x', make, { ...run, window: 1 } as never)).toThrow(/`window`.*1/);
     expect(() => storeContract('x', make, { ...run, clock: true } as never)).toThrow(
       /Unknown option `clock`/,
     );

@@ -52,6 +52,10 @@ export class FakeInternals implements ValveInternals {
     readonly concurrency = Number.POSITIVE_INFINITY,
   ) {}
 
+  knownPauseEnd(): number {
+    return this.pausedUntil;
+  }
+
   eventsOf(name: string): unknown[] {
     return this.events.filter((e) => e.event === name).map((e) => e.payload);
   }

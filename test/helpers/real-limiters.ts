@@ -245,17 +245,48 @@ export async function startRealLimiter(
   return startSlidingLog(options, log);
 }
 
+/** A provider as quotaShare() needs it: its style and its stated limit. */
+export interface QuotaSpec {
+  readonly kind: RealLimiterKind;
+  readonly limit: number;
+  readonly windowMs: number;
+  /** token-bucket (default `limit`) and gcra (default 1): the burst. */
+  readonly burst?: number;
+}
+
 /**
- * The share of the provider's sustained quota that the successful requests used: successes over
- * what `limit` per `windowMs` allows from the first request to one emission interval after the last
- * success. An exact client spacing its requests evenly scores 100 %; a fixed-window provider can
- * score a little above over a short run (its windows let the first and last ones be full at once).
+ * The most requests the provider could have allowed from the first request's arrival to the last
+ * success's (`spanMs`), whatever the client did: its initial allowance plus its sustained rate
+ * over the span, per provider style.
+ *
+ * - Windows opened by the first request (express, fastify) and the sliding log: `limit` at once,
+ *   then `limit` per `windowMs`: `limit + limit × span / windowMs` (at most `limit` per window,
+ *   and a span of `k` windows touches at most `k + 1` of them).
+ * - Aligned fixed windows: `limit` for each aligned window the span touches (a span can start at
+ *   the end of one window and use the next one at once).
+ * - Token bucket: the full bucket (`burst`, default `limit`) plus the refill over the span.
+ * - GCRA: `burst` (default 1) at once plus one per emission interval over the span.
  */
-export function quotaShare(log: readonly LoggedRequest[], limit: number, windowMs: number): number {
+export function quotaCeiling(spec: QuotaSpec, firstMs: number, lastMs: number): number {
+  const span = Math.max(0, lastMs - firstMs);
+  const sustained = (spec.limit * span) / spec.windowMs;
+  if (spec.kind === 'aligned') {
+    return spec.limit * (Math.floor(lastMs / spec.windowMs) - Math.floor(firstMs / spec.windowMs) + 1);
+  }
+  if (spec.kind === 'token-bucket') return (spec.burst ?? spec.limit) + sustained;
+  if (spec.kind === 'gcra') return (spec.burst ?? 1) + sustained;
+  return spec.limit + sustained;
+}
+
+/**
+ * The share of the provider's quota that the successful requests used: successes over the most
+ * the provider could have allowed from the first request's arrival to the last success's
+ * (quotaCeiling). 100 % is the ceiling: no client can score above it.
+ */
+export function quotaShare(log: readonly LoggedRequest[], spec: QuotaSpec): number {
   const ok = log.filter((r) => r.status < 400);
   if (ok.length === 0) return 0;
   const first = Math.min(...log.map((r) => r.t));
   const last = Math.max(...ok.map((r) => r.t));
-  const span = last - first + windowMs / limit;
-  return ok.length / ((limit * span) / windowMs);
+  return ok.length / quotaCeiling(spec, first, last);
 }

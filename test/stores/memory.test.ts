@@ -11,10 +11,10 @@ storeContract(
     const clock = new FakeClock();
     return { store: memoryStore({ clock }), advance: (ms: number) => clock.advance(ms) };
   },
-  { controlledClock: true, turns: true },
+  { controlledClock: true, turns: true, window: true },
 );
 
-storeContract('memory (system clock)', () => ({ store: memoryStore() }));
+storeContract('memory (system clock)', () => ({ store: memoryStore() }), { window: true });
 
 const contents = (store: Store): MemoryStoreContents =>
   (store as unknown as { [inspectMemoryStore](): MemoryStoreContents })[inspectMemoryStore]();

@@ -29,7 +29,7 @@ function suite(kind: ServerKind, family: (typeof CLIENT_FAMILIES)[number], clust
       () => ({
         store: redisStore({ client: c.client, subscriber: c.subscriber, prefix: uniquePrefix('contract') }),
       }),
-      { wakeUps: !(cluster && family === 'iovalkey') },
+      { wakeUps: !(cluster && family === 'iovalkey'), window: true },
     );
   });
 }
@@ -66,7 +66,7 @@ for (const kind of ['redis', 'valkey'] as const) {
               advance: (ms: number) => clock.advance(ms),
             };
           },
-          { controlledClock: true, turns: true },
+          { controlledClock: true, turns: true, window: true },
         );
       });
     }
