@@ -139,3 +139,54 @@ describe('systemClock: a plain timer does not oversleep a whole millisecond for 
     }
   });
 });
+
+describe('systemClock: plain timers learn how late they come back', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it('where 5 ms sleeps come back 0.7 ms late, a 4.9 ms wait sleeps 4 ms and finishes on turns; where they are on time, 5 ms', () => {
+    const timers = captureTimers();
+    const immediates: (() => void)[] = [];
+    const immediate = vi.spyOn(globalThis, 'setImmediate').mockImplementation(((fn: () => void) => {
+      immediates.push(fn);
+      return {} as NodeJS.Immediate;
+    }) as unknown as typeof setImmediate);
+    let now = 2_000_000;
+    const perf = vi.spyOn(performance, 'now').mockImplementation(() => now - performance.timeOrigin);
+    /** `n` plain 5 ms waits whose Node timers come back `late` ms after the 5 ms. */
+    const sleeps = (n: number, late: number): void => {
+      for (let i = 0; i < n; i++) {
+        const fn = vi.fn();
+        systemClock.setTimeout(fn, 5);
+        expect(timers.delays.at(-1)).toBe(5);
+        now += 5 + late;
+        timers.callbacks.at(-1)!();
+        expect(fn).toHaveBeenCalledTimes(1);
+      }
+    };
+    try {
+      sleeps(100, 0.7);
+      const fn = vi.fn();
+      systemClock.setTimeout(fn, 4.9);
+      // 4 ms asleep: expected back at 4.7 ms, 0.2 ms before the target, instead of at 5.7.
+      expect(timers.delays.at(-1)).toBe(4);
+      now += 4.7;
+      timers.callbacks.at(-1)!();
+      expect(fn).not.toHaveBeenCalled();
+      now += 0.21;
+      immediates.at(-1)!();
+      expect(fn).toHaveBeenCalledTimes(1);
+      // A wait whose rest would be longer than 0.25 ms is not shortened: 5.4 − 4 − 0.7 > 0.25.
+      systemClock.setTimeout(() => {}, 5.4);
+      expect(timers.delays.at(-1)).toBe(6);
+
+      // Timers that come back on time: the same 4.9 ms wait sleeps 5 ms.
+      sleeps(100, 0);
+      systemClock.setTimeout(() => {}, 4.9);
+      expect(timers.delays.at(-1)).toBe(5);
+    } finally {
+      perf.mockRestore();
+      immediate.mockRestore();
+      timers.restore();
+    }
+  });
+});
