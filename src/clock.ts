@@ -38,17 +38,6 @@ const SPIN_WINDOW_MS = 1.5;
 const PLAIN_TAIL_MS = 0.25;
 
 /**
- * How late (ms) this process's plain timers fire past the whole milliseconds they slept, a
- * running average over every plain timer (weight 1/16 per wake-up). Node counts a timer from
- * the moment the event loop goes to sleep, the OS and a VM's hypervisor add their own wake-up
- * latency: on a shared VM a 5 ms sleep came back 0.7 ms late on average, a 1 ms one 0.25 ms.
- * A wait whose whole milliseconds minus this estimate leave at most PLAIN_TAIL_MS sleeps one
- * millisecond less and finishes on event-loop turns (see Timer.arm). 0 until measured.
- */
-let overshoot = 0;
-const OVERSHOOT_WEIGHT = 1 / 16;
-
-/**
  * The longest delay Node's timers take (2^31 − 1 ms, 24.8 days). A longer one is clamped to
  * 1 ms with a TimeoutOverflowWarning, so a long wait (a 30-day pause, a monthly window spent
  * early) would become a 1 ms busy loop: such a wait sleeps in chunks of this length instead.
@@ -65,9 +54,6 @@ export const MAX_TIMER_DELAY_MS = 2 ** 31 - 1;
 class Timer {
   private coarse: ReturnType<typeof setTimeout> | null = null;
   private fine: ReturnType<typeof setImmediate> | null = null;
-  /** When the pending Node timer was set, and for how many whole ms (plain timers: see overshoot). */
-  private sleptAt = 0;
-  private slept = 0;
 
   constructor(
     private readonly fn: () => void,
@@ -91,30 +77,15 @@ class Timer {
       // rest of such a wait, when that small, no longer costs a whole millisecond more.
       const whole = Math.floor(remaining);
       coarse = remaining - whole <= PLAIN_TAIL_MS ? whole : whole + 1;
-      // Where the timers of this process come back late (overshoot), a whole millisecond
-      // less is expected to wake within PLAIN_TAIL_MS before the target rather than most of
-      // a millisecond after it.
-      const early = Math.floor(remaining - overshoot);
-      if (early >= 1 && early < coarse && remaining - early - overshoot <= PLAIN_TAIL_MS) coarse = early;
     }
-    if (coarse >= 1) {
-      const delay = Math.min(coarse, MAX_TIMER_DELAY_MS);
-      this.sleptAt = now();
-      this.slept = delay;
-      this.coarse = setTimeout(this.check, delay);
-    } else this.fine = setImmediate(this.check);
+    if (coarse >= 1) this.coarse = setTimeout(this.check, Math.min(coarse, MAX_TIMER_DELAY_MS));
+    else this.fine = setImmediate(this.check);
   }
 
   private readonly check = (): void => {
-    const t = now();
-    if (this.coarse !== null && this.spinWindow === 0) {
-      // A plain timer came back: how late past the milliseconds it slept (early counts as 0).
-      const late = Math.min(Math.max(t - this.sleptAt - this.slept, 0), 1);
-      overshoot += (late - overshoot) * OVERSHOOT_WEIGHT;
-    }
     this.coarse = null;
     this.fine = null;
-    const remaining = this.target - t;
+    const remaining = this.target - now();
     if (remaining <= 0) this.fn();
     else this.arm(remaining);
   };
