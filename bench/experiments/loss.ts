@@ -88,7 +88,7 @@ for (let i = 1; i < grants.length; i++) {
 }
 const span = grants[grants.length - 1]! - grants[0]!;
 console.log(
-  `${precision} ${limit}/s: utilisation ${(((grants.length - 1) * T) / span * 100).toFixed(1)}% ` +
+  `${precision} ${limit}/s: utilisation ${((((grants.length - 1) * T) / span) * 100).toFixed(1)}% ` +
     `fires/start ${(fires.length / grants.length).toFixed(2)} wake late ${((wakeLate / n) * 1000).toFixed(0)} µs, ` +
     `wake→grant ${((toGrant / n) * 1000).toFixed(0)} µs, loss ${((loss / n) * 1000).toFixed(0)} µs per start; grant→check phase ${((toCheck / checks) * 1000).toFixed(0)} µs; ` +
     `CPU ${(((cpu.user + cpu.system) / 1000 / duration) * 100).toFixed(1)}%`,
