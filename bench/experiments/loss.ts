@@ -26,11 +26,15 @@ const mod = (await loadValve()) as unknown as {
 };
 const sys = mod.systemClock;
 const fires: number[] = [];
+/** `fn`, logging when it runs (the moment a timer fired). */
+const logged = (fn: () => void) => (): void => {
+  fires.push(sys.now());
+  fn();
+};
 const clock = {
   now: sys.now,
-  setTimeout: (fn: () => void, ms: number) => sys.setTimeout(() => (fires.push(sys.now()), fn()), ms),
-  setPreciseTimeout: (fn: () => void, ms: number) =>
-    sys.setPreciseTimeout(() => (fires.push(sys.now()), fn()), ms),
+  setTimeout: (fn: () => void, ms: number) => sys.setTimeout(logged(fn), ms),
+  setPreciseTimeout: (fn: () => void, ms: number) => sys.setPreciseTimeout(logged(fn), ms),
   clearTimeout: sys.clearTimeout,
 };
 const inner = mod.memoryStore();
