@@ -30,6 +30,14 @@ const now = (): number => origin + performance.now();
 const SPIN_WINDOW_MS = 1.5;
 
 /**
+ * The most (ms) a plain timer spends checking the time on event-loop turns at the end of a
+ * wait, instead of sleeping a whole millisecond more for a fraction of one (see Timer.arm). A
+ * bound on the CPU a plain wait can cost, about what waking up costs anyway: under
+ * GCRA with `burst: 1` a start a millisecond late is lost for good.
+ */
+const PLAIN_TAIL_MS = 0.25;
+
+/**
  * The longest delay Node's timers take (2^31 − 1 ms, 24.8 days). A longer one is clamped to
  * 1 ms with a TimeoutOverflowWarning, so a long wait (a 30-day pause, a monthly window spent
  * early) would become a 1 ms busy loop: such a wait sleeps in chunks of this length instead.
@@ -59,7 +67,17 @@ class Timer {
     // Whole milliseconds only: Node truncates a fractional delay, fires early, then
     // reschedules, and that path lands late by 2–4 ms several times as often (measured:
     // 3–4 % of setTimeout(3.5) calls against 0.3–1.2 % for whole delays).
-    const coarse = this.spinWindow > 0 ? Math.floor(remaining - this.spinWindow) : Math.ceil(remaining);
+    let coarse: number;
+    if (this.spinWindow > 0) coarse = Math.floor(remaining - this.spinWindow);
+    else {
+      // A plain timer rounds up to the next whole millisecond, unless that would oversleep
+      // by more than 1 − PLAIN_TAIL_MS: then it sleeps the whole milliseconds below and
+      // finishes the fraction left (at most PLAIN_TAIL_MS) on event-loop turns. Node's
+      // timers also fire early (they count from the event loop's cached millisecond): the
+      // rest of such a wait, when that small, no longer costs a whole millisecond more.
+      const whole = Math.floor(remaining);
+      coarse = remaining - whole <= PLAIN_TAIL_MS ? whole : whole + 1;
+    }
     if (coarse >= 1) this.coarse = setTimeout(this.check, Math.min(coarse, MAX_TIMER_DELAY_MS));
     else this.fine = setImmediate(this.check);
   }

@@ -21,6 +21,16 @@ const STORE_BACKOFF_MAX = 5000;
  */
 const MIN_EMPTY_CALL_GAP = 1;
 
+/**
+ * Where a synchronous store's hint counts from on this valve's clock: the store's own `now`
+ * when it lies between the send and the answer (give or take the half µs the store rounds its
+ * clock by: its slot opens at a whole µs on that rounded clock, so a timer at its hint is
+ * never early), else the answer's time (a store on another clock).
+ */
+function syncBase(storeNow: number, sentAt: number, now: number): number {
+  return storeNow >= sentAt - 0.001 && storeNow <= now ? storeNow : now;
+}
+
 export class Pace {
   /**
    * Jobs to ask for in the next store call: `batch`, or after a rate refusal one more than the
@@ -142,8 +152,11 @@ export class Pace {
       this.blocked = r.blocked === 'pause' ? 'pause' : 'rate';
       // An asynchronous store's hint counts from about when it ran, mid-flight: sleep for
       // the hint minus the acquisition's elapsed time, so the next call arrives on time. A
-      // synchronous store's hint counts from its own now, a few µs after sentAt.
-      this.nextAt = (sync ? now : sentAt) + hint;
+      // synchronous store's hint counts from its own now, a few µs after sentAt: when that now
+      // is on this valve's clock (between the send and the answer), the wait ends as the slot
+      // opens on it, however long the answer took to process (a process descheduled meanwhile
+      // does not lose that time as well).
+      this.nextAt = (sync ? syncBase(r.now, sentAt, now) : sentAt) + hint;
       // Unconfirmed wake-ups may miss the resume: recheck the pause at least once a second.
       if (this.blocked === 'pause' && this.wakeups.polling) {
         this.nextAt = Math.min(this.nextAt, now + PAUSE_RECHECK);

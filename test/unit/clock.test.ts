@@ -86,3 +86,56 @@ describe('systemClock: waits longer than Node’s longest timer (2^31 − 1 ms)'
     }
   });
 });
+
+describe('systemClock: a plain timer does not oversleep a whole millisecond for a fraction of one', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it('a wait just over whole milliseconds sleeps those, then finishes on event-loop turns; a longer fraction rounds up', () => {
+    const timers = captureTimers();
+    const immediates: (() => void)[] = [];
+    const immediate = vi.spyOn(globalThis, 'setImmediate').mockImplementation(((fn: () => void) => {
+      immediates.push(fn);
+      return {} as NodeJS.Immediate;
+    }) as unknown as typeof setImmediate);
+    let now = 1_000_000;
+    const perf = vi.spyOn(performance, 'now').mockImplementation(() => now - performance.timeOrigin);
+    try {
+      const fn = vi.fn();
+      systemClock.setTimeout(fn, 5.1);
+      // 5 ms asleep, not 6: at most 0.25 ms is left for the turns.
+      expect(timers.delays).toEqual([5]);
+      // Node's timer fires at 5.04 ms: 0.06 ms left, checked on the next turns, never early.
+      now += 5.04;
+      timers.callbacks[0]!();
+      expect(fn).not.toHaveBeenCalled();
+      expect(immediates).toHaveLength(1);
+      expect(timers.delays).toHaveLength(1);
+      now += 0.05;
+      immediates[0]!();
+      expect(fn).not.toHaveBeenCalled();
+      now += 0.02;
+      immediates[1]!();
+      expect(fn).toHaveBeenCalledTimes(1);
+
+      // 5.3 ms: the fraction is too long to spend on turns, so the timer sleeps 6 ms.
+      systemClock.setTimeout(() => {}, 5.3);
+      expect(timers.delays.at(-1)).toBe(6);
+      // A whole-millisecond wait is unchanged.
+      systemClock.setTimeout(() => {}, 3);
+      expect(timers.delays.at(-1)).toBe(3);
+      // A timer that fired early with 0.6 ms left sleeps one more millisecond (no long turns).
+      const early = vi.fn();
+      systemClock.setTimeout(early, 2);
+      const before = immediates.length;
+      now += 1.4;
+      timers.callbacks.at(-1)!();
+      expect(timers.delays.at(-1)).toBe(1);
+      expect(immediates).toHaveLength(before);
+      expect(early).not.toHaveBeenCalled();
+    } finally {
+      perf.mockRestore();
+      immediate.mockRestore();
+      timers.restore();
+    }
+  });
+});

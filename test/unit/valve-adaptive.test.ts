@@ -225,10 +225,15 @@ describe('sub-millisecond re-ask (asynchronous stores only)', () => {
       const calls = store.acquires;
       const t0 = calls[0]!.at;
       expect(calls.map((c) => c.granted)).toEqual(Array(10).fill(1));
-      // Each call is sent the hint (0.5 ms) after the previous reply, by one timer.
-      expect(calls.map((c) => us(c.at, t0))).toEqual(Array.from({ length: 10 }, (_, i) => i * 700));
+      // Each call is sent the hint (0.5 ms) after the store decided the previous one (halfway
+      // through it, on the valve's clock), by one timer: as the slot opens, not 0.1 ms later
+      // when the reply came back. The store's 0.1 ms to decide is all that is lost.
+      expect(calls.map((c) => us(c.at, t0))).toEqual(Array.from({ length: 10 }, (_, i) => i * 600));
+      expect(calls.map((c) => us(c.decidedAt, t0))).toEqual(
+        Array.from({ length: 10 }, (_, i) => 100 + i * 600),
+      );
       expect(clock.requested.length).toBe(9);
-      for (const d of clock.requested) expect(d).toBeCloseTo(0.5, 3);
+      for (const d of clock.requested) expect(d).toBeCloseTo(0.4, 3);
       expect(clock.preciseRequested.length).toBe(precision === 'spin' ? 9 : 0);
     });
   }
