@@ -115,9 +115,12 @@ export function observe(
     // A 429 with only a coarse wait (whole seconds), whose rounding may be most of it
     // (`Retry-After: 1` or `2`): an upper bound the fleet probes instead of waiting out. A longer
     // one is waited out: a probe would save at most a third of it, and servers that state long
-    // waits (GitHub's secondary limits) ask not to be retried before them.
+    // waits (GitHub's secondary limits) ask not to be retried before them. So is a Retry-After
+    // sent beside rate-limit headers: a provider that describes its limits states the wait it
+    // means (Anthropic: "earlier retries will fail").
     if (
       status === 429 &&
+      !hasLimitHeaders(bag.headers) &&
       reading !== undefined &&
       reading === parsed.reading &&
       parsed.window === undefined &&
@@ -133,4 +136,12 @@ export function observe(
   }
   if (reading && reading.waitMs > 0) valve.pauseInBackground(reading.waitMs, reading.source, reading);
   return reading;
+}
+
+/** Whether a response carries any rate-limit header besides Retry-After (names are lower case). */
+function hasLimitHeaders(headers: HeaderBag['headers']): boolean {
+  for (const name of headers.keys()) {
+    if (name.includes('ratelimit') || name.includes('rate-limit')) return true;
+  }
+  return false;
 }

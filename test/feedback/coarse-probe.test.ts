@@ -19,7 +19,7 @@ const NOW = 1_700_000_000_000;
  * whole seconds and nothing else (as a GCRA or sliding-log server); after, 200. Records each
  * call's time and how many were in flight when it was sent.
  */
-function blockedUntil(clock: FakeClock, freeAt: number) {
+function blockedUntil(clock: FakeClock, freeAt: number, extra: Record<string, string> = {}) {
   const calls: { at: number; status: number }[] = [];
   const fn = async (_input: string | URL | Request, init?: RequestInit): Promise<Response> => {
     if (init?.signal?.aborted) throw init.signal.reason;
@@ -27,7 +27,7 @@ function blockedUntil(clock: FakeClock, freeAt: number) {
     const status = at < freeAt ? 429 : 200;
     calls.push({ at, status });
     const headers: Record<string, string> =
-      status === 429 ? { 'retry-after': String(Math.ceil((freeAt - at) / 1000)) } : {};
+      status === 429 ? { 'retry-after': String(Math.ceil((freeAt - at) / 1000)), ...extra } : {};
     return new Response('{}', { status, headers });
   };
   return { fn, calls };
@@ -141,6 +141,26 @@ describe('wrapFetch: a coarse Retry-After is probed, not waited out', () => {
     expect(calls.map((c) => [c.at, c.status])).toEqual([
       [0, 429],
       [3000, 200],
+    ]);
+    await valve.close();
+  });
+
+  it('a Retry-After sent beside rate-limit headers is the wait the provider means: waited out, not probed', async () => {
+    const { clock, make } = setup();
+    const valve = make();
+    // Anthropic's 429s carry its bucket headers and a whole-second retry-after ("earlier retries
+    // will fail").
+    const { fn, calls } = blockedUntil(clock, 200, {
+      'anthropic-ratelimit-requests-limit': '50',
+      'anthropic-ratelimit-requests-remaining': '0',
+      'anthropic-ratelimit-requests-reset': new Date(clock.now() + 1000).toISOString(),
+    });
+    const p = valve.wrapFetch(fn, { retries: 10 })('https://api.example/x');
+    await clock.runAllAsync();
+    expect((await p).status).toBe(200);
+    expect(calls.map((c) => [c.at, c.status])).toEqual([
+      [0, 429],
+      [1000, 200],
     ]);
     await valve.close();
   });
