@@ -12,23 +12,13 @@ import {
   checkRequest,
   checkTokens,
   checkTurn,
-  inPrevious,
   MAX_BATCH,
-  recordTtlUs,
 } from '../checks.js';
-import type {
-  AcquireRequest,
-  AcquireResult,
-  BlockReason,
-  Lease,
-  Store,
-  WakeEvent,
-  WakeStatus,
-  WindowTicket,
-} from '../store.js';
+import type { AcquireRequest, AcquireResult, Store, WakeEvent, WakeStatus, WindowTicket } from '../store.js';
 import { checkWindowInt } from '../window-record.js';
-import { Acquires, type CallShape } from './acquires.js';
-import { type CommandAdapter, detectCommandClient, replyArray, replyNumber, replyString } from './adapter.js';
+import { acquireArgs, readAcquire, shapeOf, small } from './acquire-call.js';
+import { Acquires } from './acquires.js';
+import { type CommandAdapter, detectCommandClient, replyArray, replyNumber } from './adapter.js';
 import { Deadlines } from './deadlines.js';
 import { type IdKeys, idKeys, validatePrefix } from './keys.js';
 import { type LuaScript, PAUSE, PROBE, RELEASE, RENEW, RESUME, WINDOW } from './scripts.generated.js';
@@ -87,85 +77,6 @@ function checkTimeout(value: unknown): number {
     );
   }
   return value;
-}
-
-/** The strings of the small integers (counts and costs of a batch), made once. */
-const SMALL = 128;
-const SMALL_INTS: readonly string[] = Array.from({ length: SMALL + 1 }, (_, i) => String(i));
-
-/** What stays the same across a valve's acquire calls (see RedisStore.shapeOf). */
-interface Shape extends CallShape {
-  readonly store: RedisStore;
-  readonly id: string;
-  readonly record: string | undefined;
-  readonly leaseLimit: number;
-  readonly leaseTtlUs: number;
-  /** Every key of the call: pause, leases, fence, one per rule, the rule-set record, the line. */
-  readonly keys: readonly string[];
-  /** ARGV[3..5]: the number of rules, the lease limit and the lease TTL. */
-  readonly head: readonly string[];
-  /** Three arguments per rule. */
-  readonly ruleArgs: readonly string[];
-  /** The record argument and its TTL. */
-  readonly tail: readonly string[];
-}
-
-/** Reads acquire.lua's reply (see its header); `call` says what the request asked for. */
-function readAcquire(
-  value: unknown,
-  call: { readonly leased: boolean; readonly recorded: boolean; readonly turned: boolean },
-): AcquireResult {
-  const reply = replyArray(value, 'acquire');
-  const granted = replyNumber(reply[0], 'acquire');
-  const blockedCode = replyNumber(reply[2], 'acquire');
-  const pausedUs = replyNumber(reply[3], 'acquire');
-  const result: AcquireResult = {
-    granted,
-    retryAfter: replyNumber(reply[1], 'acquire') / 1000,
-    blocked: BLOCKED[blockedCode] ?? null,
-    pausedUntil: pausedUs > 0 ? pausedUs / 1000 : null,
-    now: replyNumber(reply[4], 'acquire') / 1000,
-  };
-  if (call.leased) {
-    const expiresAt = replyNumber(reply[5], 'acquire') / 1000;
-    const leases: Lease[] = [];
-    for (let i = 0; i < granted; i++) {
-      leases.push({
-        token: replyString(reply[6 + 2 * i], 'acquire'),
-        fence: replyNumber(reply[7 + 2 * i], 'acquire'),
-        expiresAt,
-      });
-    }
-    result.leases = leases;
-  }
-  const at = call.leased ? 6 + 2 * granted : 6;
-  // The ticket held, last when the call took part in the line; `recorded` before it.
-  const end = call.turned ? reply.length - 1 : reply.length;
-  if (call.turned) result.turn = replyNumber(reply[end], 'acquire');
-  if (call.recorded && end > at) {
-    const held = replyString(reply[at], 'acquire');
-    result.recorded = held === '' ? [] : held.split(',');
-  }
-  return result;
-}
-
-/** Per rules array (a valve's, stable until its rules change), the shape of its calls. */
-const shapes = new WeakMap<readonly StoreRule[], Shape>();
-
-const BLOCKED: readonly (BlockReason | null)[] = [null, 'pause', 'rate', 'concurrency'];
-
-/** Per rule, its script arguments (kind and two numbers), computed once per rule object. */
-const ruleArgs = new WeakMap<StoreRule, readonly string[]>();
-function argsOf(rule: StoreRule): readonly string[] {
-  let args = ruleArgs.get(rule);
-  if (!args) {
-    args =
-      rule.algorithm === 'gcra'
-        ? ['g', String(rule.emissionUs), String(rule.burst)]
-        : [rule.algorithm === 'fixed-window' ? 'w' : 's', String(rule.intervalUs), String(rule.limit)];
-    ruleArgs.set(rule, args);
-  }
-  return args;
 }
 
 class RedisStore implements Store {
@@ -287,6 +198,9 @@ class RedisStore implements Store {
     return this.hub?.live ?? false;
   }
 
+  /** keysOf, bound once (shapeOf calls it when it builds a shape). */
+  private readonly keysOfFn = (id: string): IdKeys => this.keysOf(id);
+
   private keysOf(id: string): IdKeys {
     let keys = this.keys.get(id);
     if (!keys) {
@@ -313,63 +227,6 @@ class RedisStore implements Store {
     return this.deadlines.send(script, id, numKeys, all);
   }
 
-  /**
-   * The parts of an acquire call that stay the same from call to call of a valve (its keys, its
-   * rules' arguments, the record): built once per rules array and kept beside it while the
-   * valve sends the same id, lease and record. A rule change in progress (`previous`) builds
-   * them afresh for each call.
-   */
-  private shapeOf(
-    request: AcquireRequest,
-    distinct: readonly StoreRule[],
-    m0: number,
-    m: number,
-    leaseTtlUs: number,
-  ): Shape {
-    const { id, lease, record, previous } = request;
-    const cached = previous === undefined ? shapes.get(request.rules) : undefined;
-    if (
-      cached !== undefined &&
-      cached.store === this &&
-      cached.id === id &&
-      cached.record === record &&
-      cached.leaseLimit === (lease ? lease.limit : 0) &&
-      cached.leaseTtlUs === leaseTtlUs
-    ) {
-      return cached;
-    }
-    const keys = this.keysOf(id);
-    const keyList = [keys.pause, keys.leases, keys.fence];
-    const ruleArgs: string[] = [];
-    for (let r = 0; r < m; r++) {
-      const rule = distinct[r]!;
-      keyList.push(keys.rulePrefix + rule.digest);
-      ruleArgs.push(...argsOf(rule));
-    }
-    keyList.push(keys.rules, keys.line);
-    const head = [String(m), lease ? String(lease.limit) : '0', String(leaseTtlUs)];
-    const tail = [
-      record === undefined ? '-' : `=${record}`,
-      String(Math.ceil(recordTtlUs(distinct, m0) / 1000)),
-    ];
-    const spec = [...head, ...ruleArgs, ...tail];
-    const shape: Shape = {
-      store: this,
-      id,
-      record,
-      leaseLimit: lease ? lease.limit : 0,
-      leaseTtlUs,
-      keys: keyList,
-      head,
-      ruleArgs,
-      tail,
-      spec,
-      specKey: spec.join(' '),
-    };
-    if (previous === undefined) shapes.set(request.rules, shape);
-    return shape;
-  }
-
   acquire(request: AcquireRequest): Promise<AcquireResult> {
     try {
       return this.sendAcquire(request);
@@ -386,7 +243,7 @@ class RedisStore implements Store {
     const m = checkChange(request, distinct, m0);
     const { costs, count, lease, previous } = request;
     const leaseTtlUs = checkLease(lease);
-    const shape = this.shapeOf(request, distinct, m0, m, leaseTtlUs);
+    const shape = shapeOf(this, this.keysOfFn, request, distinct, m0, m, leaseTtlUs);
     // Equal costs (the common case) travel as one cost for all `count` jobs, which the script
     // grants arithmetically; otherwise "" and then each job's cost.
     const first = costs[0] as number;
@@ -405,59 +262,31 @@ class RedisStore implements Store {
       return this.acquires.sendShaped(
         request.id,
         shape,
-        count <= SMALL ? SMALL_INTS[count]! : String(count),
+        small(count),
         lease ? `${this.nonceBase}${(this.nonceSeq++).toString(36)}` : '',
-        first <= SMALL ? SMALL_INTS[first]! : String(first),
+        small(first),
         ticket === undefined ? '' : String(ticket),
         lease !== undefined,
         request.record !== undefined,
         ticket !== undefined,
       );
     }
-    const { keys, head, ruleArgs, tail } = shape;
-    const all = new Array<string>(
-      keys.length +
-        6 +
-        ruleArgs.length +
-        (equal ? 1 : 1 + count) +
-        tail.length +
-        1 +
-        (convert ? 1 + 2 * m : 1),
+    const all = acquireArgs(
+      shape,
+      request,
+      distinct,
+      m0,
+      m,
+      this.clockArg(),
+      lease ? `${this.nonceBase}${(this.nonceSeq++).toString(36)}` : '',
+      equal,
+      convert,
+      ticket,
     );
-    let k = 0;
-    for (let i = 0; i < keys.length; i++) all[k++] = keys[i]!;
-    all[k++] = this.clockArg();
-    all[k++] = count <= SMALL ? SMALL_INTS[count]! : String(count);
-    all[k++] = head[0]!;
-    all[k++] = head[1]!;
-    all[k++] = head[2]!;
-    all[k++] = lease ? `${this.nonceBase}${(this.nonceSeq++).toString(36)}` : '';
-    for (let i = 0; i < ruleArgs.length; i++) all[k++] = ruleArgs[i]!;
-    if (equal) {
-      all[k++] = first <= SMALL ? SMALL_INTS[first]! : String(first);
-    } else {
-      all[k++] = '';
-      for (let i = 0; i < count; i++) all[k++] = String(costs[i]);
-    }
-    // The tail: the rule-set record, and a rule change's conversion (see acquire.lua).
-    all[k++] = tail[0]!;
-    all[k++] = tail[1]!;
-    all[k++] = ticket === undefined ? '' : String(ticket);
-    if (convert) {
-      let roles = '';
-      for (let r = 0; r < m; r++) roles += r >= m0 ? 'o' : inPrevious(distinct[r]!, previous) ? 'b' : 'n';
-      all[k++] = roles;
-      for (let r = 0; r < m; r++) {
-        all[k++] = String(distinct[r]!.intervalUs);
-        all[k++] = String(distinct[r]!.limit);
-      }
-    } else {
-      all[k++] = '';
-    }
     distinct.length = 0;
     return this.acquires.send(
       request.id,
-      keys.length,
+      shape.keys.length,
       all,
       lease !== undefined,
       request.record !== undefined,
