@@ -149,6 +149,65 @@ export function within<T>(promise: Promise<T>, ms: number, what: string): Promis
 
 const quiet = () => {};
 
+/**
+ * Connects `client`; on failure stops it and rejects with the reason the client reported as an
+ * error event (ioredis rejects connect() with "Connection is closed." and emits the reason).
+ * Afterwards errors go to `quiet`: each command reports its own.
+ */
+async function connectOrReason(client: Any, stop: () => void, events = ['error']): Promise<void> {
+  let lastError: unknown;
+  const remember = (e: unknown) => {
+    lastError = e;
+  };
+  for (const e of events) client.on(e, remember);
+  try {
+    await client.connect();
+  } catch (err) {
+    stop();
+    throw lastError ?? err;
+  }
+  for (const e of events) {
+    client.removeListener(e, remember);
+    client.on(e, quiet);
+  }
+}
+
+/** The connection to a standalone server, whichever the client. */
+function standaloneConn(
+  family: ClientName,
+  a: Address,
+  client: Any,
+  call: (args: readonly string[]) => Promise<unknown>,
+  duplicate: () => Any,
+  stop: (c: Any) => void,
+): Conn {
+  const self: NodeConn = { name: `${a.host}:${a.port}`, call };
+  const subs: Any[] = [];
+  return {
+    family,
+    cluster: false,
+    tls: a.tls,
+    client,
+    call,
+    nodeFor: async () => self,
+    nodes: async () => [self],
+    async subscriber() {
+      const sub = duplicate();
+      sub.on('error', quiet);
+      subs.push(sub);
+      await sub.connect();
+      return sub;
+    },
+    async close() {
+      for (const c of [client, ...subs]) {
+        try {
+          stop(c);
+        } catch {}
+      }
+    },
+  };
+}
+
 /** Connects to the target with the first installed client (or the one asked for). */
 export async function connect(target: Target): Promise<Conn> {
   if (target.urls.length === 0) {
@@ -212,41 +271,15 @@ async function connectStandalone(name: ClientName, lib: Any, a: Address, target:
       disableOfflineQueue: true,
     };
     const client = lib.createClient(options);
-    let lastError: unknown;
-    client.on('error', (e: unknown) => {
-      lastError = e;
-    });
-    try {
-      await client.connect();
-    } catch (err) {
-      client.destroy?.();
-      throw lastError ?? err;
-    }
-    const self: NodeConn = { name: `${a.host}:${a.port}`, call: (args) => client.sendCommand([...args]) };
-    const subs: Any[] = [];
-    return {
-      family: name,
-      cluster: false,
-      tls: a.tls,
+    await connectOrReason(client, () => client.destroy?.());
+    return standaloneConn(
+      name,
+      a,
       client,
-      call: self.call,
-      nodeFor: async () => self,
-      nodes: async () => [self],
-      async subscriber() {
-        const sub = client.duplicate();
-        sub.on('error', quiet);
-        subs.push(sub);
-        await sub.connect();
-        return sub;
-      },
-      async close() {
-        for (const c of [client, ...subs]) {
-          try {
-            c.destroy();
-          } catch {}
-        }
-      },
-    };
+      (args) => client.sendCommand([...args]),
+      () => client.duplicate(),
+      (c) => c.destroy(),
+    );
   }
   const Redis = lib.Redis ?? lib.default;
   const client = new Redis({
@@ -262,40 +295,15 @@ async function connectStandalone(name: ClientName, lib: Any, a: Address, target:
     enableOfflineQueue: false,
     retryStrategy: target.reconnect ? (n: number) => Math.min(200 * n, 1000) : () => null,
   });
-  // ioredis rejects connect() with "Connection is closed."; the reason came as an 'error' event.
-  let lastError: unknown;
-  client.on('error', (e: unknown) => {
-    lastError = e;
-  });
-  try {
-    await client.connect();
-  } catch (err) {
-    client.disconnect();
-    throw lastError ?? err;
-  }
-  client.removeAllListeners('error');
-  client.on('error', quiet);
-  const self: NodeConn = { name: `${a.host}:${a.port}`, call: (args) => client.call(...args) };
-  const subs: Any[] = [];
-  return {
-    family: name,
-    cluster: false,
-    tls: a.tls,
+  await connectOrReason(client, () => client.disconnect());
+  return standaloneConn(
+    name,
+    a,
     client,
-    call: self.call,
-    nodeFor: async () => self,
-    nodes: async () => [self],
-    async subscriber() {
-      const sub = client.duplicate({ lazyConnect: true });
-      sub.on('error', quiet);
-      subs.push(sub);
-      await sub.connect();
-      return sub;
-    },
-    async close() {
-      for (const c of [client, ...subs]) c.disconnect();
-    },
-  };
+    (args) => client.call(...args),
+    () => client.duplicate({ lazyConnect: true }),
+    (c) => c.disconnect(),
+  );
 }
 
 async function connectCluster(name: ClientName, lib: Any, seeds: Address[], target: Target): Promise<Conn> {
@@ -314,16 +322,7 @@ async function connectCluster(name: ClientName, lib: Any, seeds: Address[], targ
         },
       },
     });
-    let lastError: unknown;
-    cluster.on('error', (e: unknown) => {
-      lastError = e;
-    });
-    try {
-      await cluster.connect();
-    } catch (err) {
-      cluster.destroy?.();
-      throw lastError ?? err;
-    }
+    await connectOrReason(cluster, () => cluster.destroy?.());
     const wrap = (client: Any, nodeName: string): NodeConn => ({
       name: nodeName,
       call: (args) => client.sendCommand([...args]),
@@ -375,18 +374,7 @@ async function connectCluster(name: ClientName, lib: Any, seeds: Address[], targ
     seeds.map((s) => ({ host: s.host, port: s.port })),
     options,
   );
-  let lastError: unknown;
-  const remember = (e: unknown) => {
-    lastError = e;
-  };
-  cluster.on('error', remember);
-  cluster.on('node error', remember);
-  try {
-    await cluster.connect();
-  } catch (err) {
-    cluster.disconnect();
-    throw lastError ?? err;
-  }
+  await connectOrReason(cluster, () => cluster.disconnect(), ['error', 'node error']);
   const wrap = (node: Any): NodeConn => ({
     name: `${node.options.host}:${node.options.port}`,
     call: (args) => node.call(...args),
