@@ -1,10 +1,5 @@
 import { type Clock, systemClock } from '../clock.js';
 import { describe } from '../duration.js';
-import { converted, convertFrom, spentSince } from '../rules/convert.js';
-import { windowCount, windowEnd, windowIndex, windowWait } from '../rules/fixed-window.js';
-import { gcraIncrement, gcraNext, gcraWait } from '../rules/gcra.js';
-import type { StoreRule } from '../rules/rule.js';
-import { slidingAppend, slidingEnd, slidingExpire, slidingWait } from '../rules/sliding-window.js';
 import {
   checkChange,
   checkId,
@@ -14,9 +9,9 @@ import {
   checkRequest,
   checkTokens,
   checkTurn,
-  inPrevious,
   recordTtlUs,
 } from './checks.js';
+import { RuleBatch } from './memory-batch.js';
 import {
   contentsOf,
   IdState,
@@ -25,7 +20,6 @@ import {
   type MemoryStoreContents,
   nextFence,
   purgeLeases,
-  RuleState,
 } from './memory-state.js';
 import { MemoryWakeups } from './memory-wakeups.js';
 import type {
@@ -37,7 +31,7 @@ import type {
   WakeEvent,
   WindowTicket,
 } from './store.js';
-import { advance, lineEnd, skipLate, standing, type TurnLine, turnOf, turnStep } from './turns.js';
+import { advance, lineEnd, skipLate, standing, type TurnLine, turnOf } from './turns.js';
 import { WindowRecords } from './window-record.js';
 
 /** Options of {@link memoryStore}. */
@@ -68,14 +62,8 @@ class MemoryStore implements Store {
   private readonly sweeper = new IdSweeper(this.ids, () => this.nowUs());
   /** The provider windows wrapFetch learnt, per id (window-record.ts). */
   private readonly windows = new WindowRecords();
-  // Per-call scratch, reused so that a batch allocates nothing per job.
-  private readonly rs: (StoreRule | undefined)[] = [];
-  private readonly st: (RuleState | undefined)[] = [];
-  private readonly a: number[] = []; // GCRA tat / fixed-window count, as updated by this batch
-  private readonly k: number[] = []; // fixed-window index at `now`
-  private readonly cand: number[] = []; // the value `a` takes if the current job is granted
-  private readonly pre: number[] = []; // sliding window: the live sum before this batch
-  private readonly target: boolean[] = []; // a rule change: the rule is new (converted)
+  /** The current call's rules and their states (memory-batch.ts), reused from call to call. */
+  private readonly batch = new RuleBatch();
 
   constructor(clock: Clock) {
     this.clock = clock;
@@ -91,7 +79,8 @@ class MemoryStore implements Store {
   }
 
   acquire(request: AcquireRequest): AcquireResult {
-    const rs = this.rs;
+    const batch = this.batch;
+    const rs = batch.rules;
     const m = checkRequest(request, rs);
     // The previous rules of a rule change (spent too) follow the request's own.
     const n = checkChange(request, rs, m);
@@ -103,7 +92,7 @@ class MemoryStore implements Store {
       ttlUs = checkLease(lease);
       ticket = checkTurn(request.turn);
     } catch (err) {
-      this.clearScratch(n);
+      batch.clear(n);
       throw err;
     }
     const leaseLimit = lease === undefined ? Number.POSITIVE_INFINITY : lease.limit;
@@ -115,7 +104,7 @@ class MemoryStore implements Store {
     // 1. The shared pause.
     if (state !== undefined && state.pauseUs !== 0) {
       if (state.pauseUs > now) {
-        this.clearScratch(n);
+        batch.clear(n);
         const paused: AcquireResult = {
           granted: 0,
           retryAfter: (state.pauseUs - now) / 1000,
@@ -138,42 +127,15 @@ class MemoryStore implements Store {
     }
 
     // 3. Rule states as of `now` (expired or missing = fresh).
-    const st = this.st;
-    const a = this.a;
-    const k = this.k;
-    const cand = this.cand;
-    for (let i = 0; i < n; i++) {
-      const rule = rs[i]!;
-      let s = state?.rules.get(rule.digest);
-      if (s !== undefined && now >= s.expiresUs) {
-        state!.rules.delete(rule.digest);
-        s = undefined;
-      }
-      st[i] = s;
-      if (rule.algorithm === 'gcra') {
-        a[i] = s === undefined ? now : s.tat;
-      } else if (rule.algorithm === 'sliding-window') {
-        if (s !== undefined) slidingExpire(s, now, rule.intervalUs);
-        a[i] = s === undefined ? 0 : s.sum;
-        this.pre[i] = a[i]!;
-      } else {
-        const w = windowIndex(now, rule.intervalUs);
-        k[i] = w;
-        a[i] = s === undefined ? 0 : windowCount(s.window, s.count, w);
-      }
-    }
+    batch.read(n, state, now);
 
     // 3b. A rule change: the new rules' states count what the previous ones prove was spent.
-    if (convert) this.convert(m, n, previous, now);
+    if (convert) batch.convert(m, n, previous, now);
 
     // 3c. The rule set recorded for the id.
     let recorded: string[] | undefined;
     if (record !== undefined) {
-      if (state === undefined) {
-        state = new IdState(id);
-        this.ids.set(id, state);
-        this.scheduleFullSweep();
-      }
+      state ??= this.create(id);
       if (state.record !== null && now < state.recordUs) {
         if (state.record !== record) {
           recorded = state.record === '' ? [] : state.record.split(',');
@@ -188,7 +150,7 @@ class MemoryStore implements Store {
 
     // 3d. The line (turns.ts): for callers taking part, under GCRA rules only, without leases.
     // A caller holding a ticket behind the head is refused without reading the rules.
-    const lined = ticket !== undefined && lease === undefined && n > 0 && this.allGcra(n);
+    const lined = ticket !== undefined && lease === undefined && n > 0 && batch.allGcra(n);
     let line: TurnLine | null = null;
     let head = false;
     let behind = false;
@@ -216,65 +178,21 @@ class MemoryStore implements Store {
         blocked = 'concurrency';
         break;
       }
-      const c = costs[j] as number;
-      let worst = 0;
-      for (let i = 0; i < n; i++) {
-        const rule = rs[i]!;
-        let w: number;
-        if (rule.algorithm === 'gcra') {
-          const next = gcraNext(a[i]!, now, gcraIncrement(c, rule.emissionUs));
-          cand[i] = next;
-          w = gcraWait(next, now, rule.burst, rule.emissionUs);
-        } else if (rule.algorithm === 'sliding-window') {
-          cand[i] = a[i]! + c;
-          w = 0;
-          if (cand[i]! > rule.limit) {
-            const s = st[i];
-            w =
-              s === undefined ? rule.intervalUs : slidingWait(s, cand[i]! - rule.limit, now, rule.intervalUs);
-          }
-        } else {
-          cand[i] = a[i]! + c;
-          w = windowWait(a[i]!, c, rule.limit, k[i]!, rule.intervalUs, now);
-        }
-        if (w > worst) worst = w;
-      }
+      const worst = batch.wait(n, costs[j] as number, now);
       if (worst > 0) {
         blocked = 'rate';
         waitUs = worst;
         break;
       }
-      for (let i = 0; i < n; i++) a[i] = cand[i]!;
+      batch.take(n);
       granted++;
     }
 
     // 5. Spend: write the updated rule states and issue leases.
     const leases: Lease[] | undefined = lease === undefined ? undefined : new Array<Lease>(granted);
     if (granted > 0 || convert) {
-      if (state === undefined) {
-        state = new IdState(id);
-        this.ids.set(id, state);
-        this.scheduleFullSweep();
-      }
-      for (let i = 0; i < n; i++) {
-        const rule = rs[i]!;
-        let s = st[i];
-        if (s === undefined) {
-          s = new RuleState(rule.algorithm === 'sliding-window');
-          state.rules.set(rule.digest, s);
-        }
-        if (rule.algorithm === 'gcra') {
-          s.tat = a[i]!;
-          s.expiresUs = a[i]!;
-        } else if (rule.algorithm === 'sliding-window') {
-          if (a[i]! > this.pre[i]!) slidingAppend(s, now, a[i]! - this.pre[i]!);
-          s.expiresUs = slidingEnd(s, rule.intervalUs);
-        } else {
-          s.window = k[i]!;
-          s.count = a[i]!;
-          s.expiresUs = windowEnd(k[i]!, rule.intervalUs);
-        }
-      }
+      state ??= this.create(id);
+      batch.write(n, state, now);
       if (leases !== undefined) {
         const expiresUs = now + ttlUs;
         if (state.leases === null) state.leases = new Map();
@@ -292,7 +210,7 @@ class MemoryStore implements Store {
     let held = 0;
     if (lined && !behind) {
       if (head && granted > 0) {
-        const open = blocked === 'rate' ? waitUs : this.openAfter(n, costs[count - 1] as number, now);
+        const open = blocked === 'rate' ? waitUs : batch.openAfter(n, costs[count - 1] as number, now);
         advance(line!, now, open);
         if (line!.head >= line!.tail) line = null;
       } else if (head) {
@@ -305,7 +223,7 @@ class MemoryStore implements Store {
             head: now,
             tail: now,
             at: now + waitUs,
-            step: this.stepFor(n, costs[granted] as number, now),
+            step: batch.stepFor(n, costs[granted] as number, now),
           };
         }
         held = line.tail;
@@ -315,11 +233,7 @@ class MemoryStore implements Store {
       }
     }
     if (behind) held = ticket!;
-    if (lined && line !== null && state === undefined) {
-      state = new IdState(id);
-      this.ids.set(id, state);
-      this.scheduleFullSweep();
-    }
+    if (lined && line !== null) state ??= this.create(id);
     if (lined && state !== undefined) state.line = line;
 
     if (blocked === 'concurrency') {
@@ -328,7 +242,7 @@ class MemoryStore implements Store {
       if (state?.leases) for (const exp of state.leases.values()) if (exp < earliest) earliest = exp;
       waitUs = earliest === Number.POSITIVE_INFINITY ? 0 : earliest - now;
     }
-    this.clearScratch(n);
+    batch.clear(n);
     if (state !== undefined && state.record !== null) {
       // The record compares rule sets of valves using the id at the same time: in one process it
       // lives no longer than the id's rule state, so an id nobody uses leaves nothing behind.
@@ -351,77 +265,12 @@ class MemoryStore implements Store {
     return result;
   }
 
-  /** Whether the first `n` scratch rules are all GCRA (the line applies only then). */
-  private allGcra(n: number): boolean {
-    for (let i = 0; i < n; i++) if (this.rs[i]!.algorithm !== 'gcra') return false;
-    return true;
-  }
-
-  /** µs until one more job of cost `c` fits every (GCRA) rule, as updated by this call's grants. */
-  private openAfter(n: number, c: number, now: number): number {
-    let open = 0;
-    for (let i = 0; i < n; i++) {
-      const rule = this.rs[i]!;
-      const w = gcraWait(
-        gcraNext(this.a[i]!, now, gcraIncrement(c, rule.emissionUs)),
-        now,
-        rule.burst,
-        rule.emissionUs,
-      );
-      if (w > open) open = w;
-    }
-    return open;
-  }
-
-  /** The spacing of turns for a refused job of cost `c`: from the rule that keeps it waiting longest. */
-  private stepFor(n: number, c: number, now: number): number {
-    let worst = -1;
-    let step = 1;
-    for (let i = 0; i < n; i++) {
-      const rule = this.rs[i]!;
-      const inc = gcraIncrement(c, rule.emissionUs);
-      const cap = rule.burst * rule.emissionUs;
-      const w = Math.max(this.a[i]!, now) + inc - now - cap;
-      if (w > worst) {
-        worst = w;
-        step = turnStep(inc, cap);
-      }
-    }
-    return step;
-  }
-
-  /**
-   * Adds to each new rule (among the first `m`, not in `previous`) the units the previous
-   * rules' states prove may have been spent in its current window (see rules/convert.ts).
-   * Reads and writes the scratch `a` (and `pre` stays, so the units are written as one entry
-   * of a sliding window's log).
-   */
-  private convert(m: number, n: number, previous: readonly StoreRule[] | undefined, now: number): void {
-    const rs = this.rs;
-    const a = this.a;
-    const k = this.k;
-    const target = this.target;
-    for (let i = 0; i < m; i++) target[i] = !inPrevious(rs[i]!, previous);
-    for (let i = 0; i < m; i++) {
-      if (!target[i]) continue;
-      const rule = rs[i]!;
-      const start = convertFrom(rule, now, k[i]!);
-      let units = Number.POSITIVE_INFINITY;
-      for (let j = 0; j < n; j++) {
-        if (j < m && target[j]) continue; // a new rule is no source
-        const u = spentSince(rs[j]!, a[j]!, k[j]!, now, start);
-        if (u < units) units = u;
-      }
-      a[i] = converted(rule, a[i]!, units, now);
-    }
-  }
-
-  /** Drops the scratch references to rules and states, so a finished call retains nothing. */
-  private clearScratch(n: number): void {
-    for (let i = 0; i < n; i++) {
-      this.rs[i] = undefined;
-      this.st[i] = undefined;
-    }
+  /** A new, empty state for `id`, held by the store. */
+  private create(id: string): IdState {
+    const state = new IdState(id);
+    this.ids.set(id, state);
+    this.scheduleFullSweep();
+    return state;
   }
 
   windowSend(id: string, probeTtl: number): WindowTicket {
