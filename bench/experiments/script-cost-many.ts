@@ -18,8 +18,11 @@ const variant = process.argv[4] ?? 'record';
 async function stats(admin: Redis): Promise<Map<string, number>> {
   const out = new Map<string, number>();
   for (const line of (await admin.info('all')).split('\r\n')) {
-    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line);
-    if (m) out.set(m[1]!, Number(m[2]));
+    const m = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line);
+    if (m) {
+      out.set(m[1]!, Number(m[2]));
+      out.set(`${m[1]!} µs`, Number(m[3]));
+    }
     const cpu = /^used_cpu_(sys|user):([\d.]+)/.exec(line);
     if (cpu) out.set('cpu', (out.get('cpu') ?? 0) + Number(cpu[2]));
   }
@@ -46,7 +49,8 @@ const n = keys * rounds;
 const parts: string[] = [];
 for (const [name, calls] of after) {
   const d = calls - (before.get(name) ?? 0);
-  if (d > 0 && name !== 'info' && name !== 'cpu') parts.push(`${name}=${(d / n).toFixed(3)}`);
+  if (d > 0 && name !== 'info' && name !== 'cpu' && !name.startsWith('info'))
+    parts.push(`${name}=${(d / n).toFixed(3)}`);
 }
 console.log(
   `${variant}: Redis CPU ${((((after.get('cpu') ?? 0) - (before.get('cpu') ?? 0)) * 1e6) / n).toFixed(2)} µs per request; ${parts.join(' ')}`,

@@ -107,6 +107,11 @@ async function compare(
   rules: Rule[],
   commands: Command[],
   startMs = 1_700_000_000_000 + 0.123,
+  /**
+   * Each acquisition is sent to Redis at once with another id's (so that, on a standalone
+   * server, the two go out as one acquire-many.lua call, the short form when it applies).
+   */
+  together = false,
 ): Promise<void> {
   const clock = new FakeClock(startMs);
   const mem = memoryStore({ clock });
@@ -132,7 +137,14 @@ async function compare(
       const turn = c.caller === undefined ? undefined : tickets[c.caller];
       const request = { id, rules: subset, costs, count: costs.length, lease: c.lease, turn };
       const a = await mem.acquire(request);
-      const b = await lua.acquire(request);
+      const b = together
+        ? (
+            await Promise.all([
+              lua.acquire(request),
+              lua.acquire({ ...request, id: `${id}:other`, turn: undefined }),
+            ])
+          )[0]
+        : await lua.acquire(request);
       expect(
         {
           granted: b.granted,
@@ -219,6 +231,24 @@ for (const target of ['redis standalone', 'redis cluster', 'valkey standalone'] 
         { numRuns: target === 'redis standalone' ? runs : Math.ceil(runs / 3) },
       );
     }, 120_000);
+
+    it.skipIf(target === 'redis cluster')(
+      "through acquire-many.lua (each acquisition sent at once with another id's)",
+      async () => {
+        await fc.assert(
+          fc.asyncProperty(
+            fc.array(ruleArb, { minLength: 1, maxLength: 3 }),
+            fc.array(commandArb, { minLength: 1, maxLength: 40 }),
+            fc.constantFrom(1_700_000_000_000.123, 4_102_444_800_000.5),
+            async (rules, commands, start) => {
+              await compare(make, rules, commands, start, true);
+            },
+          ),
+          { numRuns: target === 'redis standalone' ? runs : Math.ceil(runs / 3) },
+        );
+      },
+      120_000,
+    );
 
     it('at the validation bounds (yearly rules, the largest burst and limit, far-future clocks)', async () => {
       const YEAR_US = 31_536_000_000_000;

@@ -45,43 +45,56 @@ describe('acquire calls of many ids at once (standalone server)', () => {
   });
 
   for (const family of CLIENT_FAMILIES) {
-    it(`calls made together go out as one script call per ${MAX_PER_CALL}, each answered as alone (${family})`, async () => {
-      const c = await connectClient(family, server);
-      try {
-        const prefix = uniquePrefix('many');
-        const store = redisStore({ client: c.client, prefix });
-        const alone = redisStore({ client: c.client, prefix: `${prefix}-alone` });
-        const rules = [gcra, fixed, sliding];
-        // Scripts loaded (acquire.lua alone, acquire-many.lua with two at once).
-        await store.acquire({ id: 'warm', rules, costs: [1], count: 1 });
-        await Promise.all([1, 2].map(() => store.acquire({ id: 'warm', rules, costs: [1], count: 1 })));
-        // 100 ids, each asked three times in the same turn (pipelined calls of one valve): 2
-        // granted, then 1 (the GCRA's burst of 3 is spent), then none. Rules that do not
-        // refill during the test, so that the calls one at a time below see the same state.
-        const ids = Array.from({ length: 100 }, (_, i) => `id-${i}`);
-        const before = await scriptCalls(server);
-        const together = await Promise.all(
-          ids.flatMap((id) =>
-            [0, 1, 2].map(() => store.acquire({ id, rules, costs: [1, 1], count: 2, record: gcra.digest })),
-          ),
-        );
-        const after = await scriptCalls(server);
-        // 300 requests: ⌈300 / 64⌉ script calls, one TIME each.
-        expect(after.evalsha - before.evalsha).toBe(Math.ceil(300 / MAX_PER_CALL));
-        expect(after.time - before.time).toBe(Math.ceil(300 / MAX_PER_CALL));
-        // The same calls one at a time, on their own keys: the same answers.
-        const oneByOne: AcquireResult[] = [];
-        for (const id of ids) {
-          for (let k = 0; k < 3; k++) {
-            oneByOne.push(await alone.acquire({ id, rules, costs: [1, 1], count: 2, record: gcra.digest }));
+    // With a sliding window each request is sent whole; with GCRA and fixed windows only, in
+    // acquire-many.lua's short form.
+    for (const [form, rules] of [
+      ['whole', [gcra, fixed, sliding]],
+      ['short form', [gcra, fixed]],
+    ] as const) {
+      it(`calls made together go out as one script call per ${MAX_PER_CALL}, each answered as alone (${family}, ${form})`, async () => {
+        const c = await connectClient(family, server);
+        try {
+          const prefix = uniquePrefix('many');
+          const store = redisStore({ client: c.client, prefix });
+          const alone = redisStore({ client: c.client, prefix: `${prefix}-alone` });
+          // Scripts loaded (acquire.lua alone, acquire-many.lua with two at once).
+          await store.acquire({ id: 'warm', rules, costs: [1], count: 1 });
+          await Promise.all([1, 2].map(() => store.acquire({ id: 'warm', rules, costs: [1], count: 1 })));
+          // 100 ids, each asked three times in the same turn (pipelined calls of one valve): 2
+          // granted, then 1 (the GCRA's burst of 3 is spent), then none. Rules that do not
+          // refill during the test, so that the calls one at a time below see the same state.
+          // The second call records another rule set: it and the third are told of a mismatch.
+          const record = (k: number) => (k === 1 ? fixed.digest : gcra.digest);
+          const ids = Array.from({ length: 100 }, (_, i) => `id-${i}`);
+          const before = await scriptCalls(server);
+          const together = await Promise.all(
+            ids.flatMap((id) =>
+              [0, 1, 2].map((k) => store.acquire({ id, rules, costs: [1, 1], count: 2, record: record(k) })),
+            ),
+          );
+          const after = await scriptCalls(server);
+          // 300 requests: ⌈300 / 64⌉ script calls, one TIME each.
+          expect(after.evalsha - before.evalsha).toBe(Math.ceil(300 / MAX_PER_CALL));
+          expect(after.time - before.time).toBe(Math.ceil(300 / MAX_PER_CALL));
+          // The same calls one at a time, on their own keys: the same answers.
+          const oneByOne: AcquireResult[] = [];
+          for (const id of ids) {
+            for (let k = 0; k < 3; k++) {
+              oneByOne.push(await alone.acquire({ id, rules, costs: [1, 1], count: 2, record: record(k) }));
+            }
           }
+          expect(together.map(seen)).toEqual(oneByOne.map(seen));
+          expect(together.slice(0, 3).map((r) => r.granted)).toEqual([2, 1, 0]);
+          expect(together.slice(0, 3).map((r) => r.recorded)).toEqual([
+            undefined,
+            [gcra.digest],
+            [fixed.digest],
+          ]);
+        } finally {
+          await c.close();
         }
-        expect(together.map(seen)).toEqual(oneByOne.map(seen));
-        expect(together.slice(0, 3).map((r) => r.granted)).toEqual([2, 1, 0]);
-      } finally {
-        await c.close();
-      }
-    });
+      });
+    }
 
     it(`an id whose state is corrupt fails alone; the others of its call are answered (${family})`, async () => {
       const c = await connectClient(family, server);

@@ -138,6 +138,9 @@ export function shapeOf(
     String(Math.ceil(recordTtlUs(distinct, m0) / 1000)),
   ];
   const spec = [...head, ...ruleArgs, ...tail];
+  // acquire-many.lua's short form (see its header): no leases, GCRA and fixed-window rules only.
+  let short = m > 0 && !lease;
+  for (let r = 0; r < m && short; r++) short = distinct[r]!.algorithm !== 'sliding-window';
   const shape: Shape = {
     owner,
     id,
@@ -150,6 +153,7 @@ export function shapeOf(
     tail,
     spec,
     specKey: spec.join(' '),
+    shortKeys: short ? [keys.pause, ...keyList.slice(3, 3 + m), keys.rules] : null,
   };
   if (previous === undefined) shapes.set(request.rules, shape);
   return shape;

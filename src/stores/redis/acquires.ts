@@ -17,6 +17,7 @@
  *   same error, unsent.
  */
 import type { AcquireResult } from '../store.js';
+import { small } from './acquire-call.js';
 import type { Deadlines, Pending } from './deadlines.js';
 import { ACQUIRE, ACQUIRE_MANY } from './scripts.generated.js';
 
@@ -24,6 +25,9 @@ import { ACQUIRE, ACQUIRE_MANY } from './scripts.generated.js';
 export const MAX_IN_FLIGHT = 1024;
 /** Requests per acquire-many.lua call at most. */
 export const MAX_PER_CALL = 64;
+
+/** "-1" to "-64": a short-form request's shape index (several shapes per call are rare). */
+const NEGATED: readonly string[] = Array.from({ length: MAX_PER_CALL + 1 }, (_, i) => `-${i}`);
 
 /** What stays the same across a valve's acquire calls (store.ts builds it once per valve). */
 export interface CallShape {
@@ -39,6 +43,11 @@ export interface CallShape {
   readonly spec: readonly string[];
   /** spec joined: the same for every valve with the same rules, lease and record. */
   readonly specKey: string;
+  /**
+   * The keys of acquire-many.lua's short form (the pause, one per rule, the record), for a
+   * shape without leases whose rules are GCRA and fixed windows only; null otherwise.
+   */
+  readonly shortKeys: readonly string[] | null;
 }
 
 /** Reads one acquire.lua reply (store.ts). */
@@ -229,12 +238,19 @@ export class Acquires {
     const requests = new Array<Request>(count);
     const specs = this.specs;
     let keys = 0;
+    let args = 0;
     let specArgs = 0;
     let r = this.head!;
     for (let i = 0; i < count; i++) {
       requests[i] = r;
       const shape = r.shape!;
-      keys += shape.keys.length;
+      if (r.ticket === '' && shape.shortKeys !== null) {
+        keys += shape.shortKeys.length;
+        args += 3;
+      } else {
+        keys += shape.keys.length;
+        args += 5;
+      }
       if (!specs.has(shape.specKey)) {
         specs.set(shape.specKey, specs.size + 1);
         this.specList.push(shape.spec);
@@ -247,10 +263,12 @@ export class Acquires {
         if (next === null) this.tail = null;
       } else r = next!;
     }
-    const all = new Array<string>(keys + 3 + specArgs + 5 * count);
+    const all = new Array<string>(keys + 3 + specArgs + args);
     let k = 0;
     for (let i = 0; i < count; i++) {
-      const shapeKeys = requests[i]!.shape!.keys;
+      const req = requests[i]!;
+      const shape = req.shape!;
+      const shapeKeys = req.ticket === '' && shape.shortKeys !== null ? shape.shortKeys : shape.keys;
       for (let j = 0; j < shapeKeys.length; j++) all[k++] = shapeKeys[j]!;
     }
     all[k++] = this.clockArg();
@@ -262,11 +280,19 @@ export class Acquires {
     }
     for (let i = 0; i < count; i++) {
       const req = requests[i]!;
-      all[k++] = String(specs.get(req.shape!.specKey));
-      all[k++] = req.count;
-      all[k++] = req.nonce;
-      all[k++] = req.cost;
-      all[k++] = req.ticket;
+      const index = specs.get(req.shape!.specKey)!;
+      if (req.ticket === '' && req.shape!.shortKeys !== null) {
+        // The short form: its shape's index negated, n and the cost.
+        all[k++] = NEGATED[index] ?? `-${index}`;
+        all[k++] = req.count;
+        all[k++] = req.cost;
+      } else {
+        all[k++] = small(index);
+        all[k++] = req.count;
+        all[k++] = req.nonce;
+        all[k++] = req.cost;
+        all[k++] = req.ticket;
+      }
     }
     specs.clear();
     this.specList.length = 0;

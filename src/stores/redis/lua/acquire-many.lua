@@ -9,7 +9,9 @@ jobs all have the same cost and that convert nothing come here. What many reques
 rules, the lease settings, the rule-set record: a valve group's keys have the same) is sent
 once per call, as a "shape".
 
-KEYS         every request's acquire.lua KEYS (5 + m of them), one request after the other
+KEYS         every request's keys, one request after the other: acquire.lua's KEYS (5 + m of
+             them), or in the short form its pause, rule and record keys (KEYS[1], KEYS[4..3+m]
+             and KEYS[4+m], 2 + m of them)
 ARGV[1]      "" (use Redis TIME), or the time in µs (test-only virtual clock): acquire.lua's ARGV[1]
 ARGV[2]      k, the number of requests
 ARGV[3]      s, the number of shapes
@@ -17,7 +19,16 @@ then         s shapes, each its length L and then L strings: m, lease limit, lea
              3m rule arguments, the record argument and its TTL (acquire.lua's ARGV[3..5],
              ARGV[7..6+3m] and ARGV[t..t+1])
 then         k requests, 5 strings each: its shape (1..s), n, the lease token nonce, the cost of
-             every job, the ticket (acquire.lua's ARGV[2], ARGV[6], ARGV[7+3m] and ARGV[t+2])
+             every job, the ticket (acquire.lua's ARGV[2], ARGV[6], ARGV[7+3m] and ARGV[t+2]);
+             or, in the short form, 3: its shape negated (-s..-1), n and the cost of every job
+             (no nonce, no ticket), for a shape without leases whose rules are all GCRA or fixed
+             windows (the client sends no other in the short form)
+
+The short form (no leases, GCRA and fixed-window rules only, no part in the line: what a
+valve group's keys send) takes fast_one() below: acquire_one()'s steps for exactly that case,
+with the shape's numbers converted once per call instead of once per request (and the fixed
+windows' index, which depends only on the time, once per call); anything else acquire_one().
+test/property/redis-differential.test.ts checks both against the memory store.
 
 Flags (#!lua, no allow-oom): as acquire.lua.
 Reply: { reply_1, ..., reply_k }: each request's acquire.lua reply, or its error reply (a
@@ -30,6 +41,223 @@ end
 
 -- @include acquire-one
 
+-- A shape's numbers, converted once per call; nil when its requests take acquire_one().
+-- { m, xs, ys, caps (GCRA: burst × emission; nil for a fixed window), ks (the fixed window's
+-- index at `now`), record (nil: none sent), record TTL (ms) }
+local function fast_shape(shape, now)
+  local m = tonumber(shape[1])
+  if m < 1 or tonumber(shape[2]) ~= 0 then
+    return nil
+  end
+  local xs, ys, caps, ks = {}, {}, {}, {}
+  for r = 1, m do
+    local kind = shape[1 + 3 * r]
+    local x, y = tonumber(shape[2 + 3 * r]), tonumber(shape[3 + 3 * r])
+    xs[r], ys[r] = x, y
+    if kind == 'g' then
+      caps[r] = y * x
+    elseif kind == 'w' then
+      local k = floor(now / x)
+      -- Guard against the float division rounding up across a window edge.
+      if k * x > now then
+        k = k - 1
+      end
+      ks[r] = k
+    else
+      return nil
+    end
+  end
+  local rec = shape[4 + 3 * m]
+  local record = nil
+  if string.sub(rec, 1, 1) == '=' then
+    record = string.sub(rec, 2)
+  end
+  return { m, xs, ys, caps, ks, record, tonumber(shape[5 + 3 * m]) }
+end
+
+-- Per rule of the request fast_one() is answering: the GCRA tat or the window count read.
+local fst = {}
+
+-- acquire_one() for a short-form request of `fs` (see fast_shape) whose keys (pause, rules,
+-- record) start after KEYS[kf]: n jobs of cost c each, no leases, no ticket. The same reads,
+-- writes, checks and reply, in the same order.
+local function fast_one(kf, fs, n, c, now, testing)
+  local m, xs, ys, caps, ks = fs[1], fs[2], fs[3], fs[4], fs[5]
+  -- The shared pause (epoch ms with 3 decimals -> µs).
+  local pkey = KEYS[kf + 1]
+  if not pkey or not KEYS[kf + 2 + m] then
+    return redis.error_reply('valve: acquire-many: a request past the last key')
+  end
+  local paused, bad = read(pkey)
+  if bad then
+    return bad
+  end
+  if paused then
+    local until_us = string.find(paused, '^%d+%.?%d*$') and floor(tonumber(paused) * 1000 + 0.5)
+    if not until_us or until_us > now + AHEAD then
+      return corrupt(pkey, paused, 'a pause end in epoch ms at most 365 days ahead')
+    end
+    if until_us > now then
+      return { 0, until_us - now, 1, until_us, now, 0 }
+    end
+  end
+
+  -- The record of the id's rule set, compared and written.
+  local recorded = nil
+  local record = fs[6]
+  if record then
+    local key = KEYS[kf + 2 + m]
+    local raw, bad_record = read(key)
+    if bad_record then
+      return bad_record
+    end
+    local held = nil
+    if raw then
+      local until_us, digests = string.match(raw, '^(%d+):([gws0-9.,]*)$')
+      if not until_us or tonumber(until_us) > now + AHEAD then
+        return corrupt(key, raw, 'a rule set ("<until µs>:" and rule digests joined by commas)')
+      end
+      if tonumber(until_us) > now then
+        held = digests
+      end
+    end
+    if held ~= record then
+      recorded = held
+      local ttl = fs[7]
+      redis.call('SET', key, string.format('%d', now + ttl * 1000) .. ':' .. record, 'PX', ttl + (testing and 600000 or 0))
+    end
+  end
+
+  -- Each rule's longest fitting prefix, computed arithmetically; the batch grants the shortest.
+  local fit_min, wait = n, 0
+  for r = 1, m do
+    local key = KEYS[kf + 1 + r]
+    local raw, bad_rule = read(key)
+    if bad_rule then
+      return bad_rule
+    end
+    local x, y, cap = xs[r], ys[r], caps[r]
+    local fit, w
+    if cap then
+      -- GCRA: missing or past state means tat = now. Job j fits iff tat + j·inc − now ≤ capacity.
+      local tat = now
+      if raw then
+        tat = string.find(raw, '^%d+$') and tonumber(raw)
+        if not tat or tat > now + cap + 86400000000 then
+          return corrupt(key, raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
+        end
+      end
+      if tat < now then
+        tat = now
+      end
+      local inc = ceil(c * x)
+      fit = floor((cap - (tat - now)) / inc)
+      if fit < 0 then
+        fit = 0
+      elseif fit > n then
+        fit = n
+      end
+      while fit > 0 and tat + fit * inc - now - cap > 0 do
+        fit = fit - 1
+      end
+      while fit < n and tat + (fit + 1) * inc - now - cap <= 0 do
+        fit = fit + 1
+      end
+      if fit < n then
+        w = tat + (fit + 1) * inc - now - cap
+      end
+      fst[r] = tat
+    else
+      -- Fixed window: a state of another window counts as 0.
+      local k = ks[r]
+      local count = 0
+      if raw then
+        local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
+        if not sk or tonumber(sc) > y then
+          return corrupt(key, raw, '"<window>:<count>" with a count from 0 to the limit')
+        end
+        if tonumber(sk) == k then
+          count = tonumber(sc)
+        end
+      end
+      if c % 1 == 0 and count % 1 == 0 then
+        fit = floor((y - count) / c)
+        if fit < 0 then
+          fit = 0
+        elseif fit > n then
+          fit = n
+        end
+        while fit > 0 and count + fit * c > y do
+          fit = fit - 1
+        end
+        while fit < n and count + (fit + 1) * c <= y do
+          fit = fit + 1
+        end
+      else
+        fit = 0
+        local sum = count
+        while fit < n and sum + c <= y do
+          sum = sum + c
+          fit = fit + 1
+        end
+      end
+      if fit < n then
+        w = (k + 1) * x - now
+      end
+      fst[r] = count
+    end
+    if fit < fit_min then
+      fit_min = fit
+      wait = w or 0
+    elseif fit == fit_min and w and w > wait then
+      wait = w
+    end
+  end
+  local granted = fit_min
+  local reply
+  if granted < n then
+    reply = { granted, wait, 2, 0, now, 0 }
+  else
+    reply = { granted, 0, 0, 0, now, 0 }
+  end
+  if granted > 0 then
+    -- Spend: every rule's state, with a TTL (see acquire_one) at which it would be fresh again.
+    for r = 1, m do
+      local x = xs[r]
+      local us, value
+      if caps[r] then
+        local s = fst[r] + granted * ceil(c * x)
+        us = s - now
+        value = string.format('%d', s)
+      else
+        local s = fst[r]
+        if c % 1 == 0 and s % 1 == 0 then
+          s = s + granted * c
+        else
+          for _ = 1, granted do
+            s = s + c
+          end
+        end
+        local k = ks[r]
+        us = (k + 1) * x - now
+        value = string.format('%d', k) .. ':' .. string.format('%.17g', s)
+      end
+      local ttl = ceil(us / 1000)
+      if ttl < 1 then
+        ttl = 1
+      end
+      if testing then
+        ttl = ttl + 600000
+      end
+      redis.call('SET', KEYS[kf + 1 + r], value, 'PX', ttl)
+    end
+  end
+  if recorded then
+    reply[7] = recorded
+  end
+  return reply
+end
+
 local clock = ARGV[1]
 local k = tonumber(ARGV[2])
 local s = tonumber(ARGV[3])
@@ -38,7 +266,9 @@ if clock == '' then
   local t = redis.call('TIME')
   time_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local shapes = {}
+local testing = clock ~= ''
+local now = testing and tonumber(clock) or time_us
+local shapes, fast = {}, {}
 local a = 4
 for i = 1, s do
   local len = tonumber(ARGV[a])
@@ -47,40 +277,61 @@ for i = 1, s do
     shape[j] = ARGV[a + j]
   end
   shapes[i] = shape
+  fast[i] = fast_shape(shape, now) or false
   a = a + 1 + len
 end
 local out = {}
 local kf = 0
 for i = 1, k do
-  local shape = shapes[tonumber(ARGV[a])]
-  local m = tonumber(shape[1])
-  local nk = 5 + m
-  local keys = {}
-  for j = 1, nk do
-    keys[j] = KEYS[kf + j]
-  end
-  kf = kf + nk
-  -- acquire.lua's ARGV, from the shape and the request's own four strings.
-  local argv = { clock, ARGV[a + 1], shape[1], shape[2], shape[3], ARGV[a + 2] }
-  local r3 = 3 * m
-  for j = 1, r3 do
-    argv[6 + j] = shape[3 + j]
-  end
-  argv[7 + r3] = ARGV[a + 3]
-  argv[8 + r3] = shape[4 + r3]
-  argv[9 + r3] = shape[5 + r3]
-  argv[10 + r3] = ARGV[a + 4]
-  argv[11 + r3] = ''
-  a = a + 5
-  local ok, reply = pcall(acquire_one, keys, argv, time_us)
-  if not ok then
-    if type(reply) == 'table' and reply.err then
-      out[i] = reply
-    else
-      out[i] = redis.error_reply(tostring(reply))
+  local si = tonumber(ARGV[a])
+  if si < 0 then
+    local fs = fast[-si]
+    local ok, reply = false, 'valve: acquire-many: a short-form request of a shape that has none'
+    if fs then
+      ok, reply = pcall(fast_one, kf, fs, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), now, testing)
     end
+    kf = kf + 2 + tonumber(shapes[-si][1])
+    if not ok then
+      if type(reply) == 'table' and reply.err then
+        out[i] = reply
+      else
+        out[i] = redis.error_reply(tostring(reply))
+      end
+    else
+      out[i] = reply
+    end
+    a = a + 3
   else
-    out[i] = reply
+    local shape = shapes[si]
+    local m = tonumber(shape[1])
+    local nk = 5 + m
+    local keys = {}
+    for j = 1, nk do
+      keys[j] = KEYS[kf + j]
+    end
+    kf = kf + nk
+    -- acquire.lua's ARGV, from the shape and the request's own four strings.
+    local argv = { clock, ARGV[a + 1], shape[1], shape[2], shape[3], ARGV[a + 2] }
+    local r3 = 3 * m
+    for j = 1, r3 do
+      argv[6 + j] = shape[3 + j]
+    end
+    argv[7 + r3] = ARGV[a + 3]
+    argv[8 + r3] = shape[4 + r3]
+    argv[9 + r3] = shape[5 + r3]
+    argv[10 + r3] = ARGV[a + 4]
+    argv[11 + r3] = ''
+    a = a + 5
+    local ok, reply = pcall(acquire_one, keys, argv, time_us)
+    if not ok then
+      if type(reply) == 'table' and reply.err then
+        out[i] = reply
+      else
+        out[i] = redis.error_reply(tostring(reply))
+      end
+    else
+      out[i] = reply
+    end
   end
 end
 return out
