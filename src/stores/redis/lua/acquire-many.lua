@@ -57,12 +57,7 @@ local function fast_shape(shape, now)
     if kind == 'g' then
       caps[r] = y * x
     elseif kind == 'w' then
-      local k = floor(now / x)
-      -- Guard against the float division rounding up across a window edge.
-      if k * x > now then
-        k = k - 1
-      end
-      ks[r] = k
+      ks[r] = window_index(now, x)
     else
       return nil
     end
@@ -88,43 +83,22 @@ local function fast_one(kf, fs, n, c, now, testing)
   if not pkey or not KEYS[kf + 2 + m] then
     return redis.error_reply('valve: acquire-many: a request past the last key')
   end
-  local paused, bad = read(pkey)
-  if bad then
+  local until_us, bad = pause_until(pkey, now)
+  if not until_us then
     return bad
   end
-  if paused then
-    local until_us = string.find(paused, '^%d+%.?%d*$') and floor(tonumber(paused) * 1000 + 0.5)
-    if not until_us or until_us > now + AHEAD then
-      return corrupt(pkey, paused, 'a pause end in epoch ms at most 365 days ahead')
-    end
-    if until_us > now then
-      return { 0, until_us - now, 1, until_us, now, 0 }
-    end
+  if until_us > now then
+    return { 0, until_us - now, 1, until_us, now, 0 }
   end
 
   -- The record of the id's rule set, compared and written.
   local recorded = nil
   local record = fs[6]
   if record then
-    local key = KEYS[kf + 2 + m]
-    local raw, bad_record = read(key)
-    if bad_record then
+    local bad_record
+    recorded, bad_record = check_record(KEYS[kf + 2 + m], record, fs[7], now, testing)
+    if recorded == false then
       return bad_record
-    end
-    local held = nil
-    if raw then
-      local until_us, digests = string.match(raw, '^(%d+):([gws0-9.,]*)$')
-      if not until_us or tonumber(until_us) > now + AHEAD then
-        return corrupt(key, raw, 'a rule set ("<until µs>:" and rule digests joined by commas)')
-      end
-      if tonumber(until_us) > now then
-        held = digests
-      end
-    end
-    if held ~= record then
-      recorded = held
-      local ttl = fs[7]
-      redis.call('SET', key, string.format('%d', now + ttl * 1000) .. ':' .. record, 'PX', ttl + (testing and 600000 or 0))
     end
   end
 
@@ -139,68 +113,20 @@ local function fast_one(kf, fs, n, c, now, testing)
     local x, y, cap = xs[r], ys[r], caps[r]
     local fit, w
     if cap then
-      -- GCRA: missing or past state means tat = now. Job j fits iff tat + j·inc − now ≤ capacity.
-      local tat = now
-      if raw then
-        tat = string.find(raw, '^%d+$') and tonumber(raw)
-        if not tat or tat > now + cap + 86400000000 then
-          return corrupt(key, raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
-        end
+      local tat, bad = gcra_tat(key, raw, now, cap)
+      if not tat then
+        return bad
       end
-      if tat < now then
-        tat = now
-      end
-      local inc = ceil(c * x)
-      fit = floor((cap - (tat - now)) / inc)
-      if fit < 0 then
-        fit = 0
-      elseif fit > n then
-        fit = n
-      end
-      while fit > 0 and tat + fit * inc - now - cap > 0 do
-        fit = fit - 1
-      end
-      while fit < n and tat + (fit + 1) * inc - now - cap <= 0 do
-        fit = fit + 1
-      end
-      if fit < n then
-        w = tat + (fit + 1) * inc - now - cap
-      end
+      fit, w = gcra_fit(tat, now, cap, ceil(c * x), n)
       fst[r] = tat
     else
       -- Fixed window: a state of another window counts as 0.
       local k = ks[r]
-      local count = 0
-      if raw then
-        local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
-        if not sk or tonumber(sc) > y then
-          return corrupt(key, raw, '"<window>:<count>" with a count from 0 to the limit')
-        end
-        if tonumber(sk) == k then
-          count = tonumber(sc)
-        end
+      local count, bad = window_count(key, raw, y, k)
+      if not count then
+        return bad
       end
-      if c % 1 == 0 and count % 1 == 0 then
-        fit = floor((y - count) / c)
-        if fit < 0 then
-          fit = 0
-        elseif fit > n then
-          fit = n
-        end
-        while fit > 0 and count + fit * c > y do
-          fit = fit - 1
-        end
-        while fit < n and count + (fit + 1) * c <= y do
-          fit = fit + 1
-        end
-      else
-        fit = 0
-        local sum = count
-        while fit < n and sum + c <= y do
-          sum = sum + c
-          fit = fit + 1
-        end
-      end
+      fit = count_fit(count, c, y, n)
       if fit < n then
         w = (k + 1) * x - now
       end
@@ -258,6 +184,14 @@ local function fast_one(kf, fs, n, c, now, testing)
   return reply
 end
 
+-- A request's reply from pcall(): its reply, or its error as an error reply.
+local function answer(ok, reply)
+  if ok or (type(reply) == 'table' and reply.err) then
+    return reply
+  end
+  return redis.error_reply(tostring(reply))
+end
+
 local clock = ARGV[1]
 local k = tonumber(ARGV[2])
 local s = tonumber(ARGV[3])
@@ -291,15 +225,7 @@ for i = 1, k do
       ok, reply = pcall(fast_one, kf, fs, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), now, testing)
     end
     kf = kf + 2 + tonumber(shapes[-si][1])
-    if not ok then
-      if type(reply) == 'table' and reply.err then
-        out[i] = reply
-      else
-        out[i] = redis.error_reply(tostring(reply))
-      end
-    else
-      out[i] = reply
-    end
+    out[i] = answer(ok, reply)
     a = a + 3
   else
     local shape = shapes[si]
@@ -323,15 +249,7 @@ for i = 1, k do
     argv[11 + r3] = ''
     a = a + 5
     local ok, reply = pcall(acquire_one, keys, argv, time_us)
-    if not ok then
-      if type(reply) == 'table' and reply.err then
-        out[i] = reply
-      else
-        out[i] = redis.error_reply(tostring(reply))
-      end
-    else
-      out[i] = reply
-    end
+    out[i] = answer(ok, reply)
   end
 end
 return out

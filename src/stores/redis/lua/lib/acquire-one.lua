@@ -26,6 +26,141 @@ end
 
 local floor, ceil = math.floor, math.ceil
 
+-- The end of the id's shared pause in µs (epoch ms with 3 decimals in `key`), 0 when there is
+-- none; nil and an error reply naming the key when it holds something else.
+local function pause_until(key, now)
+  local paused, bad = read(key)
+  if bad then
+    return nil, bad
+  end
+  if not paused then
+    return 0
+  end
+  local until_us = string.find(paused, '^%d+%.?%d*$') and floor(tonumber(paused) * 1000 + 0.5)
+  if not until_us or until_us > now + AHEAD then
+    return nil, corrupt(key, paused, 'a pause end in epoch ms at most 365 days ahead')
+  end
+  return until_us
+end
+
+-- The rule set recorded for the id in `key` ("<until µs>:<digests>") compared with `record`,
+-- and written for `ttl` ms when it differs. Returns the other rule set held until now (nil: the
+-- same, or none), or false and an error reply naming the key.
+local function check_record(key, record, ttl, now, testing)
+  local raw, bad = read(key)
+  if bad then
+    return false, bad
+  end
+  -- Held until then (the key's TTL says the same on the real clock).
+  local held = nil
+  if raw then
+    local until_us, digests = string.match(raw, '^(%d+):([gws0-9.,]*)$')
+    if not until_us or tonumber(until_us) > now + AHEAD then
+      return false, corrupt(key, raw, 'a rule set ("<until µs>:" and rule digests joined by commas)')
+    end
+    if tonumber(until_us) > now then
+      held = digests
+    end
+  end
+  if held == record then
+    return nil
+  end
+  redis.call('SET', key, string.format('%d', now + ttl * 1000) .. ':' .. record, 'PX', ttl + (testing and 600000 or 0))
+  return held
+end
+
+-- A GCRA rule's tat read from `raw` (missing or past: now), or nil and an error reply naming `key`.
+local function gcra_tat(key, raw, now, cap)
+  if not raw then
+    return now
+  end
+  local tat = string.find(raw, '^%d+$') and tonumber(raw)
+  if not tat or tat > now + cap + 86400000000 then
+    return nil, corrupt(key, raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
+  end
+  if tat < now then
+    tat = now
+  end
+  return tat
+end
+
+-- How many of n jobs, each adding `inc`, fit a GCRA state `tat` (>= now) of capacity `cap`, and
+-- the wait of the first that does not (nil when all fit). Job j fits iff tat + j·inc − now ≤ cap.
+local function gcra_fit(tat, now, cap, inc, n)
+  local fit = floor((cap - (tat - now)) / inc)
+  if fit < 0 then
+    fit = 0
+  elseif fit > n then
+    fit = n
+  end
+  -- The division is a float: settle the boundary exactly (integers below 2^53).
+  while fit > 0 and tat + fit * inc - now - cap > 0 do
+    fit = fit - 1
+  end
+  while fit < n and tat + (fit + 1) * inc - now - cap <= 0 do
+    fit = fit + 1
+  end
+  if fit < n then
+    return fit, tat + (fit + 1) * inc - now - cap
+  end
+  return fit, nil
+end
+
+-- How many of n jobs of cost c fit a count (a window's or a sliding window's sum) under limit y.
+local function count_fit(count, c, y, n)
+  local fit
+  if c % 1 == 0 and count % 1 == 0 then
+    -- Integers: exact. Job j fits iff count + j·c ≤ limit.
+    fit = floor((y - count) / c)
+    if fit < 0 then
+      fit = 0
+    elseif fit > n then
+      fit = n
+    end
+    while fit > 0 and count + fit * c > y do
+      fit = fit - 1
+    end
+    while fit < n and count + (fit + 1) * c <= y do
+      fit = fit + 1
+    end
+  else
+    -- Fractions: add job by job, as the per-job loop does (same float sums).
+    fit = 0
+    local s = count
+    while fit < n and s + c <= y do
+      s = s + c
+      fit = fit + 1
+    end
+  end
+  return fit
+end
+
+-- The index of the fixed window of length x (µs) that holds `now`.
+local function window_index(now, x)
+  local k = floor(now / x)
+  -- Guard against the float division rounding up across a window edge.
+  if k * x > now then
+    k = k - 1
+  end
+  return k
+end
+
+-- A fixed window's count in window k read from `raw` (missing, or another window's: 0), or nil
+-- and an error reply naming `key`.
+local function window_count(key, raw, y, k)
+  if not raw then
+    return 0
+  end
+  local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
+  if not sk or tonumber(sc) > y then
+    return nil, corrupt(key, raw, '"<window>:<count>" with a count from 0 to the limit')
+  end
+  if tonumber(sk) == k then
+    return tonumber(sc)
+  end
+  return 0
+end
+
 local function acquire_one(KEYS, ARGV, time_us)
   local clock = ARGV[1]
   local testing = clock ~= ''
@@ -40,22 +175,16 @@ local function acquire_one(KEYS, ARGV, time_us)
   end
 
   -- The shared pause (epoch ms with 3 decimals -> µs).
-  local paused, bad = read(KEYS[1])
-  if bad then
+  local until_us, bad = pause_until(KEYS[1], now)
+  if not until_us then
     return bad
   end
-  if paused then
-    local until_us = string.find(paused, '^%d+%.?%d*$') and floor(tonumber(paused) * 1000 + 0.5)
-    if not until_us or until_us > now + AHEAD then
-      return corrupt(KEYS[1], paused, 'a pause end in epoch ms at most 365 days ahead')
+  if until_us > now then
+    local tail = 8 + 3 * tonumber(ARGV[3]) + (ARGV[7 + 3 * tonumber(ARGV[3])] == '' and tonumber(ARGV[2]) or 0)
+    if ARGV[tail + 2] ~= '' then
+      return { 0, until_us - now, 1, until_us, now, 0, 0 }
     end
-    if until_us > now then
-      local tail = 8 + 3 * tonumber(ARGV[3]) + (ARGV[7 + 3 * tonumber(ARGV[3])] == '' and tonumber(ARGV[2]) or 0)
-      if ARGV[tail + 2] ~= '' then
-        return { 0, until_us - now, 1, until_us, now, 0, 0 }
-      end
-      return { 0, until_us - now, 1, until_us, now, 0 }
-    end
+    return { 0, until_us - now, 1, until_us, now, 0 }
   end
 
   local n = tonumber(ARGV[2])
@@ -224,27 +353,10 @@ local function acquire_one(KEYS, ARGV, time_us)
   local recorded = nil
   local record = ARGV[tail]
   if record and string.sub(record, 1, 1) == '=' then
-    local key = KEYS[4 + m]
-    record = string.sub(record, 2)
-    local raw, bad_record = read(key)
-    if bad_record then
+    local bad_record
+    recorded, bad_record = check_record(KEYS[4 + m], string.sub(record, 2), tonumber(ARGV[tail + 1]), now, testing)
+    if recorded == false then
       return bad_record
-    end
-    -- "<until µs>:<digests>": held until then (the key's TTL says the same on the real clock).
-    local held = nil
-    if raw then
-      local until_us, digests = string.match(raw, '^(%d+):([gws0-9.,]*)$')
-      if not until_us or tonumber(until_us) > now + AHEAD then
-        return corrupt(key, raw, 'a rule set ("<until µs>:" and rule digests joined by commas)')
-      end
-      if tonumber(until_us) > now then
-        held = digests
-      end
-    end
-    if held ~= record then
-      recorded = held
-      local ttl = tonumber(ARGV[tail + 1])
-      redis.call('SET', key, string.format('%d', now + ttl * 1000) .. ':' .. record, 'PX', ttl + (testing and 600000 or 0))
     end
   end
 
@@ -405,105 +517,29 @@ local function acquire_one(KEYS, ARGV, time_us)
       st[q + 2] = x
       local fit, w
       if ARGV[base] == 'g' then
-        -- Missing or past state means tat = now. Job j fits iff tat + j·inc − now ≤ capacity.
         local cap = y * x
-        local tat = now
-        if raw then
-          tat = string.find(raw, '^%d+$') and tonumber(raw)
-          if not tat or tat > now + cap + 86400000000 then
-            return corrupt(KEYS[3 + r], raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
-          end
+        local tat, bad = gcra_tat(KEYS[3 + r], raw, now, cap)
+        if not tat then
+          return bad
         end
-        if tat < now then
-          tat = now
-        end
-        local inc = ceil(c * x)
-        fit = floor((cap - (tat - now)) / inc)
-        if fit < 0 then
-          fit = 0
-        elseif fit > n then
-          fit = n
-        end
-        -- The division is a float: settle the boundary exactly (integers below 2^53).
-        while fit > 0 and tat + fit * inc - now - cap > 0 do
-          fit = fit - 1
-        end
-        while fit < n and tat + (fit + 1) * inc - now - cap <= 0 do
-          fit = fit + 1
-        end
-        if fit < n then
-          w = tat + (fit + 1) * inc - now - cap
-        end
+        fit, w = gcra_fit(tat, now, cap, ceil(c * x), n)
         st[q + 1] = true
         st[q + 3] = cap
         st[q + 4] = tat
       elseif ARGV[base] == 's' then
         -- Job j fits iff sum + j·c <= limit (the wait, if any, is computed after the batch).
         local sum = sl[r][1]
-        if c % 1 == 0 and sum % 1 == 0 then
-          fit = floor((y - sum) / c)
-          if fit < 0 then
-            fit = 0
-          elseif fit > n then
-            fit = n
-          end
-          while fit > 0 and sum + fit * c > y do
-            fit = fit - 1
-          end
-          while fit < n and sum + (fit + 1) * c <= y do
-            fit = fit + 1
-          end
-        else
-          fit = 0
-          local s = sum
-          while fit < n and s + c <= y do
-            s = s + c
-            fit = fit + 1
-          end
-        end
+        fit = count_fit(sum, c, y, n)
         st[q + 1] = false
         st[q + 3] = y
         st[q + 4] = sum
       else
-        local k = floor(now / x)
-        -- Guard against the float division rounding up across a window edge.
-        if k * x > now then
-          k = k - 1
+        local k = window_index(now, x)
+        local count, bad = window_count(KEYS[3 + r], raw, y, k)
+        if not count then
+          return bad
         end
-        local count = 0
-        if raw then
-          local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
-          if not sk or tonumber(sc) > y then
-            return corrupt(KEYS[3 + r], raw, '"<window>:<count>" with a count from 0 to the limit')
-          end
-          -- A state of another window counts as 0.
-          if tonumber(sk) == k then
-            count = tonumber(sc)
-          end
-        end
-        if c % 1 == 0 and count % 1 == 0 then
-          -- Integers: exact. Job j fits iff count + j·c ≤ limit.
-          fit = floor((y - count) / c)
-          if fit < 0 then
-            fit = 0
-          elseif fit > n then
-            fit = n
-          end
-          while fit > 0 and count + fit * c > y do
-            fit = fit - 1
-          end
-          while fit < n and count + (fit + 1) * c <= y do
-            fit = fit + 1
-          end
-        else
-          -- Fractions: add job by job, as the per-job loop does (same float sums).
-          fit = 0
-          local s = count
-          while fit < n and s + c <= y do
-            s = s + c
-            fit = fit + 1
-          end
-        end
+        fit = count_fit(count, c, y, n)
         if fit < n then
           w = (k + 1) * x - now
         end
@@ -566,15 +602,9 @@ local function acquire_one(KEYS, ARGV, time_us)
       local q = 5 * (r - 1)
       st[q + 2] = x
       if ARGV[base] == 'g' then
-        local tat = now
-        if raw then
-          tat = string.find(raw, '^%d+$') and tonumber(raw)
-          if not tat or tat > now + y * x + 86400000000 then
-            return corrupt(KEYS[3 + r], raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
-          end
-        end
-        if tat < now then
-          tat = now
+        local tat, bad = gcra_tat(KEYS[3 + r], raw, now, y * x)
+        if not tat then
+          return bad
         end
         st[q + 1] = true
         st[q + 3] = y * x
@@ -584,19 +614,10 @@ local function acquire_one(KEYS, ARGV, time_us)
         st[q + 3] = y
         st[q + 4] = sl[r][1]
       else
-        local k = floor(now / x)
-        if k * x > now then
-          k = k - 1
-        end
-        local count = 0
-        if raw then
-          local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
-          if not sk or tonumber(sc) > y then
-            return corrupt(KEYS[3 + r], raw, '"<window>:<count>" with a count from 0 to the limit')
-          end
-          if tonumber(sk) == k then
-            count = tonumber(sc)
-          end
+        local k = window_index(now, x)
+        local count, bad = window_count(KEYS[3 + r], raw, y, k)
+        if not count then
+          return bad
         end
         st[q + 1] = false
         st[q + 3] = y
