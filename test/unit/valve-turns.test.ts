@@ -132,4 +132,30 @@ describe('valves in the line of turns', () => {
     expect(maxInWindow(f.starts, 1000)).toBeLessThanOrEqual(2000 + 200 - 1);
     for (const valve of f.valves) await valve.close({ drain: false });
   });
+
+  it('valves of one id with other rules take no turns with each other: each uses its own rule whole', async () => {
+    // The same rate and burst (20 ms of tolerance), other rules (digests): two budgets, two lines.
+    const clock = new FakeClock();
+    const store = memoryStore({ clock });
+    const t0 = clock.now();
+    const starts: number[][] = [[], [], []];
+    const valves = [
+      createValve({ id: 'mixed', clock, store, rules: { limit: 100, interval: 1000, burst: 5 } }),
+      createValve({ id: 'mixed', clock, store, rules: { limit: 100, interval: 1000, burst: 5 } }),
+      createValve({ id: 'mixed', clock, store, rules: { limit: 50, interval: 500, burst: 5 } }),
+    ];
+    valves.forEach((valve, i) => {
+      const next = (): void => {
+        if (clock.now() >= t0 + 2000) return;
+        valve.run(() => starts[i]!.push(clock.now())).then(next, () => {});
+      };
+      for (let k = 0; k < 20; k++) next();
+    });
+    await clock.tickAsync(2000);
+    const done = (i: number) => starts[i]!.filter((t) => t < t0 + 2000).length;
+    // The first two share 100/s; the third has 100/s of its own.
+    expect(done(0) + done(1)).toBeGreaterThanOrEqual(0.99 * 200);
+    expect(done(2)).toBeGreaterThanOrEqual(0.99 * 200);
+    for (const valve of valves) await valve.close({ drain: false });
+  });
 });
