@@ -191,6 +191,8 @@ export class Admission {
     this.ruleSet.set(rules);
     this.pace.precise = this.spin && spinHelps(rules);
     this.pace.turnRules = joinsLine(rules) ? rules : null;
+    // Out of the line: a ticket held from before is not waited for.
+    if (this.pace.turnRules === null) this.turn = 0;
     this.waiting.endWhere(tooCostly);
     this.costCheck = this.line.inFlight > 0 ? tooCostly : undefined;
     this.schedulePump();

@@ -158,4 +158,28 @@ describe('valves in the line of turns', () => {
     expect(done(2)).toBeGreaterThanOrEqual(0.99 * 200);
     for (const valve of valves) await valve.close({ drain: false });
   });
+
+  it('setRules() to a rule without the tolerance takes the valve out of the line: no ticket sent, none waited for', async () => {
+    const f = fleet(2, { limit: 200, interval: 1000, burst: 10 });
+    const t0 = f.clock.now();
+    f.saturate(30, t0 + 2500);
+    await f.clock.tickAsync(300);
+    // Both hold tickets by now.
+    expect(f.spies.every((s) => (s.acquires.at(-1)!.held ?? 0) > 0)).toBe(true);
+    for (const valve of f.valves) valve.setRules({ limit: 200, interval: 1000 });
+    const from = f.spies.map((s) => s.acquires.length);
+    // The new rule starts with what the old one spent in the last second (a transition, not
+    // a fresh budget): about a second without a start, then 200/s.
+    await f.clock.tickAsync(2200);
+    f.spies.forEach((spy, i) => {
+      const later = spy.acquires.slice(from[i]!);
+      expect(later.length).toBeGreaterThan(10);
+      expect(later.filter((c) => c.turn !== undefined)).toEqual([]);
+    });
+    // burst 1 at 200/s in the last 500 ms: 100 starts, less what late wake-ups cost (none here).
+    const after = f.starts.filter((t) => t >= t0 + 2000 && t < t0 + 2500).length;
+    expect(after).toBeGreaterThanOrEqual(95);
+    expect(after).toBeLessThanOrEqual(101);
+    for (const valve of f.valves) await valve.close({ drain: false });
+  });
 });
