@@ -36,9 +36,6 @@ export interface AdmissionHost {
   checkClosed(): void;
 }
 
-/** Whether valves join the store's line of turns (where an acquisition is sent, below); off, see there. */
-const JOIN_LINE = false;
-
 /**
  * Whether a precise timer buys rate under `rules`: some rule has less than 2 ms of burst
  * tolerance ((burst − 1) × emission interval), so a start a timer tick late is lost for good
@@ -46,6 +43,18 @@ const JOIN_LINE = false;
  */
 function spinHelps(rules: readonly StoreRule[]): boolean {
   return rules.some((rule) => (rule.burst - 1) * rule.emissionUs < 2000);
+}
+
+/**
+ * Whether a valve takes part in the store's line of turns (docs/architecture.md, "Turns") under
+ * `rules`: when every rule can absorb a turn taken a timer tick late (the opposite of
+ * spinHelps). There the line cuts the store calls to about one per turn and loses nothing to a
+ * late wake-up. Under a rule that cannot (burst 1 at 2,000/s), each slot would depend on one
+ * caller waking within tens of µs, and callers racing for it use more of the limit
+ * (bench/results/shared-limit-turns.md).
+ */
+function joinsLine(rules: readonly StoreRule[]): boolean {
+  return rules.length > 0 && !spinHelps(rules);
 }
 
 export class Admission {
@@ -147,6 +156,7 @@ export class Admission {
     });
     this.spin = o.precision === 'spin';
     this.pace = new Pace(o.batch, this.spin && spinHelps(o.rules), this.wakeups);
+    this.pace.turnRules = joinsLine(o.rules) ? o.rules : null;
   }
 
   /** Store calls in flight. */
@@ -180,6 +190,9 @@ export class Admission {
   setRules(rules: readonly StoreRule[], tooCostly: (job: Job) => Error | undefined): void {
     this.ruleSet.set(rules);
     this.pace.precise = this.spin && spinHelps(rules);
+    this.pace.turnRules = joinsLine(rules) ? rules : null;
+    // Out of the line: a ticket held from before is not waited for.
+    if (this.pace.turnRules === null) this.turn = 0;
     this.waiting.endWhere(tooCostly);
     this.costCheck = this.line.inFlight > 0 ? tooCostly : undefined;
     this.schedulePump();
@@ -271,12 +284,12 @@ export class Admission {
       return true;
     }
     this.ruleSet.fill(call.request);
-    // The line of turns (docs/architecture.md, "Turns") is not joined yet: in real runs it cut
-    // Redis CPU per job but also the share of the limit used (16 processes at burst 20: 93 % →
-    // 37 %; 2 processes at 100/s burst 5: 75 %), so valves send no ticket until waking at the
-    // turn is precise enough (bench/results/shared-limit-turns.md). The stores keep the line,
-    // tested by the contract (`turns: true`); without a ticket they behave exactly as before.
-    if (JOIN_LINE) call.request.turn = this.turn;
+    // The line of turns (docs/architecture.md, "Turns"), under rules that absorb a late turn
+    // (joinsLine). At most one call in flight takes part: two would carry the same ticket (or
+    // none), and two refusals would take two tickets, one of which nobody comes for (a turn
+    // of the line left unused: 16 processes used 37 % of the limit so).
+    const lined = this.pace.turnRules !== null && (!piped || line.sentCall().request.turn === undefined);
+    call.request.turn = lined ? this.turn : undefined;
     line.send(call, now, this.pauses.raiseEpoch, this.pauses.resumeEpoch);
     call.releaseEpoch = this.releases;
     this.lastSentAt = now;
@@ -345,8 +358,12 @@ export class Admission {
     }
     const now = this.clock.now();
     const granted = r.granted;
-    // The ticket held after this call (a store without a line answers none).
-    this.turn = r.turn ?? 0;
+    // The ticket held after this call (a store without a line answers none). The answer to a
+    // call that took no part in the line leaves the ticket as it is, and the wait for its turn.
+    const lined = call.request.turn !== undefined;
+    if (lined) this.turn = r.turn ?? 0;
+    const turnAt = !lined && this.turn > 0 ? this.pace.wakeAt : 0;
+    const turnAsk = this.pace.ask;
     this.pace.storeAnswered();
     const mismatch = this.ruleSet.answered(call.request, r, call.request.id);
     if (mismatch !== undefined) this.events.emit('rule-mismatch', mismatch);
@@ -356,6 +373,7 @@ export class Admission {
     this.startInLine(granted, r.leases, now);
     this.line.recordAnswer(granted === n);
     this.pace.granted(r, granted, n, now, sentAt, this.answerWasSync, resumedSince);
+    if (turnAt > 0) this.pace.keepTurn(turnAt, turnAsk);
     // Refused on concurrency, but a slot was released since the call was sent: the refusal
     // may predate it (its wake-up came first), so ask again at once.
     if (r.blocked === 'concurrency' && granted < n && call.releaseEpoch !== this.releases) {

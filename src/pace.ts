@@ -1,5 +1,6 @@
 import { ValveError } from './errors.js';
 import type { StoreErrorMode } from './options.js';
+import type { StoreRule } from './rules/rule.js';
 import type { AcquireResult } from './stores/store.js';
 import { PAUSE_RECHECK, type Wakeups } from './wakeups.js';
 
@@ -29,6 +30,21 @@ const MIN_EMPTY_CALL_GAP = 1;
  */
 function syncBase(storeNow: number, sentAt: number, now: number): number {
   return storeNow >= sentAt - 0.001 && storeNow <= now ? storeNow : now;
+}
+
+/**
+ * The most jobs (of cost 1) that `rules` can grant at once `waitMs` after a refusal: under each
+ * rule, one plus those its emission interval refills meanwhile, at most its burst. A valve
+ * holding a ticket of the store's line asks for that many at its turn, so that one call takes
+ * the whole turn (the store grants what fits and gives the rest of the call a new ticket).
+ */
+function turnJobs(rules: readonly StoreRule[], waitMs: number): number {
+  let jobs = Number.POSITIVE_INFINITY;
+  for (const rule of rules) {
+    const fit = Math.min(rule.burst, Math.floor((waitMs * 1000) / rule.emissionUs) + 1);
+    if (fit < jobs) jobs = fit;
+  }
+  return jobs;
 }
 
 export class Pace {
@@ -70,6 +86,12 @@ export class Pace {
     this.askFor = batch;
   }
 
+  /**
+   * The rules, when the valve takes part in the store's line of turns (Admission), else null.
+   * Changes with setRules().
+   */
+  turnRules: readonly StoreRule[] | null = null;
+
   /** Jobs to ask for in the next store call. */
   get ask(): number {
     return this.askFor;
@@ -93,6 +115,20 @@ export class Pace {
   /** Whether the timer set for `next` needs the clock's precise timer (the rate wait set by the last answer, see granted()). */
   preciseWake(next: number): boolean {
     return this.preciseRate && this.blocked === 'rate' && next === this.nextAt;
+  }
+
+  /**
+   * The valve holds a ticket whose turn is at `at` (local clock), to ask then for `ask` jobs, as
+   * told by the answer to another call: an answer to a call that took no part in the line
+   * changes neither (a call before the turn would be refused behind the head).
+   */
+  keepTurn(at: number, ask: number): void {
+    if (this.nextAt < at) {
+      this.nextAt = at;
+      this.blocked = 'rate';
+      this.preciseRate = false;
+    }
+    if (this.askFor < ask) this.askFor = ask;
   }
 
   /** A wait for `reason` ends at once (a release freed slots; the pause was deleted). */
@@ -171,7 +207,9 @@ export class Pace {
       // The rule binds: ask for one more job than it just granted (at least 2, at most batch),
       // so that a refused call does not take a whole batch out of the queue and put it back,
       // while a partial answer still carries the wait for the next job.
-      this.askFor = Math.min(this.batch, Math.max(2, granted + 1));
+      // Holding a ticket of the store's line, it asks at its turn for all the turn may grant.
+      const turn = (r.turn ?? 0) > 0 && this.turnRules !== null ? turnJobs(this.turnRules, hint) : 0;
+      this.askFor = Math.min(this.batch, Math.max(2, granted + 1, turn));
       // precision 'spin': a rule that cannot absorb a late start waits for its slot on the
       // clock's precise timer: after a synchronous answer always; after an asynchronous one
       // when less than a timer tick (1 ms) is left, so that a store a round trip away is not

@@ -244,6 +244,23 @@ interface GrantSource {
 /** Store calls made through logGrants() in this process, and how many of them granted nothing. */
 export const acquireStats = { calls: 0, empty: 0, storeErrors: 0 };
 
+/**
+ * `BENCH_CALL_LOG=1`: every store call of this process is also kept as one row (sent and answered
+ * on the local clock, ticket sent, jobs asked, granted, ticket held after, hint, store clock; ms),
+ * written by the worker as JSON lines to `BENCH_CALL_LOG_DIR` (default the temp dir) at its end.
+ */
+export const callLog: number[][] | undefined = process.env.BENCH_CALL_LOG === '1' ? [] : undefined;
+
+interface Asked {
+  readonly count: number;
+  readonly turn?: number;
+}
+
+interface Answered extends Granted {
+  readonly turn?: number;
+  readonly retryAfter: number;
+}
+
 function logGrants(inner: GrantSource, log: number[]): unknown {
   const record = (result: Granted): Granted => {
     acquireStats.calls++;
@@ -251,11 +268,30 @@ function logGrants(inner: GrantSource, log: number[]): unknown {
     for (let k = 0; k < result.granted; k++) log.push(result.now);
     return result;
   };
+  const row = (request: Asked, sentAt: number, result: Granted): Granted => {
+    const r = result as Answered;
+    callLog!.push([
+      sentAt,
+      nowMs(),
+      request.turn ?? -1,
+      request.count,
+      r.granted,
+      r.turn ?? -1,
+      r.retryAfter,
+      r.now,
+    ]);
+    return record(result);
+  };
   const acquire = (request: unknown): unknown => {
+    const sentAt = callLog === undefined ? 0 : nowMs();
     const result = inner.acquire(request) as Granted | PromiseLike<Granted>;
     if (typeof (result as PromiseLike<Granted>).then === 'function') {
+      if (callLog !== undefined) {
+        return (result as PromiseLike<Granted>).then((r) => row(request as Asked, sentAt, r));
+      }
       return (result as PromiseLike<Granted>).then(record);
     }
+    if (callLog !== undefined) return row(request as Asked, sentAt, result as Granted);
     return record(result as Granted);
   };
   return new Proxy(inner as object, {

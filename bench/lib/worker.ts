@@ -3,7 +3,10 @@
  * for the common start time, keeps the limiters saturated for the duration, and reports its
  * starts (and, for valve, the store-clock grant times).
  */
-import { type Adapter, acquireStats, createAdapter, type LimiterOptions } from './adapters.js';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type Adapter, acquireStats, callLog, createAdapter, type LimiterOptions } from './adapters.js';
 import { nowMs, sleep } from './common.js';
 import { runFor } from './drive.js';
 
@@ -94,6 +97,10 @@ async function handle(message: Message): Promise<void> {
       storeErrors: acquireStats.storeErrors,
       cpuMs: ((c) => (c.user + c.system) / 1000)(process.cpuUsage(cpu0)),
     };
+    if (callLog !== undefined) {
+      const file = join(process.env.BENCH_CALL_LOG_DIR ?? tmpdir(), `calls-${process.pid}.jsonl`);
+      writeFileSync(file, callLog.map((r) => JSON.stringify(r)).join('\n'));
+    }
     send(done);
   } else if (message.type === 'exit') {
     await Promise.race([Promise.all(adapters.map((a) => a.teardown())), sleep(2000)]);

@@ -41,8 +41,12 @@ export class IdState {
   record: string | null = null;
   /** µs at which `record` is forgotten. */
   recordUs = 0;
-  /** The id's line of turns (turns.ts), never empty; null when no caller waits for a turn. */
-  line: TurnLine | null = null;
+  /**
+   * The id's lines of turns (turns.ts), one per rule set (by the digest of its first rule: valves
+   * of one id with other rules do not take turns with each other), never empty; null when no
+   * caller waits for a turn.
+   */
+  lines: Map<string, TurnLine> | null = null;
   constructor(readonly id: string) {}
 }
 
@@ -84,7 +88,7 @@ export function isIdle(state: IdState): boolean {
     state.leases === null &&
     state.fence === 0 &&
     state.record === null &&
-    state.line === null
+    state.lines === null
   );
 }
 
@@ -94,7 +98,10 @@ export function dropExpired(state: IdState, now: number): boolean {
   for (const [digest, s] of state.rules) if (now >= s.expiresUs) state.rules.delete(digest);
   purgeLeases(state, now);
   if (state.record !== null && now >= state.recordUs) state.record = null;
-  if (state.line !== null && now > lineEnd(state.line)) state.line = null;
+  if (state.lines !== null) {
+    for (const [digest, line] of state.lines) if (now > lineEnd(line)) state.lines.delete(digest);
+    if (state.lines.size === 0) state.lines = null;
+  }
   return isIdle(state);
 }
 

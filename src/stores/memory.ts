@@ -154,8 +154,11 @@ class MemoryStore implements Store {
     let line: TurnLine | null = null;
     let head = false;
     let behind = false;
-    if (lined && state !== undefined && state.line !== null) {
-      line = state.line;
+    const lineKey = lined ? rs[0]!.digest : '';
+    const stored =
+      lined && state !== undefined && state.lines !== null ? state.lines.get(lineKey) : undefined;
+    if (stored !== undefined) {
+      line = stored;
       if (now > lineEnd(line)) line = null;
       else skipLate(line, now);
       if (line !== null && line.head >= line.tail) line = null;
@@ -234,7 +237,15 @@ class MemoryStore implements Store {
     }
     if (behind) held = ticket!;
     if (lined && line !== null) state ??= this.create(id);
-    if (lined && state !== undefined) state.line = line;
+    if (lined && state !== undefined) {
+      if (line !== null) {
+        if (state.lines === null) state.lines = new Map();
+        state.lines.set(lineKey, line);
+      } else if (state.lines !== null) {
+        state.lines.delete(lineKey);
+        if (state.lines.size === 0) state.lines = null;
+      }
+    }
 
     if (blocked === 'concurrency') {
       // A hint: the earliest expiry. A release (with a wake-up) usually comes sooner.

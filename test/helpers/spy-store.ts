@@ -33,6 +33,10 @@ export interface AcquireCall {
   granted?: number;
   retryAfter?: number;
   blocked?: BlockReason | null;
+  /** The ticket the call carried (the line of turns), undefined when it took no part. */
+  turn?: number | undefined;
+  /** The answer's ticket (the one held after the call), if any. */
+  held?: number | undefined;
 }
 
 /** A call answered 'manual'ly, waiting for the test. */
@@ -87,7 +91,7 @@ export function spyStore(inner: Store, clock: FakeClock, options: SpyStoreOption
       const costs = request.costs.slice(0, request.count);
       const copy: AcquireRequest = { ...request, costs };
       spy.calls.push({ op: 'acquire', args: [copy] });
-      const call: AcquireCall = { count: request.count, costs, at: clock.now() };
+      const call: AcquireCall = { count: request.count, costs, at: clock.now(), turn: request.turn };
       const i = spy.acquires.length;
       spy.acquires.push(call);
       const decide = (): AcquireResult => {
@@ -97,6 +101,7 @@ export function spyStore(inner: Store, clock: FakeClock, options: SpyStoreOption
           call.granted = r.granted;
           call.retryAfter = r.retryAfter;
           call.blocked = r.blocked;
+          call.held = r.turn;
         }
         return r;
       };

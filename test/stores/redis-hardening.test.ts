@@ -99,7 +99,7 @@ describe('keys holding what valve never writes: an error naming the key, never a
   for (const value of ['abc', '5:3:1700000000000000:500', '1:2:1700000000000000:0', '1:2:-5:500', '1:2:3']) {
     it(`a line key holding ${JSON.stringify(value)}: refused before anything is spent`, async () => {
       const { store, id, key } = await setup();
-      const k = key('line');
+      const k = key(`line:${gcra.digest}`);
       await redis().set(k, value, 'PX', 60_000);
       // A caller holding a ticket reads the line first; one without reads it when the rules refuse it.
       await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1, turn: 7 })).rejects.toThrow(
@@ -116,7 +116,7 @@ describe('keys holding what valve never writes: an error naming the key, never a
 
   it('a line key of another type', async () => {
     const { store, id, key } = await setup();
-    const k = key('line');
+    const k = key(`line:${gcra.digest}`);
     await redis().rpush(k, '1');
     await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1, turn: 7 })).rejects.toThrow(
       corrupt(k),

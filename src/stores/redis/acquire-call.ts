@@ -131,7 +131,8 @@ export function shapeOf(
     keyList.push(keys.rulePrefix + rule.digest);
     ruleArgs.push(...argsOf(rule));
   }
-  keyList.push(keys.rules, keys.line);
+  // One line per rule set, by its first rule (as the memory store's IdState.lines).
+  keyList.push(keys.rules, m0 > 0 ? `${keys.line}:${distinct[0]!.digest}` : keys.line);
   const head = [String(m), lease ? String(lease.limit) : '0', String(leaseTtlUs)];
   const tail = [
     record === undefined ? '-' : `=${record}`,

@@ -21,7 +21,7 @@ export interface IdKeys {
   readonly rulePrefix: string;
   /** `<prefix>:{<id>}:rules`: the rule set recorded for the id (digests joined by ','). */
   readonly rules: string;
-  /** `<prefix>:{<id>}:line`: the id's line of turns (stores/turns.ts). */
+  /** `<prefix>:{<id>}:line`: the id's lines of turns (stores/turns.ts), `:<digest of the first rule>` after it. */
   readonly line: string;
 
   /** `<prefix>:{<id>}:window`: the provider window wrapFetch learnt (window.lua). */

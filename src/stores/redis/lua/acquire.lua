@@ -18,7 +18,7 @@ KEYS[3+r]    <prefix>:{<id>}:r:<digest of rule r>, r = 1..m
                                      (during a rule change, the rules 1..m are the request's
                                      rules and then the previous rules that are not among them)
 KEYS[4+m]    <prefix>:{<id>}:rules   string, the id's recorded rule set "<until µs>:<digests joined by ','>"
-KEYS[5+m]    <prefix>:{<id>}:line    string, the id's line of turns "<head>:<tail>:<turn µs>:<step µs>"
+KEYS[5+m]    <prefix>:{<id>}:line:<digest of rule 1>  string, the line of turns of this rule set "<head>:<tail>:<turn µs>:<step µs>"
                                      (src/stores/turns.ts: tickets head..tail-1 wait, the head's turn
                                      is at <turn>, each next one <step> later)
 ARGV[1]      "" (use Redis TIME), or the time in µs (test-only virtual clock)
