@@ -7,7 +7,7 @@ import type { Leases } from './leases.js';
 import { type Call, Line } from './line.js';
 import { isThenable } from './maybe-promise.js';
 import type { NormalizedOptions, StoreErrorMode } from './options.js';
-import { Pace } from './pace.js';
+import { joinsLine, Pace, spinHelps } from './pace.js';
 import type { Pauses } from './pauses.js';
 import { Pump } from './pump.js';
 import type { StoreRule } from './rules/rule.js';
@@ -34,27 +34,6 @@ export interface AdmissionHost {
   storeError(err: unknown, operation: StoreOperation, action: StoreErrorContext['action']): void;
   /** A store answer was processed: a closing valve may be done. */
   checkClosed(): void;
-}
-
-/**
- * Whether a precise timer buys rate under `rules`: some rule has less than 2 ms of burst
- * tolerance ((burst − 1) × emission interval), so a start a timer tick late is lost for good
- * instead of being absorbed by the burst.
- */
-function spinHelps(rules: readonly StoreRule[]): boolean {
-  return rules.some((rule) => (rule.burst - 1) * rule.emissionUs < 2000);
-}
-
-/**
- * Whether a valve takes part in the store's line of turns (docs/architecture.md, "Turns") under
- * `rules`: when every rule can absorb a turn taken a timer tick late (the opposite of
- * spinHelps). There the line cuts the store calls to about one per turn and loses nothing to a
- * late wake-up. Under a rule that cannot (burst 1 at 2,000/s), each slot would depend on one
- * caller waking within tens of µs, and callers racing for it use more of the limit
- * (bench/results/shared-limit-turns.md).
- */
-function joinsLine(rules: readonly StoreRule[]): boolean {
-  return rules.length > 0 && !spinHelps(rules);
 }
 
 export class Admission {

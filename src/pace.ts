@@ -47,6 +47,27 @@ function turnJobs(rules: readonly StoreRule[], waitMs: number): number {
   return jobs;
 }
 
+/**
+ * Whether a precise timer buys rate under `rules`: some rule has less than 2 ms of burst
+ * tolerance ((burst − 1) × emission interval), so a start a timer tick late is lost for good
+ * instead of being absorbed by the burst.
+ */
+export function spinHelps(rules: readonly StoreRule[]): boolean {
+  return rules.some((rule) => (rule.burst - 1) * rule.emissionUs < 2000);
+}
+
+/**
+ * Whether a valve takes part in the store's line of turns (docs/architecture.md, "Turns") under
+ * `rules`: when every rule can absorb a turn taken a timer tick late (the opposite of
+ * spinHelps). There the line cuts the store calls to about one per turn and loses nothing to a
+ * late wake-up. Under a rule that cannot (burst 1 at 2,000/s), each slot would depend on one
+ * caller waking within tens of µs, and callers racing for it use more of the limit
+ * (bench/results/shared-limit-turns.md).
+ */
+export function joinsLine(rules: readonly StoreRule[]): boolean {
+  return rules.length > 0 && !spinHelps(rules);
+}
+
 export class Pace {
   /**
    * Jobs to ask for in the next store call: `batch`, or after a rate refusal one more than the

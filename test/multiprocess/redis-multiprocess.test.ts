@@ -111,7 +111,7 @@ describe('several processes share one budget through Redis', () => {
     for (const r of reports!) {
       expect(r.storeErrors).toEqual([]);
       expect(r.grants.length, r.name).toBeGreaterThan(20); // every process got slots
-      // Under burst 1 valves send no `turn` (src/admission.ts, joinsLine): the store hands out no ticket.
+      // Under burst 1 valves send no `turn` (src/pace.ts, joinsLine): the store hands out no ticket.
       expect(r.ticketed, r.name).toBe(0);
     }
     // Every half-open window of 1 s, and every pair of starts (spaced 1 ms), on the store's clock.

@@ -141,7 +141,7 @@ describe('Guarantees: Timing', () => {
     expect(starts.map(([, t]) => t)).toEqual([0, 1000, 2000]);
   });
 
-  it('under a rule that cannot absorb a late turn (burst 1) valves take no part in the line of turns: no acquisition carries a ticket (src/admission.ts, joinsLine)', async () => {
+  it('under a rule that cannot absorb a late turn (burst 1) valves take no part in the line of turns: no acquisition carries a ticket (src/pace.ts, joinsLine)', async () => {
     const clock = new FakeClock();
     const store = spyStore(memoryStore({ clock }), clock);
     const rules = { limit: 1, interval: '1s' };

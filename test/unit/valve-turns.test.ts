@@ -1,6 +1,6 @@
 /**
- * Valves in the store's line of turns (docs/architecture.md, "Turns"; src/admission.ts,
- * joinsLine; src/pace.ts, turnJobs): which calls carry a ticket, what they ask for at a turn.
+ * Valves in the store's line of turns (docs/architecture.md, "Turns"; src/pace.ts,
+ * joinsLine and turnJobs): which calls carry a ticket, what they ask for at a turn.
  */
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../src/stores/memory.js';
