@@ -224,7 +224,14 @@ async function limiterFor(
         ),
       );
     }
-    const wrapped = v.wrapFetch(fetch, { retries: 10 });
+    // QUOTA_DEBUG=2: each attempt carries its send order (`x-send: <pid>-<n>`), logged by the provider.
+    let sent = 0;
+    const tagged: typeof fetch = (input, init) =>
+      fetch(input, {
+        ...init,
+        headers: { ...(init?.headers as Record<string, string>), 'x-send': `${process.pid}-${++sent}` },
+      });
+    const wrapped = v.wrapFetch(process.env.QUOTA_DEBUG === '2' ? tagged : fetch, { retries: 10 });
     return {
       send: async (url) => {
         const res = await wrapped(url);
@@ -435,6 +442,11 @@ async function measure(peer: string, name: string): Promise<void> {
     if (process.env.QUOTA_DEBUG === '2') {
       const all = provider.log.map((r) => `${Math.round(r.t - first)}${r.status === 429 ? '!' : ''}`);
       process.stderr.write(`arrivals (ms after ${first.toFixed(0)}, ! 429): ${all.join(' ')}\n`);
+      // The provider's order against the send order: `send/remaining` in arrival order.
+      const order = [...provider.log]
+        .sort((a, b) => a.t - b.t)
+        .map((r) => `${r.send ?? '?'}/${r.remaining ?? '?'}${r.status === 429 ? '!' : ''}`);
+      process.stderr.write(`provider order (sender-send#/remaining answered): ${order.join(' ')}\n`);
     }
   }
   emit({

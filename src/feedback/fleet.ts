@@ -20,21 +20,37 @@ const PROBE_POLL_MS = 5;
 /** A wait for a window's reset is re-asked at least this often (ms): a probe may open it sooner elsewhere. */
 const RESET_POLL_MS = 1000;
 
-function sleep(valve: ValveInternals, ms: number, signal: AbortSignal): Promise<void> {
+/**
+ * Sleeps `ms` on the valve's clock (rejects when `signal` aborts); with `wakers`, also ends when
+ * this process reports a probe's answer (the others need not poll for it).
+ */
+function sleep(
+  valve: ValveInternals,
+  ms: number,
+  signal: AbortSignal,
+  wakers?: Set<() => void>,
+): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal.aborted) {
       reject(signal.reason);
       return;
     }
-    const onAbort = () => {
+    const done = () => {
       valve.clock.clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+      wakers?.delete(wake);
+    };
+    const wake = () => {
+      done();
+      resolve();
+    };
+    const onAbort = () => {
+      done();
       reject(signal.reason);
     };
-    const timer = valve.clock.setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
+    const timer = valve.clock.setTimeout(wake, ms);
     signal.addEventListener('abort', onAbort, { once: true });
+    wakers?.add(wake);
   });
 }
 
@@ -64,8 +80,21 @@ export async function takeTicket(
     }
     if (ticket.seq > 0) return ticket;
     const wait = Math.min(ticket.wait, ticket.probe ? PROBE_POLL_MS : RESET_POLL_MS);
-    await sleep(valve, Math.max(1, wait), signal);
+    // Waiting for a probe's answer: this process's own probe wakes it as soon as it is reported.
+    await sleep(
+      valve,
+      Math.max(1, wait),
+      signal,
+      ticket.probe ? feedbackState(valve).probeWaiters : undefined,
+    );
   }
+}
+
+/** Wakes this process's requests waiting for a probe's answer: it was just reported. */
+function wakeProbeWaiters(valve: ValveInternals): void {
+  const waiters = feedbackState(valve).probeWaiters;
+  if (waiters.size === 0) return;
+  for (const wake of [...waiters]) wake();
 }
 
 /**
@@ -119,8 +148,9 @@ export async function reportTicket(
   let header = seen?.window?.header;
   if (seen?.coarse !== undefined) {
     const state = feedbackState(valve);
-    // A 429 to the probe itself: the provider's reset is later than the last delay.
-    if (ticket.probe) state.probes++;
+    // A 429 to the probe of an earlier coarse 429 (not to the probe of a fresh or reset window):
+    // the provider's reset is later than the last delay.
+    if (ticket.probe && state.probeBound < Number.POSITIVE_INFINITY) state.probes++;
     if (seen.coarse.until < state.probeBound) state.probeBound = seen.coarse.until;
     remaining = 0;
     resetMs = probeDelay(seen.coarse, state.probes, valve.clock.now(), state.probeBound);
@@ -133,7 +163,9 @@ export async function reportTicket(
   try {
     const w = window.report(ticket.seq, remaining, resetMs);
     wait = isThenable(w) ? await w : w;
+    if (ticket.probe) wakeProbeWaiters(valve);
   } catch {
+    if (ticket.probe) wakeProbeWaiters(valve);
     // Without the fleet's answer, this process's own reading decides, as without a fleet window.
     if (held !== undefined && held.waitMs > 0) valve.pauseInBackground(held.waitMs, held.source, held);
     return held?.waitMs;

@@ -20,6 +20,8 @@ export class FeedbackState {
    * stated: no probe waits past it. Infinity when none.
    */
   probeBound = Number.POSITIVE_INFINITY;
+  /** Requests of this valve waiting for a probe's answer (feedback/fleet.ts): woken when this valve reports one. */
+  readonly probeWaiters = new Set<() => void>();
 
   /** An attempt starts: returns its start number. */
   begin(): number {
