@@ -224,12 +224,15 @@ async function limiterFor(
         ),
       );
     }
-    // QUOTA_DEBUG=2: each attempt carries its send order (`x-send: <pid>-<n>`), logged by the provider.
+    // QUOTA_DEBUG=2: each attempt carries its send order and time (`x-send: <pid>-<n>@<epoch ms>`), logged by the provider.
     let sent = 0;
     const tagged: typeof fetch = (input, init) =>
       fetch(input, {
         ...init,
-        headers: { ...(init?.headers as Record<string, string>), 'x-send': `${process.pid}-${++sent}` },
+        headers: {
+          ...(init?.headers as Record<string, string>),
+          'x-send': `${process.pid}-${++sent}@${(performance.timeOrigin + performance.now()).toFixed(1)}`,
+        },
       });
     const wrapped = v.wrapFetch(process.env.QUOTA_DEBUG === '2' ? tagged : fetch, { retries: 10 });
     return {
@@ -442,11 +445,17 @@ async function measure(peer: string, name: string): Promise<void> {
     if (process.env.QUOTA_DEBUG === '2') {
       const all = provider.log.map((r) => `${Math.round(r.t - first)}${r.status === 429 ? '!' : ''}`);
       process.stderr.write(`arrivals (ms after ${first.toFixed(0)}, ! 429): ${all.join(' ')}\n`);
-      // The provider's order against the send order: `send/remaining` in arrival order.
+      // The provider's order against the send order, in arrival order.
       const order = [...provider.log]
         .sort((a, b) => a.t - b.t)
-        .map((r) => `${r.send ?? '?'}/${r.remaining ?? '?'}${r.status === 429 ? '!' : ''}`);
-      process.stderr.write(`provider order (sender-send#/remaining answered): ${order.join(' ')}\n`);
+        .map((r) => {
+          const [who, at] = (r.send ?? '?').split('@');
+          const late = at === undefined ? '' : `+${Math.round(r.t - Number(at))}`;
+          return `${Math.round(r.t - first)}${late}:${who}/${r.remaining ?? '?'}${r.status === 429 ? '!' : ''}`;
+        });
+      process.stderr.write(
+        `provider order (ms after the first +ms from send to arrival:pid-send#/remaining answered): ${order.join(' ')}\n`,
+      );
     }
   }
   emit({

@@ -22,7 +22,7 @@ const RESET_POLL_MS = 1000;
 
 /**
  * Sleeps `ms` on the valve's clock (rejects when `signal` aborts); with `wakers`, also ends when
- * this process reports a probe's answer (the others need not poll for it).
+ * this process reports an answer that may let it go (see reportTicket).
  */
 function sleep(
   valve: ValveInternals,
@@ -64,6 +64,8 @@ export async function takeTicket(
   window: FleetWindow,
   signal: AbortSignal,
 ): Promise<WindowTicket | undefined> {
+  // Refusals in a row while the window is spent: the next asks again sooner than the reset.
+  let refused = 0;
   for (;;) {
     // A job granted before a pause was written, and held here since, must not send inside it.
     const paused = valve.knownPauseEnd() - valve.clock.now();
@@ -79,20 +81,22 @@ export async function takeTicket(
       return undefined;
     }
     if (ticket.seq > 0) return ticket;
-    const wait = Math.min(ticket.wait, ticket.probe ? PROBE_POLL_MS : RESET_POLL_MS);
-    // Waiting for a probe's answer: this process's own probe wakes it as soon as it is reported.
-    await sleep(
-      valve,
-      Math.max(1, wait),
-      signal,
-      ticket.probe ? feedbackState(valve).probeWaiters : undefined,
+    // A spent window is asked again 5, 10, 20 … ms later (then every second): the answers still
+    // in flight, in any process, can show budget left (a request counted before the lowest count)
+    // and the store writes no pause until the count is spent. A known pause is slept through above.
+    const wait = Math.min(
+      ticket.wait,
+      ticket.probe ? PROBE_POLL_MS : Math.min(RESET_POLL_MS, PROBE_POLL_MS * 2 ** Math.min(refused++, 10)),
     );
+    // This process's own answers wake it as soon as they are reported: a probe's, and one that
+    // shows budget left (a request that was in flight turned out counted before the lowest count).
+    await sleep(valve, Math.max(1, wait), signal, feedbackState(valve).ticketWaiters);
   }
 }
 
-/** Wakes this process's requests waiting for a probe's answer: it was just reported. */
-function wakeProbeWaiters(valve: ValveInternals): void {
-  const waiters = feedbackState(valve).probeWaiters;
+/** Wakes this process's requests waiting for a ticket: an answer just reported may let them go. */
+function wakeTicketWaiters(valve: ValveInternals): void {
+  const waiters = feedbackState(valve).ticketWaiters;
   if (waiters.size === 0) return;
   for (const wake of [...waiters]) wake();
 }
@@ -163,9 +167,9 @@ export async function reportTicket(
   try {
     const w = window.report(ticket.seq, remaining, resetMs);
     wait = isThenable(w) ? await w : w;
-    if (ticket.probe) wakeProbeWaiters(valve);
+    if (ticket.probe || (remaining >= 0 && !(wait > 0))) wakeTicketWaiters(valve);
   } catch {
-    if (ticket.probe) wakeProbeWaiters(valve);
+    if (ticket.probe) wakeTicketWaiters(valve);
     // Without the fleet's answer, this process's own reading decides, as without a fleet window.
     if (held !== undefined && held.waitMs > 0) valve.pauseInBackground(held.waitMs, held.source, held);
     return held?.waitMs;

@@ -99,7 +99,7 @@ export function windowSend(rec: WindowRecord, now: number, probeTtlUs: number): 
 /**
  * The answer to send number `seq` arrived: `remaining` (or −1 when it carried no window: it only
  * ends its flight and the probe it answers), the reset at most `resetUs` from now. Returns the
- * wait until the window's reset when its budget is spent, else 0.
+ * wait until the window's reset when its count is spent (the lowest remaining count is 0), else 0.
  */
 export function windowReport(
   rec: WindowRecord,
@@ -133,7 +133,10 @@ export function windowReport(
       if (rec.left <= 0) rec.spent = 1;
     }
   }
-  return rec.reset > now && rec.left <= 0 ? rec.reset - now : 0;
+  // The wait until the reset once the count is spent. While the lowest count still shows budget
+  // that requests in flight may take, tickets are refused but no wait is returned (no pause is
+  // written): the answers still out can show a request counted before the lowest count.
+  return rec.reset > now && rec.left <= 0 && rec.low <= 0 ? rec.reset - now : 0;
 }
 
 /** When the record may be forgotten (µs): nothing it holds matters after its reset and probe. */

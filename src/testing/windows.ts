@@ -102,6 +102,20 @@ export function windowCases(c: CaseRegistry): void {
       },
     );
 
+    c.itWindow(
+      'budget the count shows but requests in flight may take: tickets refused, no wait until the count is spent',
+      async (s) => {
+        const id = await openId(s, newId);
+        const [a, b, d] = await sendAll(s, id, 3);
+        // a: 2 left, b and d in flight may take them.
+        expect(await s.report(id, a!, 2, HOUR), 'the count shows room: no wait').toBe(0);
+        const refused = await s.send(id);
+        expect(refused, 'a ticket while b and d are out').toMatchObject({ seq: 0, probe: false });
+        expect(await s.report(id, d!, 1, HOUR), 'the count shows room: no wait').toBe(0);
+        expectAbout(await s.report(id, b!, 0, HOUR), HOUR, 'the count is spent: the wait until the reset');
+      },
+    );
+
     c.itWindow('a spent window refuses every ticket until its reset; the report says how long', async (s) => {
       const id = await openId(s, newId);
       const [a] = await sendAll(s, id, 1);

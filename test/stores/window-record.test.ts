@@ -60,9 +60,16 @@ describe('the fleet window (memory store)', () => {
     expect(send(store).seq).toBe(6);
     const refused = send(store);
     expect(refused).toEqual({ seq: 0, wait: 800, probe: false });
-    // The last unit was given: a report now says the budget is spent, and until when.
+    // The last unit was given. While the lowest count (3) leaves room that requests in flight may
+    // take, tickets are refused and no wait is returned (no pause: an answer still out may show
+    // a request counted before it).
     clock.advance(100);
-    expect(report(store, 3, 3, 900)).toBe(700);
+    expect(report(store, 3, 3, 900)).toBe(0);
+    expect(send(store)).toEqual({ seq: 0, wait: 700, probe: false });
+    expect(report(store, 4, 2, 900)).toBe(0);
+    expect(report(store, 5, 1, 900)).toBe(0);
+    // The count is spent: the report says until when.
+    expect(report(store, 6, 0, 900)).toBe(700);
   });
 
   it('a request sent later but counted earlier (another connection) is counted once: the whole window is used', () => {
@@ -96,7 +103,11 @@ describe('the fleet window (memory store)', () => {
     expect(send(store).seq).toBe(4); // 3 − #2 in flight: 2 left, one given
     expect(send(store).seq).toBe(5);
     expect(send(store).seq).toBe(0);
-    expect(report(store, 2, 2, 1000)).toBe(1000); // #2 counted: #4 and #5 may take the last 2
+    // #2 counted: #4 and #5 may take the last 2 (refused, but no wait until the count is spent).
+    expect(report(store, 2, 2, 1000)).toBe(0);
+    expect(send(store)).toEqual({ seq: 0, wait: 1000, probe: false });
+    expect(report(store, 5, 1, 1000)).toBe(0);
+    expect(report(store, 4, 0, 1000)).toBe(1000);
   });
 
   it('the tightest reset any answer of the window gave holds (a later, coarser one does not lengthen it)', () => {

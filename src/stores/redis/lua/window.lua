@@ -14,7 +14,7 @@ ARGV[5]  r: the reset's upper bound from now (µs)
 Flags (#!lua, no allow-oom): refused whole under OOM; wrapFetch then sends without a ticket.
 Errors: "VALVE_CORRUPT_STATE <key> ..." when the key holds what valve never writes.
 
-Reply: s: { seq, waitUs, probe (0/1; with seq 0: waiting for a probe's answer) }   r: { waitUs } (until the reset when the budget is spent, else 0)
+Reply: s: { seq, waitUs, probe (0/1; with seq 0: waiting for a probe's answer) }   r: { waitUs } (until the reset when the count is spent, else 0)
 The key lives 60 s past its reset and probe, refreshed by every call.
 ]]
 
@@ -132,7 +132,7 @@ if seq >= rec.start and seq <= rec.seq and not stale then
   end
 end
 save()
-if rec.reset > now and rec.left <= 0 then
+if rec.reset > now and rec.left <= 0 and rec.low <= 0 then
   return { rec.reset - now }
 end
 return { 0 }
