@@ -5,12 +5,12 @@
  * its 429s with a bare whole-second `Retry-After` and nothing else, with rules twice too loose
  * (40 per s, burst 10), so that the fleet meets many 429s.
  *
- * Checked from the workers' own logs of every request (when fetch was called, when its answer
- * came, status) and of every report to the store (remaining count, the wait the store returned):
- * from the moment a 429's report made the store's window spent until a 200 answers a request sent
- * after it, the requests that all the processes send go one at a time (each is sent after the
- * previous one was answered): at most one probe is in flight across the fleet. Every request ends
- * 200.
+ * Checked from the workers' own logs of every request (when its ticket was granted, when fetch
+ * was called, when its answer came, status) and of every report to the store (remaining count,
+ * the wait the store returned): from the moment a 429's report made the store's window spent
+ * until a 200 answers a request that got its ticket after it, the requests of all the processes
+ * go one at a time (each got its ticket after the previous one was answered): at most one probe
+ * is in flight across the fleet. Every request ends 200.
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,6 +31,8 @@ const SLACK = 1;
 
 interface Sent {
   readonly worker: string;
+  readonly seq: number;
+  readonly ticketAt: number;
   readonly sent: number;
   readonly answered: number;
   readonly status: number;
@@ -38,13 +40,14 @@ interface Sent {
 
 /**
  * The spans during which the fleet probes: each from the report of a 429 that the store took as
- * spending the window (a wait returned) to the answer of the first request sent after it that
- * ended 200 (the probe that found the provider open), with the requests sent in between.
+ * spending the window (a wait returned) to the answer of the first request whose ticket was
+ * granted after it and that ended 200 (the probe that found the provider open), with the
+ * requests whose tickets were granted in between.
  */
 function probeSpans(reports: FleetWorkerReport[]): { from: number; to: number; sent: Sent[] }[] {
   const requests: Sent[] = reports
     .flatMap((r) => r.requests.map((q) => ({ worker: r.name, ...q })))
-    .sort((a, b) => a.sent - b.sent);
+    .sort((a, b) => a.ticketAt - b.ticketAt);
   const starts = reports
     .flatMap((r) => r.reports)
     .filter((x) => x.remaining === 0 && x.wait > 0)
@@ -53,10 +56,10 @@ function probeSpans(reports: FleetWorkerReport[]): { from: number; to: number; s
   const spans: { from: number; to: number; sent: Sent[] }[] = [];
   for (const from of starts) {
     if (spans.length > 0 && from <= spans[spans.length - 1]!.to) continue; // the same span
-    const after = requests.filter((q) => q.sent >= from + SLACK);
+    const after = requests.filter((q) => q.ticketAt >= from + SLACK);
     const opened = after.find((q) => q.status === 200);
     const to = opened?.answered ?? Number.POSITIVE_INFINITY;
-    spans.push({ from, to, sent: after.filter((q) => q.sent <= to) });
+    spans.push({ from, to, sent: after.filter((q) => q.ticketAt <= to) });
   }
   return spans;
 }
@@ -113,9 +116,10 @@ describe('probing a coarse Retry-After through Redis, 3 processes against a GCRA
       for (let i = 1; i < s.sent.length; i++) {
         const [a, b] = [s.sent[i - 1]!, s.sent[i]!];
         expect(
-          b.sent,
-          `${b.worker} sent at ${b.sent.toFixed(1)} while ${a.worker}'s probe (sent ${a.sent.toFixed(1)}) was unanswered until ${a.answered.toFixed(1)}`,
+          b.ticketAt,
+          `${b.worker} #${b.seq} got its ticket at ${b.ticketAt.toFixed(1)} while ${a.worker}'s probe #${a.seq} (sent ${a.sent.toFixed(1)}) was unanswered until ${a.answered.toFixed(1)}`,
         ).toBeGreaterThanOrEqual(a.answered - SLACK);
+        expect(b.sent).toBeGreaterThanOrEqual(b.ticketAt);
       }
     }
     expect(probes).toBeGreaterThanOrEqual(spans.length);

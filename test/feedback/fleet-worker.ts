@@ -43,8 +43,11 @@ export interface FleetWorkerReport {
    * count is spent), local epoch ms when sent to the store and when it answered.
    */
   reports: { seq: number; remaining: number; wait: number; sentAt: number; at: number }[];
-  /** Every request sent (each attempt): local epoch ms of the fetch call and of its answer, status. */
-  requests: { sent: number; answered: number; status: number }[];
+  /**
+   * Every request sent (each attempt): its ticket's send number and local epoch ms (the fetch
+   * call's when it had none), local epoch ms of the fetch call and of its answer, status.
+   */
+  requests: { seq: number; ticketAt: number; sent: number; answered: number; status: number }[];
   storeErrors: string[];
 }
 
@@ -62,6 +65,9 @@ const report: FleetWorkerReport = {
   storeErrors: [],
 };
 
+/** Tickets granted to this process and not yet used by a request, oldest first. */
+const unsent: { seq: number; probe: boolean; at: number }[] = [];
+
 const store: Store = {
   acquire: (request) => inner.acquire(request),
   pause: (id, ms) => inner.pause(id, ms),
@@ -77,7 +83,11 @@ const store: Store = {
     ? {
         windowSend: async (id: string, probeTtl: number) => {
           const t = await inner.windowSend!(id, probeTtl);
-          if (t.seq > 0) report.tickets.push({ seq: t.seq, probe: t.probe, at: now() });
+          if (t.seq > 0) {
+            const granted = { seq: t.seq, probe: t.probe, at: now() };
+            report.tickets.push(granted);
+            unsent.push(granted);
+          }
           return t;
         },
         windowReport: async (id: string, seq: number, remaining: number, resetMs: number) => {
@@ -92,10 +102,19 @@ const store: Store = {
 
 const valve = createValve({ id: config.id, rules: config.rules, store });
 valve.on('store-error', (err) => report.storeErrors.push(String(err)));
+// Each request is sent right after its ticket was granted (the same chain of promises, so in the
+// order of the tickets): the oldest ticket not yet used is this request's.
 const logged: typeof fetch = async (input, init) => {
   const sent = now();
+  const ticket = unsent.shift();
   const res = await fetch(input, init);
-  report.requests.push({ sent, answered: now(), status: res.status });
+  report.requests.push({
+    seq: ticket?.seq ?? 0,
+    ticketAt: ticket?.at ?? sent,
+    sent,
+    answered: now(),
+    status: res.status,
+  });
   return res;
 };
 const f = valve.wrapFetch(logged, { retries: 10 });
