@@ -92,7 +92,10 @@ describe('the fleet window through Redis, 3 processes against express-rate-limit
     // provider's first window before any answer came back (10 × 429 there before it did).
     const first = Math.min(...provider.log.map((r) => r.t));
     const opening = provider.log.filter((r) => r.t < first + WINDOW_MS);
-    expect(opening.filter((r) => r.status === 429), "429s in the provider's first window").toEqual([]);
+    expect(
+      opening.filter((r) => r.status === 429),
+      "429s in the provider's first window",
+    ).toEqual([]);
     expect(opening.length).toBeLessThanOrEqual(LIMIT);
 
     const tickets = reports.flatMap((r) => r.tickets);

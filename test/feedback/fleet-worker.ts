@@ -44,10 +44,18 @@ export interface FleetWorkerReport {
    */
   reports: { seq: number; remaining: number; wait: number; sentAt: number; at: number }[];
   /**
-   * Every request sent (each attempt): its ticket's send number and local epoch ms (the fetch
-   * call's when it had none), local epoch ms of the fetch call and of its answer, status.
+   * Every request sent (each attempt): its ticket's send number, local epoch ms when the ticket
+   * was asked for and when the store's answer came (the fetch call's when it had none), local
+   * epoch ms of the fetch call and of its answer, status.
    */
-  requests: { seq: number; ticketAt: number; sent: number; answered: number; status: number }[];
+  requests: {
+    seq: number;
+    askedAt: number;
+    ticketAt: number;
+    sent: number;
+    answered: number;
+    status: number;
+  }[];
   storeErrors: string[];
 }
 
@@ -66,7 +74,7 @@ const report: FleetWorkerReport = {
 };
 
 /** Tickets granted to this process and not yet used by a request, oldest first. */
-const unsent: { seq: number; probe: boolean; at: number }[] = [];
+const unsent: { seq: number; probe: boolean; asked: number; at: number }[] = [];
 
 const store: Store = {
   acquire: (request) => inner.acquire(request),
@@ -82,9 +90,10 @@ const store: Store = {
   ...(config.fleet
     ? {
         windowSend: async (id: string, probeTtl: number) => {
+          const asked = now();
           const t = await inner.windowSend!(id, probeTtl);
           if (t.seq > 0) {
-            const granted = { seq: t.seq, probe: t.probe, at: now() };
+            const granted = { seq: t.seq, probe: t.probe, asked, at: now() };
             report.tickets.push(granted);
             unsent.push(granted);
           }
@@ -110,6 +119,7 @@ const logged: typeof fetch = async (input, init) => {
   const res = await fetch(input, init);
   report.requests.push({
     seq: ticket?.seq ?? 0,
+    askedAt: ticket?.asked ?? sent,
     ticketAt: ticket?.at ?? sent,
     sent,
     answered: now(),
