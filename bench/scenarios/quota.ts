@@ -30,8 +30,11 @@
  * (aligned); `bucket + rate × S` (token bucket); `burst + S / emission interval` (GCRA).
  * `rejected429` (answers 429 the provider sent), `ok` (requests that ended 200), `failed`
  * (requests that did not), `seconds` (first request to last response; with processes, from the fleet's start, Redis and worker startup included).
- * `QUOTA_DEBUG=1` prints when the 429s arrived; `QUOTA_MARGIN_MS=<ms>` overrides the margin;
- * `QUOTA_RULE=<json>` overrides valve-rec's rule.
+ * `QUOTA_DEBUG=1` prints when the 429s arrived; `QUOTA_DEBUG=2` also every arrival, valve's
+ * pauses, and the provider's order against the send order (each valve attempt carries
+ * `x-send: <pid>-<n>@<send time>`; express and fastify log it with the remaining count they
+ * answered, printed as `<ms after the first>+<ms from send to arrival>:<pid>-<n>/<remaining>`);
+ * `QUOTA_MARGIN_MS=<ms>` overrides the margin; `QUOTA_RULE=<json>` overrides valve-rec's rule.
  */
 import { fork } from 'node:child_process';
 import { createServer } from 'node:http';
