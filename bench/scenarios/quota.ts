@@ -30,8 +30,11 @@
  * (aligned); `bucket + rate × S` (token bucket); `burst + S / emission interval` (GCRA).
  * `rejected429` (answers 429 the provider sent), `ok` (requests that ended 200), `failed`
  * (requests that did not), `seconds` (first request to last response; with processes, from the fleet's start, Redis and worker startup included).
- * `QUOTA_DEBUG=1` prints when the 429s arrived; `QUOTA_MARGIN_MS=<ms>` overrides the margin;
- * `QUOTA_RULE=<json>` overrides valve-rec's rule.
+ * `QUOTA_DEBUG=1` prints when the 429s arrived; `QUOTA_DEBUG=2` also every arrival, valve's
+ * pauses, and the provider's order against the send order (each valve attempt carries
+ * `x-send: <pid>-<n>@<send time>`; express and fastify log it with the remaining count they
+ * answered, printed as `<ms after the first>+<ms from send to arrival>:<pid>-<n>/<remaining>`);
+ * `QUOTA_MARGIN_MS=<ms>` overrides the margin; `QUOTA_RULE=<json>` overrides valve-rec's rule.
  */
 import { fork } from 'node:child_process';
 import { createServer } from 'node:http';
@@ -224,7 +227,17 @@ async function limiterFor(
         ),
       );
     }
-    const wrapped = v.wrapFetch(fetch, { retries: 10 });
+    // QUOTA_DEBUG=2: each attempt carries its send order and time (`x-send: <pid>-<n>@<epoch ms>`), logged by the provider.
+    let sent = 0;
+    const tagged: typeof fetch = (input, init) =>
+      fetch(input, {
+        ...init,
+        headers: {
+          ...(init?.headers as Record<string, string>),
+          'x-send': `${process.pid}-${++sent}@${(performance.timeOrigin + performance.now()).toFixed(1)}`,
+        },
+      });
+    const wrapped = v.wrapFetch(process.env.QUOTA_DEBUG === '2' ? tagged : fetch, { retries: 10 });
     return {
       send: async (url) => {
         const res = await wrapped(url);
@@ -435,6 +448,17 @@ async function measure(peer: string, name: string): Promise<void> {
     if (process.env.QUOTA_DEBUG === '2') {
       const all = provider.log.map((r) => `${Math.round(r.t - first)}${r.status === 429 ? '!' : ''}`);
       process.stderr.write(`arrivals (ms after ${first.toFixed(0)}, ! 429): ${all.join(' ')}\n`);
+      // The provider's order against the send order, in arrival order.
+      const order = [...provider.log]
+        .sort((a, b) => a.t - b.t)
+        .map((r) => {
+          const [who, at] = (r.send ?? '?').split('@');
+          const late = at === undefined ? '' : `+${Math.round(r.t - Number(at))}`;
+          return `${Math.round(r.t - first)}${late}:${who}/${r.remaining ?? '?'}${r.status === 429 ? '!' : ''}`;
+        });
+      process.stderr.write(
+        `provider order (ms after the first +ms from send to arrival:pid-send#/remaining answered): ${order.join(' ')}\n`,
+      );
     }
   }
   emit({

@@ -20,21 +20,37 @@ const PROBE_POLL_MS = 5;
 /** A wait for a window's reset is re-asked at least this often (ms): a probe may open it sooner elsewhere. */
 const RESET_POLL_MS = 1000;
 
-function sleep(valve: ValveInternals, ms: number, signal: AbortSignal): Promise<void> {
+/**
+ * Sleeps `ms` on the valve's clock (rejects when `signal` aborts); with `wakers`, also ends when
+ * this process reports an answer that may let it go (see reportTicket).
+ */
+function sleep(
+  valve: ValveInternals,
+  ms: number,
+  signal: AbortSignal,
+  wakers?: Set<() => void>,
+): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal.aborted) {
       reject(signal.reason);
       return;
     }
-    const onAbort = () => {
+    const done = () => {
       valve.clock.clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+      wakers?.delete(wake);
+    };
+    const wake = () => {
+      done();
+      resolve();
+    };
+    const onAbort = () => {
+      done();
       reject(signal.reason);
     };
-    const timer = valve.clock.setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
+    const timer = valve.clock.setTimeout(wake, ms);
     signal.addEventListener('abort', onAbort, { once: true });
+    wakers?.add(wake);
   });
 }
 
@@ -48,6 +64,8 @@ export async function takeTicket(
   window: FleetWindow,
   signal: AbortSignal,
 ): Promise<WindowTicket | undefined> {
+  // Refusals in a row while the window is spent: the next asks again sooner than the reset.
+  let refused = 0;
   for (;;) {
     // A job granted before a pause was written, and held here since, must not send inside it.
     const paused = valve.knownPauseEnd() - valve.clock.now();
@@ -63,9 +81,24 @@ export async function takeTicket(
       return undefined;
     }
     if (ticket.seq > 0) return ticket;
-    const wait = Math.min(ticket.wait, ticket.probe ? PROBE_POLL_MS : RESET_POLL_MS);
-    await sleep(valve, Math.max(1, wait), signal);
+    // A spent window is asked again 5, 10, 20 … ms later (then every second): the answers still
+    // in flight, in any process, can show budget left (a request counted before the lowest count)
+    // and the store writes no pause until the count is spent. A known pause is slept through above.
+    const wait = Math.min(
+      ticket.wait,
+      ticket.probe ? PROBE_POLL_MS : Math.min(RESET_POLL_MS, PROBE_POLL_MS * 2 ** Math.min(refused++, 10)),
+    );
+    // This process's own answers wake it as soon as they are reported: a probe's, and one that
+    // shows budget left (a request that was in flight turned out counted before the lowest count).
+    await sleep(valve, Math.max(1, wait), signal, feedbackState(valve).ticketWaiters);
   }
+}
+
+/** Wakes this process's requests waiting for a ticket: an answer just reported may let them go. */
+function wakeTicketWaiters(valve: ValveInternals): void {
+  const waiters = feedbackState(valve).ticketWaiters;
+  if (waiters.size === 0) return;
+  for (const wake of [...waiters]) wake();
 }
 
 /**
@@ -119,8 +152,9 @@ export async function reportTicket(
   let header = seen?.window?.header;
   if (seen?.coarse !== undefined) {
     const state = feedbackState(valve);
-    // A 429 to the probe itself: the provider's reset is later than the last delay.
-    if (ticket.probe) state.probes++;
+    // A 429 to the probe of an earlier coarse 429 (not to the probe of a fresh or reset window):
+    // the provider's reset is later than the last delay.
+    if (ticket.probe && state.probeBound < Number.POSITIVE_INFINITY) state.probes++;
     if (seen.coarse.until < state.probeBound) state.probeBound = seen.coarse.until;
     remaining = 0;
     resetMs = probeDelay(seen.coarse, state.probes, valve.clock.now(), state.probeBound);
@@ -133,7 +167,9 @@ export async function reportTicket(
   try {
     const w = window.report(ticket.seq, remaining, resetMs);
     wait = isThenable(w) ? await w : w;
+    if (ticket.probe || (remaining >= 0 && !(wait > 0))) wakeTicketWaiters(valve);
   } catch {
+    if (ticket.probe) wakeTicketWaiters(valve);
     // Without the fleet's answer, this process's own reading decides, as without a fleet window.
     if (held !== undefined && held.waitMs > 0) valve.pauseInBackground(held.waitMs, held.source, held);
     return held?.waitMs;

@@ -20,6 +20,11 @@ export class FeedbackState {
    * stated: no probe waits past it. Infinity when none.
    */
   probeBound = Number.POSITIVE_INFINITY;
+  /**
+   * Requests of this valve waiting for a fleet-window ticket (feedback/fleet.ts): woken when this
+   * valve reports a probe's answer, or an answer after which the window has budget left.
+   */
+  readonly ticketWaiters = new Set<() => void>();
 
   /** An attempt starts: returns its start number. */
   begin(): number {

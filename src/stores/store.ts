@@ -165,7 +165,9 @@ export interface Store {
   /**
    * Optional (used by wrapFetch): the answer to ticket `seq` stated `remaining` (−1: no window, it
    * only ends the probe it answers) with the window's reset at most `resetMs` from now. Resolves
-   * with the wait (ms) until the window's reset when its budget is spent, else 0.
+   * with the wait (ms) until the window's reset when its count is spent (the lowest remaining
+   * count of the window is 0), else 0: while requests in flight may take the budget the count
+   * shows, tickets are refused but no wait is returned.
    */
   windowReport?(id: string, seq: number, remaining: number, resetMs: number): MaybePromise<number>;
   /** Optional: true when subscribe() delivers wake-ups right now for every subscribed id (e.g. a connected Redis subscriber). */

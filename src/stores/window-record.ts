@@ -5,17 +5,24 @@
  * the store's clock. See docs/provider-feedback.md, "Several processes".
  *
  * - Every request wrapFetch sends takes a ticket first (`windowSend`): its send number `seq`.
- * - Every answer with a remaining count reports it (`windowReport`) with the count, the reset's
- *   upper bound and its send number. The requests sent after it (`seq` minus its own) may not
- *   have been counted by the provider yet: the budget left is `remaining − sent after`, the
- *   smallest such value of the window. The window's reset is the earliest upper bound any
- *   answer of the window gave (a coarse `t=1` from the answer that opened it bounds the reset
- *   within a few ms, for every process).
+ * - Every answer reports (`windowReport`) its send number and, when it described a window, its
+ *   remaining count and the reset's upper bound. The provider counted the answered requests no
+ *   later than the one that got the lowest count of the window (a request it counted later
+ *   would have got a lower count), so only the requests still unanswered may be missing from that
+ *   count: the budget left is `lowest remaining − requests in flight`. Requests sent later but
+ *   counted earlier (several connections: a request that opens its connection arrives after
+ *   one sent later on an open connection) are counted once, in the lowest count, and end their
+ *   flight with their answer.
+ * - The window's reset is the earliest upper bound any answer of the window gave (a coarse
+ *   `t=1` from the answer that opened it bounds the reset within a few ms, for every process).
  * - While the window is known and its budget is spent, a ticket is refused until its reset.
  * - After a window's reset the next window is unknown: answers to requests sent before the
  *   first ticket after the reset are not counted in it. After a spent window that first ticket
  *   is a probe, alone in flight for the whole fleet until its answer is reported (or `probeTtl`
  *   passes); the others wait for that answer, which opens the next window with its true count.
+ *   So is the first ticket of a fresh record (the id's first request, or the first after a
+ *   minute without any): before any answer, the fleet does not know whether the provider's
+ *   window has room for all the requests its callers would send at once.
  */
 
 import type { WindowTicket } from './store.js';
@@ -37,6 +44,8 @@ export interface WindowRecord {
   probe: number;
   /** The probe's send number. */
   pseq: number;
+  /** Requests sent since `start` and not yet answered. */
+  flight: number;
 }
 
 /**
@@ -50,7 +59,7 @@ export interface WindowTicketUs {
 }
 
 export function newWindowRecord(): WindowRecord {
-  return { seq: 0, reset: 0, left: 0, low: 0, start: 0, spent: 0, probe: 0, pseq: 0 };
+  return { seq: 0, reset: 0, left: 0, low: 0, start: 0, spent: 0, probe: 0, pseq: 0, flight: 0 };
 }
 
 /** A request is about to be sent. */
@@ -60,32 +69,37 @@ export function windowSend(rec: WindowRecord, now: number, probeTtlUs: number): 
     if (rec.left <= 0) return { seq: 0, waitUs: rec.reset - now, probe: false };
     rec.left--;
     rec.seq++;
+    rec.flight++;
     return { seq: rec.seq, waitUs: 0, probe: false };
   }
+  // A fresh record: the id's first request learns the window before the others go.
+  let probe = rec.seq === 0;
   rec.seq++;
+  rec.flight++;
   if (rec.reset > 0) {
     // The known window has passed: this is the first request of the next one. Answers to
     // requests sent before it belong to older windows.
-    const spent = rec.spent === 1;
+    probe = rec.spent === 1;
     rec.reset = 0;
     rec.spent = 0;
     rec.left = 0;
     rec.low = 0;
     rec.start = rec.seq;
-    if (spent) {
-      // After a spent window this request learns the next one; the others wait for its answer.
-      rec.probe = now + probeTtlUs;
-      rec.pseq = rec.seq;
-      return { seq: rec.seq, waitUs: 0, probe: true };
-    }
+    rec.flight = 1;
+  }
+  if (probe) {
+    // This request learns the window; the others wait for its answer.
+    rec.probe = now + probeTtlUs;
+    rec.pseq = rec.seq;
+    return { seq: rec.seq, waitUs: 0, probe: true };
   }
   return { seq: rec.seq, waitUs: 0, probe: false };
 }
 
 /**
  * The answer to send number `seq` arrived: `remaining` (or −1 when it carried no window: it only
- * ends the probe it answers), the reset at most `resetUs` from now. Returns the wait until the
- * window's reset when its budget is spent, else 0.
+ * ends its flight and the probe it answers), the reset at most `resetUs` from now. Returns the
+ * wait until the window's reset when its count is spent (the lowest remaining count is 0), else 0.
  */
 export function windowReport(
   rec: WindowRecord,
@@ -98,25 +112,31 @@ export function windowReport(
   // An answer to a request sent before the known window's reset, reported after it, no request
   // having been sent since: it belongs to that window, which is over (the next one is unknown).
   const stale = rec.reset > 0 && rec.reset <= now;
-  if (remaining >= 0 && seq >= rec.start && !stale) {
-    // Sends after this one (a store that lost its record counts none).
-    const ahead = rec.seq > seq ? rec.seq - seq : 0;
-    const est = remaining - ahead;
-    if (rec.reset > now) {
-      if (remaining <= rec.low) {
-        // The same window: its tightest bound, its lowest count.
-        if (now + resetUs < rec.reset) rec.reset = now + resetUs;
+  // Answers to requests sent since the last reset (a send number the record never gave is from
+  // a record that was lost: not counted).
+  if (seq >= rec.start && seq <= rec.seq && !stale) {
+    if (rec.flight > 0) rec.flight--;
+    if (remaining >= 0) {
+      if (rec.reset > now) {
+        if (remaining <= rec.low) {
+          // The same window: its tightest bound, its lowest count.
+          if (now + resetUs < rec.reset) rec.reset = now + resetUs;
+          rec.low = remaining;
+        }
+      } else {
+        rec.reset = now + resetUs;
         rec.low = remaining;
       }
-      if (est < rec.left) rec.left = est;
-    } else {
-      rec.reset = now + resetUs;
-      rec.low = remaining;
-      rec.left = est;
     }
-    if (rec.left <= 0) rec.spent = 1;
+    if (rec.reset > now) {
+      rec.left = rec.low - rec.flight;
+      if (rec.left <= 0) rec.spent = 1;
+    }
   }
-  return rec.reset > now && rec.left <= 0 ? rec.reset - now : 0;
+  // The wait until the reset once the count is spent. While the lowest count still shows budget
+  // that requests in flight may take, tickets are refused but no wait is returned (no pause is
+  // written): the answers still out can show a request counted before the lowest count.
+  return rec.reset > now && rec.left <= 0 && rec.low <= 0 ? rec.reset - now : 0;
 }
 
 /** When the record may be forgotten (µs): nothing it holds matters after its reset and probe. */

@@ -18,6 +18,19 @@ function expectAbout(actual: number, expected: number, label: string): void {
   expect(actual, label).toBeGreaterThan(expected - 1000);
 }
 
+/**
+ * A new id whose first ticket (a probe: the fleet knows nothing of the provider yet) was answered
+ * without a window, so that every ticket goes until an answer describes one.
+ */
+async function openId(s: WindowCaseContext, newId: () => string): Promise<string> {
+  const id = newId();
+  const first = await s.send(id);
+  expect(first, "a new id's first ticket").toMatchObject({ wait: 0, probe: true });
+  expect(first.seq, "the first ticket's send number").toBeGreaterThan(0);
+  expect(await s.report(id, first.seq, -1, 0), 'an answer with no window: no wait').toBe(0);
+  return id;
+}
+
 /** `n` tickets in a row on `id`, each checked to go at once. */
 async function sendAll(s: WindowCaseContext, id: string, n: number): Promise<number[]> {
   const seqs: number[] = [];
@@ -34,25 +47,38 @@ export function windowCases(c: CaseRegistry): void {
   const { newId } = c;
 
   c.describe('fleet window (windowSend / windowReport)', () => {
-    c.itWindow('tickets on a fresh id go at once, numbered one after another', async (s) => {
-      const seqs = await sendAll(s, newId(), 4);
+    c.itWindow("a new id's first ticket is a probe: the others wait for its answer", async (s) => {
+      const id = newId();
+      const first = await s.send(id, HOUR);
+      expect(first, 'the first ticket').toMatchObject({ wait: 0, probe: true });
+      const held = await s.send(id, HOUR);
+      expect(held, 'a ticket while it is out').toMatchObject({ seq: 0, probe: true });
+      expectAbout(held.wait, HOUR, 'the wait: at most its time to live');
+      // Its answer opens the window with its count: that many more go.
+      expect(await s.report(id, first.seq, 2, HOUR), 'budget left: no wait').toBe(0);
+      await sendAll(s, id, 2);
+      expect((await s.send(id)).seq, 'the ticket past the count').toBe(0);
+    });
+
+    c.itWindow('without a known window tickets go at once, numbered one after another', async (s) => {
+      const seqs = await sendAll(s, await openId(s, newId), 4);
       // The budget counts the sends after an answer by their numbers: no gaps, no repeats.
       expect(seqs.slice(1).map((n, i) => n - seqs[i]!)).toEqual([1, 1, 1]);
     });
 
     c.itWindow('an answer with no window (remaining −1) spends nothing', async (s) => {
-      const id = newId();
+      const id = await openId(s, newId);
       const [a] = await sendAll(s, id, 1);
       expect(await s.report(id, a!, -1, 0), 'the wait it returns').toBe(0);
       await sendAll(s, id, 3);
     });
 
     c.itWindow(
-      'the budget left is the remaining count less the tickets sent after that answer',
+      'the budget left is the lowest remaining count less the tickets still unanswered',
       async (s) => {
-        const id = newId();
+        const id = await openId(s, newId);
         const [a] = await sendAll(s, id, 3);
-        // remaining 3 when answered, 2 sent after it: 1 left.
+        // remaining 3 when answered, 2 sent after it and unanswered: 1 left.
         expect(await s.report(id, a!, 3, HOUR), 'budget left: no wait').toBe(0);
         await sendAll(s, id, 1);
         const refused = await s.send(id);
@@ -61,8 +87,37 @@ export function windowCases(c: CaseRegistry): void {
       },
     );
 
+    c.itWindow(
+      'a ticket sent later but counted earlier (another connection) is not counted twice',
+      async (s) => {
+        const id = await openId(s, newId);
+        const [a, b, d] = await sendAll(s, id, 3);
+        // The provider counted b, a, d: b's answer says 9 left, a's 8, d's 7.
+        expect(await s.report(id, b!, 9, HOUR), 'budget left').toBe(0);
+        expect(await s.report(id, a!, 8, HOUR), 'budget left').toBe(0);
+        expect(await s.report(id, d!, 7, HOUR), 'budget left').toBe(0);
+        // Nothing in flight: 7 left (counting b twice would leave 6).
+        await sendAll(s, id, 7);
+        expect((await s.send(id)).seq, 'the ticket past the 7').toBe(0);
+      },
+    );
+
+    c.itWindow(
+      'budget the count shows but requests in flight may take: tickets refused, no wait until the count is spent',
+      async (s) => {
+        const id = await openId(s, newId);
+        const [a, b, d] = await sendAll(s, id, 3);
+        // a: 2 left, b and d in flight may take them.
+        expect(await s.report(id, a!, 2, HOUR), 'the count shows room: no wait').toBe(0);
+        const refused = await s.send(id);
+        expect(refused, 'a ticket while b and d are out').toMatchObject({ seq: 0, probe: false });
+        expect(await s.report(id, d!, 1, HOUR), 'the count shows room: no wait').toBe(0);
+        expectAbout(await s.report(id, b!, 0, HOUR), HOUR, 'the count is spent: the wait until the reset');
+      },
+    );
+
     c.itWindow('a spent window refuses every ticket until its reset; the report says how long', async (s) => {
-      const id = newId();
+      const id = await openId(s, newId);
       const [a] = await sendAll(s, id, 1);
       expectAbout(await s.report(id, a!, 0, HOUR), HOUR, 'the wait the report returns');
       for (let i = 0; i < 2; i++) {
@@ -73,7 +128,7 @@ export function windowCases(c: CaseRegistry): void {
     });
 
     c.itWindow("the window's tightest reset holds: a later, looser bound does not move it", async (s) => {
-      const id = newId();
+      const id = await openId(s, newId);
       const [a, b, d] = await sendAll(s, id, 3);
       expect(await s.report(id, a!, 10, HOUR), 'budget left').toBe(0);
       // The same window (a lower count), a tighter bound: it is the window's reset now.
@@ -84,8 +139,8 @@ export function windowCases(c: CaseRegistry): void {
     });
 
     c.itWindow('each id has its own window', async (s) => {
-      const spent = newId();
-      const other = newId();
+      const spent = await openId(s, newId);
+      const other = await openId(s, newId);
       const [a] = await sendAll(s, spent, 1);
       await s.report(spent, a!, 0, HOUR);
       expect((await s.send(spent)).seq, 'the spent id').toBe(0);
@@ -93,7 +148,7 @@ export function windowCases(c: CaseRegistry): void {
     });
 
     c.itWindowClock('exact waits: the report and the refusals count down to the reset', async (s) => {
-      const id = newId();
+      const id = await openId(s, newId);
       const [a] = await sendAll(s, id, 1);
       expectMs(await s.report(id, a!, 0, 250), 250);
       await s.advance(100);
@@ -105,7 +160,7 @@ export function windowCases(c: CaseRegistry): void {
     c.itWindowClock(
       "after a spent window's reset one probe goes alone; its answer lets the others go",
       async (s) => {
-        const id = newId();
+        const id = await openId(s, newId);
         const [a] = await sendAll(s, id, 1);
         await s.report(id, a!, 0, 100);
         await s.advance(100);
@@ -125,7 +180,7 @@ export function windowCases(c: CaseRegistry): void {
     );
 
     c.itWindowClock('a probe never answered stops holding the others after its time to live', async (s) => {
-      const id = newId();
+      const id = await openId(s, newId);
       const [a] = await sendAll(s, id, 1);
       await s.report(id, a!, 0, 100);
       await s.advance(100);
@@ -142,7 +197,7 @@ export function windowCases(c: CaseRegistry): void {
     c.itWindowClock(
       "answers to requests sent before the next window's first ticket are not counted in it",
       async (s) => {
-        const id = newId();
+        const id = await openId(s, newId);
         const [a, b] = await sendAll(s, id, 2);
         await s.report(id, a!, 0, 100);
         await s.advance(100);
@@ -157,7 +212,7 @@ export function windowCases(c: CaseRegistry): void {
     );
 
     c.itWindowClock('a window that was not spent is followed by no probe', async (s) => {
-      const id = newId();
+      const id = await openId(s, newId);
       const [a] = await sendAll(s, id, 1);
       expect(await s.report(id, a!, 5, 100)).toBe(0);
       await s.advance(100);

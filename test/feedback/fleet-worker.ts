@@ -3,8 +3,9 @@
  * (ioredis, with a subscriber) and `callers` callers sending `requests` requests in all through
  * `valve.wrapFetch(fetch)` to one real server-side limiter. Logs every ticket of the fleet window
  * (Store.windowSend: send number, probe, local epoch ms) and every report (send number, local
- * epoch ms when the store answered it), so that the test can check across processes that at
- * most one probe is in flight at a time and that nothing else is sent while it is.
+ * epoch ms when the store answered it) and every request (local epoch ms when fetch was called and
+ * when its answer came, status), so that the test can check across processes that at most one
+ * probe is in flight at a time and that nothing else is sent while it is.
  *
  * Run as `node --import tsx test/feedback/fleet-worker.ts` with the configuration in the
  * FLEET_WORKER environment variable (JSON, see FleetWorkerConfig). `fleet: false` hides the
@@ -37,8 +38,24 @@ export interface FleetWorkerReport {
   statuses: number[];
   /** Tickets granted: send number, whether it is a probe, local epoch ms. */
   tickets: { seq: number; probe: boolean; at: number }[];
-  /** Reports: send number, local epoch ms when sent to the store and when it answered. */
-  reports: { seq: number; sentAt: number; at: number }[];
+  /**
+   * Reports: send number, remaining count reported, the wait the store returned (> 0: the window's
+   * count is spent), local epoch ms when sent to the store and when it answered.
+   */
+  reports: { seq: number; remaining: number; wait: number; sentAt: number; at: number }[];
+  /**
+   * Every request sent (each attempt): its ticket's send number, local epoch ms when the ticket
+   * was asked for and when the store's answer came (the fetch call's when it had none), local
+   * epoch ms of the fetch call and of its answer, status.
+   */
+  requests: {
+    seq: number;
+    askedAt: number;
+    ticketAt: number;
+    sent: number;
+    answered: number;
+    status: number;
+  }[];
   storeErrors: string[];
 }
 
@@ -52,8 +69,12 @@ const report: FleetWorkerReport = {
   statuses: [],
   tickets: [],
   reports: [],
+  requests: [],
   storeErrors: [],
 };
+
+/** Tickets granted to this process and not yet used by a request, oldest first. */
+const unsent: { seq: number; probe: boolean; asked: number; at: number }[] = [];
 
 const store: Store = {
   acquire: (request) => inner.acquire(request),
@@ -69,14 +90,19 @@ const store: Store = {
   ...(config.fleet
     ? {
         windowSend: async (id: string, probeTtl: number) => {
+          const asked = now();
           const t = await inner.windowSend!(id, probeTtl);
-          if (t.seq > 0) report.tickets.push({ seq: t.seq, probe: t.probe, at: now() });
+          if (t.seq > 0) {
+            const granted = { seq: t.seq, probe: t.probe, asked, at: now() };
+            report.tickets.push(granted);
+            unsent.push(granted);
+          }
           return t;
         },
         windowReport: async (id: string, seq: number, remaining: number, resetMs: number) => {
           const sentAt = now();
           const wait = await inner.windowReport!(id, seq, remaining, resetMs);
-          report.reports.push({ seq, sentAt, at: now() });
+          report.reports.push({ seq, remaining, wait, sentAt, at: now() });
           return wait;
         },
       }
@@ -85,7 +111,23 @@ const store: Store = {
 
 const valve = createValve({ id: config.id, rules: config.rules, store });
 valve.on('store-error', (err) => report.storeErrors.push(String(err)));
-const f = valve.wrapFetch(fetch, { retries: 10 });
+// Each request is sent right after its ticket was granted (the same chain of promises, so in the
+// order of the tickets): the oldest ticket not yet used is this request's.
+const logged: typeof fetch = async (input, init) => {
+  const sent = now();
+  const ticket = unsent.shift();
+  const res = await fetch(input, init);
+  report.requests.push({
+    seq: ticket?.seq ?? 0,
+    askedAt: ticket?.asked ?? sent,
+    ticketAt: ticket?.at ?? sent,
+    sent,
+    answered: now(),
+    status: res.status,
+  });
+  return res;
+};
+const f = valve.wrapFetch(logged, { retries: 10 });
 
 // Warm up fetch and the scripts on another id, so that the run starts at steady-state speed.
 const warm = createValve({ id: `${config.id}:warm`, rules: config.rules, store: inner });

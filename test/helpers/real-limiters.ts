@@ -40,6 +40,23 @@ export interface LoggedRequest {
   /** Epoch ms of the request's arrival. */
   readonly t: number;
   readonly status: number;
+  /** The request's `x-send` header, when it sent one (a client's send order, for diagnostics). */
+  readonly send?: string;
+  /** The remaining count the provider answered, when it sent one (express, fastify). */
+  readonly remaining?: number;
+}
+
+/** The diagnostic fields of a request and its answer: its `x-send` header, the remaining count answered. */
+function tagOf(
+  headers: import('node:http').IncomingHttpHeaders,
+  remaining: unknown,
+): { send?: string; remaining?: number } {
+  const send = headers['x-send'];
+  const rem = Number(remaining);
+  return {
+    ...(typeof send === 'string' ? { send } : {}),
+    ...(remaining !== undefined && Number.isFinite(rem) ? { remaining: rem } : {}),
+  };
 }
 
 export interface RealLimiter {
@@ -72,9 +89,11 @@ async function startExpress(o: RealLimiterOptions, log: LoggedRequest[]): Promis
   const { default: express } = await import('express');
   const { rateLimit } = await import('express-rate-limit');
   const app = express();
-  app.use((_req, res, next) => {
+  app.use((req, res, next) => {
     const t = nowMs();
-    res.on('finish', () => log.push({ t, status: res.statusCode }));
+    res.on('finish', () =>
+      log.push({ t, status: res.statusCode, ...tagOf(req.headers, res.getHeader('x-ratelimit-remaining')) }),
+    );
     next();
   });
   app.use(
@@ -103,7 +122,11 @@ async function startFastify(o: RealLimiterOptions, log: LoggedRequest[]): Promis
     (request as unknown as { arrival: number }).arrival = nowMs();
   });
   app.addHook('onResponse', async (request, reply) => {
-    log.push({ t: (request as unknown as { arrival: number }).arrival, status: reply.statusCode });
+    log.push({
+      t: (request as unknown as { arrival: number }).arrival,
+      status: reply.statusCode,
+      ...tagOf(request.headers, reply.getHeader('x-ratelimit-remaining')),
+    });
   });
   await app.register(rateLimit, {
     max: o.limit,

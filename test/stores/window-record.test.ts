@@ -24,34 +24,100 @@ const send = (s: Store) => s.windowSend!(ID, TTL) as { seq: number; wait: number
 const report = (s: Store, seq: number, remaining: number, resetMs: number) =>
   s.windowReport!(ID, seq, remaining, resetMs) as number;
 
+/** A store whose id has had its first request (a probe) answered without a window. */
+function opened(): { clock: FakeClock; store: Store } {
+  const s = setup();
+  const first = send(s.store);
+  expect(first).toEqual({ seq: 1, wait: 0, probe: true });
+  report(s.store, first.seq, -1, 0);
+  return s;
+}
+
 describe('the fleet window (memory store)', () => {
-  it('without a known window every ticket goes, numbered in order', () => {
-    const { store } = setup();
-    expect([send(store), send(store), send(store)].map((t) => t.seq)).toEqual([1, 2, 3]);
-    expect(send(store)).toEqual({ seq: 4, wait: 0, probe: false });
+  it("an id's first ticket is a probe: the others wait for its answer, then go", () => {
+    const { clock, store } = setup();
+    expect(send(store)).toEqual({ seq: 1, wait: 0, probe: true });
+    expect(send(store)).toEqual({ seq: 0, wait: TTL, probe: true });
+    clock.advance(3);
+    // Answered without a window (a provider that sends none): every ticket goes, in order.
+    expect(report(store, 1, -1, 0)).toBe(0);
+    expect([send(store), send(store), send(store)].map((t) => t.seq)).toEqual([2, 3, 4]);
+    expect(send(store)).toEqual({ seq: 5, wait: 0, probe: false });
   });
 
-  it('requests sent after an answer count against its remaining count: spent, the next ticket waits for the reset', () => {
-    const { clock, store } = setup();
-    for (let i = 0; i < 4; i++) send(store); // 1..4 in flight
-    // The answer to #1 says 4 left: #2..#4 may not be counted yet, so 1 is left.
-    expect(report(store, 1, 4, 800)).toBe(0);
-    expect(send(store).seq).toBe(5);
+  it("the first probe's answer opens the window with its count: only that many more go", () => {
+    const { store } = setup();
+    const first = send(store);
+    expect(report(store, first.seq, 3, 1000)).toBe(0);
+    expect([send(store), send(store), send(store), send(store)].map((t) => t.seq)).toEqual([2, 3, 4, 0]);
+  });
+
+  it('requests still in flight count against the lowest remaining count: spent, the next ticket waits for the reset', () => {
+    const { clock, store } = opened();
+    for (let i = 0; i < 4; i++) send(store); // 2..5 in flight
+    // The answer to #2 says 4 left: #3..#5 may not be counted yet, so 1 is left.
+    expect(report(store, 2, 4, 800)).toBe(0);
+    expect(send(store).seq).toBe(6);
     const refused = send(store);
     expect(refused).toEqual({ seq: 0, wait: 800, probe: false });
-    // The last unit was given: a report now says the budget is spent, and until when.
+    // The last unit was given. While the lowest count (3) leaves room that requests in flight may
+    // take, tickets are refused and no wait is returned (no pause: an answer still out may show
+    // a request counted before it).
     clock.advance(100);
-    expect(report(store, 2, 3, 900)).toBe(700);
+    expect(report(store, 3, 3, 900)).toBe(0);
+    expect(send(store)).toEqual({ seq: 0, wait: 700, probe: false });
+    expect(report(store, 4, 2, 900)).toBe(0);
+    expect(report(store, 5, 1, 900)).toBe(0);
+    // The count is spent: the report says until when.
+    expect(report(store, 6, 0, 900)).toBe(700);
+  });
+
+  it('a request sent later but counted earlier (another connection) is counted once: the whole window is used', () => {
+    const { store } = setup();
+    // A window of 10: the probe (#1) is counted first.
+    expect(report(store, send(store).seq, 9, 1000)).toBe(0);
+    const seqs = Array.from({ length: 5 }, () => send(store).seq); // #2..#6
+    expect(seqs).toEqual([2, 3, 4, 5, 6]);
+    // The provider counts #2, #5, #3, #4, #6 (#5 went on an open connection, #3 and #4 waited for
+    // theirs): each answer's count is one less than the one before, in its order.
+    for (const [seq, remaining] of [
+      [2, 8],
+      [5, 7],
+      [3, 6],
+      [4, 5],
+      [6, 4],
+    ] as const) {
+      expect(report(store, seq, remaining, 1000)).toBe(0);
+    }
+    // 6 of 10 counted, nothing in flight: 4 more go (counting #5 twice would leave 3).
+    expect(Array.from({ length: 5 }, () => send(store).seq)).toEqual([7, 8, 9, 10, 0]);
+  });
+
+  it('an earlier request counted after a later one: the earlier stays in flight until its answer', () => {
+    const { store } = setup();
+    expect(report(store, send(store).seq, 4, 1000)).toBe(0); // a window of 5, #1 counted
+    send(store); // #2
+    send(store); // #3
+    // #3 overtook #2: answered 3 left, while #2 is not counted yet.
+    expect(report(store, 3, 3, 1000)).toBe(0);
+    expect(send(store).seq).toBe(4); // 3 − #2 in flight: 2 left, one given
+    expect(send(store).seq).toBe(5);
+    expect(send(store).seq).toBe(0);
+    // #2 counted: #4 and #5 may take the last 2 (refused, but no wait until the count is spent).
+    expect(report(store, 2, 2, 1000)).toBe(0);
+    expect(send(store)).toEqual({ seq: 0, wait: 1000, probe: false });
+    expect(report(store, 5, 1, 1000)).toBe(0);
+    expect(report(store, 4, 0, 1000)).toBe(1000);
   });
 
   it('the tightest reset any answer of the window gave holds (a later, coarser one does not lengthen it)', () => {
-    const { clock, store } = setup();
+    const { clock, store } = opened();
     send(store);
     send(store);
-    report(store, 1, 1, 1000); // reset at t0 + 1000 at the latest, one left after #2
+    report(store, 2, 1, 1000); // reset at t0 + 1000 at the latest, one left after #2: #3 takes it
     clock.advance(300);
-    // #2's answer: spent, with a coarse `t=1` (1000 ms from now): the window's own bound stays.
-    expect(report(store, 2, 0, 1000)).toBe(700);
+    // #3's answer: spent, with a coarse `t=1` (1000 ms from now): the window's own bound stays.
+    expect(report(store, 3, 0, 1000)).toBe(700);
     expect(send(store)).toEqual({ seq: 0, wait: 700, probe: false });
   });
 
@@ -91,16 +157,16 @@ describe('the fleet window (memory store)', () => {
   });
 
   it('an answer from before a reset, reported after it with nothing sent since, does not open a spent window', () => {
-    const { clock, store } = setup();
+    const { clock, store } = opened();
     send(store);
     send(store);
-    report(store, 1, 5, 200);
-    clock.advance(250); // the window's reset passed; #2's answer arrives late, saying 0 left
-    expect(report(store, 2, 0, 1000)).toBe(0);
-    expect(send(store)).toEqual({ seq: 3, wait: 0, probe: false });
+    report(store, 2, 5, 200);
+    clock.advance(250); // the window's reset passed; #3's answer arrives late, saying 0 left
+    expect(report(store, 3, 0, 1000)).toBe(0);
+    expect(send(store)).toEqual({ seq: 4, wait: 0, probe: false });
     // And once a request was sent after the reset, answers to older ones are not counted.
-    expect(report(store, 2, 0, 1000)).toBe(0);
-    expect(send(store).seq).toBe(4);
+    expect(report(store, 3, 0, 1000)).toBe(0);
+    expect(send(store).seq).toBe(5);
   });
 
   it('checks its arguments', () => {

@@ -4,7 +4,7 @@ window.lua: the provider window one valve id's fleet learnt from its responses (
 ticket before each request, a report after each answer. Mirrors src/stores/window-record.ts
 (see its comment for the model); every time is integer µs on the store's clock.
 
-KEYS[1]  <prefix>:{<id>}:window   string "seq,reset,left,low,start,spent,probe,pseq" (integers)
+KEYS[1]  <prefix>:{<id>}:window   string "seq,reset,left,low,start,spent,probe,pseq,flight" (integers)
 ARGV[1]  "" (use Redis TIME), or the time in µs (test-only virtual clock)
 ARGV[2]  "s" a ticket, "r" a report
 ARGV[3]  s: the probe's longest time in flight (µs);  r: the answer's send number
@@ -14,7 +14,7 @@ ARGV[5]  r: the reset's upper bound from now (µs)
 Flags (#!lua, no allow-oom): refused whole under OOM; wrapFetch then sends without a ticket.
 Errors: "VALVE_CORRUPT_STATE <key> ..." when the key holds what valve never writes.
 
-Reply: s: { seq, waitUs, probe (0/1; with seq 0: waiting for a probe's answer) }   r: { waitUs } (until the reset when the budget is spent, else 0)
+Reply: s: { seq, waitUs, probe (0/1; with seq 0: waiting for a probe's answer) }   r: { waitUs } (until the reset when the count is spent, else 0)
 The key lives 60 s past its reset and probe, refreshed by every call.
 ]]
 
@@ -26,7 +26,7 @@ local now = now_us(clock)
 local key = KEYS[1]
 local KEEP = 60000000
 
-local FIELDS = { 'seq', 'reset', 'left', 'low', 'start', 'spent', 'probe', 'pseq' }
+local FIELDS = { 'seq', 'reset', 'left', 'low', 'start', 'spent', 'probe', 'pseq', 'flight' }
 local rec = {}
 local raw = redis.pcall('GET', key)
 if type(raw) == 'table' then
@@ -38,7 +38,7 @@ if raw then
     parts[#parts + 1] = v
   end
   if #parts ~= #FIELDS then
-    return corrupt(key, raw, 'eight integers separated by commas')
+    return corrupt(key, raw, 'nine integers separated by commas')
   end
 end
 for i, name in ipairs(FIELDS) do
@@ -46,7 +46,7 @@ for i, name in ipairs(FIELDS) do
   if v then
     local n = tonumber(v)
     if n == nil or n ~= math.floor(n) or math.abs(n) > now + AHEAD then
-      return corrupt(key, raw, 'eight integers separated by commas')
+      return corrupt(key, raw, 'nine integers separated by commas')
     end
     rec[name] = n
   else
@@ -74,23 +74,27 @@ if ARGV[2] == 's' then
     end
     rec.left = rec.left - 1
     rec.seq = rec.seq + 1
+    rec.flight = rec.flight + 1
     save()
     return { rec.seq, 0, 0 }
   end
+  local probe = rec.seq == 0
   rec.seq = rec.seq + 1
+  rec.flight = rec.flight + 1
   if rec.reset > 0 then
-    local spent = rec.spent == 1
+    probe = rec.spent == 1
     rec.reset = 0
     rec.spent = 0
     rec.left = 0
     rec.low = 0
     rec.start = rec.seq
-    if spent then
-      rec.probe = now + ttl
-      rec.pseq = rec.seq
-      save()
-      return { rec.seq, 0, 1 }
-    end
+    rec.flight = 1
+  end
+  if probe then
+    rec.probe = now + ttl
+    rec.pseq = rec.seq
+    save()
+    return { rec.seq, 0, 1 }
   end
   save()
   return { rec.seq, 0, 0 }
@@ -103,33 +107,32 @@ if rec.probe > 0 and rec.pseq == seq then
   rec.probe = 0
 end
 local stale = rec.reset > 0 and rec.reset <= now
-if remaining >= 0 and seq >= rec.start and not stale then
-  local ahead = 0
-  if rec.seq > seq then
-    ahead = rec.seq - seq
+if seq >= rec.start and seq <= rec.seq and not stale then
+  if rec.flight > 0 then
+    rec.flight = rec.flight - 1
   end
-  local est = remaining - ahead
-  if rec.reset > now then
-    if remaining <= rec.low then
-      if now + reset_us < rec.reset then
-        rec.reset = now + reset_us
+  if remaining >= 0 then
+    if rec.reset > now then
+      if remaining <= rec.low then
+        if now + reset_us < rec.reset then
+          rec.reset = now + reset_us
+        end
+        rec.low = remaining
       end
+    else
+      rec.reset = now + reset_us
       rec.low = remaining
     end
-    if est < rec.left then
-      rec.left = est
-    end
-  else
-    rec.reset = now + reset_us
-    rec.low = remaining
-    rec.left = est
   end
-  if rec.left <= 0 then
-    rec.spent = 1
+  if rec.reset > now then
+    rec.left = rec.low - rec.flight
+    if rec.left <= 0 then
+      rec.spent = 1
+    end
   end
 end
 save()
-if rec.reset > now and rec.left <= 0 then
+if rec.reset > now and rec.left <= 0 and rec.low <= 0 then
   return { rec.reset - now }
 end
 return { 0 }
