@@ -110,12 +110,13 @@ export function leaseCases(c: CaseRegistry): void {
 
     c.it('renew extends a held lease to now + ttl', async (s) => {
       const id = newId();
-      const t = 1500;
+      // Each step leaves 1.2 s for a machine busy with other work (renewing at 1.8 s of 3 s).
+      const t = 3000;
       const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: t } });
       const token = r.leases![0]!.token;
-      await s.pass(900);
+      await s.pass(1800);
       expect(await s.store.renew(id, [token], t)).toEqual([true]);
-      await s.pass(900); // 1800ms after the grant: held only thanks to the renewal
+      await s.pass(1800); // 3.6 s after the grant: held only thanks to the renewal
       const blocked = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: t } });
       expect(blocked.blocked).toBe('concurrency');
       expect(await s.store.renew(id, [token], t)).toEqual([true]);
