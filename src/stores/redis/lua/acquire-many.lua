@@ -168,14 +168,7 @@ local function fast_one(kf, fs, n, c, now, testing)
         us = (k + 1) * x - now
         value = string.format('%d', k) .. ':' .. string.format('%.17g', s)
       end
-      local ttl = ceil(us / 1000)
-      if ttl < 1 then
-        ttl = 1
-      end
-      if testing then
-        ttl = ttl + 600000
-      end
-      redis.call('SET', KEYS[kf + 1 + r], value, 'PX', ttl)
+      write_state(KEYS[kf + 1 + r], value, us, testing)
     end
   end
   if recorded then

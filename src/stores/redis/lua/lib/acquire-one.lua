@@ -69,6 +69,21 @@ local function check_record(key, record, ttl, now, testing)
   return held
 end
 
+-- A key's time to live for state that is fresh again `us` from now: whole ms, at least 1; ten
+-- minutes longer under the test clock (whose time does not pass on the server's).
+local function ttl_ms(us, testing)
+  local ttl = ceil(us / 1000)
+  if ttl < 1 then
+    ttl = 1
+  end
+  return testing and ttl + 600000 or ttl
+end
+
+-- Writes a rule's state `value` to `key`, expiring when it would be fresh again (`us` from now).
+local function write_state(key, value, us, testing)
+  redis.call('SET', key, value, 'PX', ttl_ms(us, testing))
+end
+
 -- A GCRA rule's tat read from `raw` (missing or past: now), or nil and an error reply naming `key`.
 local function gcra_tat(key, raw, now, cap)
   if not raw then
@@ -312,7 +327,6 @@ local function acquire_one(KEYS, ARGV, time_us)
             end
           end
         end
-        local ttl
         if kind == 'g' then
           local cap = y * x
           local most = now + cap + (iv < DAY and iv or DAY)
@@ -321,18 +335,16 @@ local function acquire_one(KEYS, ARGV, time_us)
           if tat > most then
             tat = most
           end
-          ttl = ceil((tat - now) / 1000)
           if tat > now then
-            redis.call('SET', key, string.format('%d', tat), 'PX', (ttl < 1 and 1 or ttl) + (testing and 600000 or 0))
+            write_state(key, string.format('%d', tat), tat - now, testing)
           end
         elseif kind == 'w' then
           local count = val[r] + units
           if count > y then
             count = y
           end
-          ttl = ceil(((kk[r] + 1) * x - now) / 1000)
-          redis.call('SET', key, string.format('%d', kk[r]) .. ':' .. string.format('%.17g', count), 'PX',
-            (ttl < 1 and 1 or ttl) + (testing and 600000 or 0))
+          write_state(key, string.format('%d', kk[r]) .. ':' .. string.format('%.17g', count), (kk[r] + 1) * x - now,
+            testing)
         else
           local add = units < y and units or y
           if add > 0 then
@@ -343,8 +355,7 @@ local function acquire_one(KEYS, ARGV, time_us)
             end
             redis.call('RPUSH', key, string.format('%d', now), string.format('%.17g', add))
             redis.call('LSET', key, 0, string.format('%.17g', tonumber(head) + add))
-            ttl = ceil(x / 1000)
-            redis.call('PEXPIRE', key, (ttl < 1 and 1 or ttl) + (testing and 600000 or 0))
+            redis.call('PEXPIRE', key, ttl_ms(x, testing))
           end
         end
       end
@@ -748,14 +759,7 @@ local function acquire_one(KEYS, ARGV, time_us)
         redis.call('RPUSH', key, string.format('%d', now), string.format('%.17g', pending))
       end
       redis.call('LSET', key, 0, string.format('%.17g', st[q + 4]))
-      local ttl = ceil((newest + st[q + 2] - now) / 1000)
-      if ttl < 1 then
-        ttl = 1
-      end
-      if testing then
-        ttl = ttl + 600000
-      end
-      redis.call('PEXPIRE', key, ttl)
+      redis.call('PEXPIRE', key, ttl_ms(newest + st[q + 2] - now, testing))
     elseif v[2] > 0 and v[3] == 1 then
       redis.call('LSET', key, 0, string.format('%.17g', v[1]))
     end
@@ -854,15 +858,8 @@ local function acquire_one(KEYS, ARGV, time_us)
         us = (k + 1) * st[q + 2] - now
         value = string.format('%d', k) .. ':' .. string.format('%.17g', s)
       end
-      local ttl = ceil(us / 1000)
-      if ttl < 1 then
-        ttl = 1
-      end
-      if testing then
-        ttl = ttl + 600000
-      end
       if value then
-        redis.call('SET', KEYS[3 + r], value, 'PX', ttl)
+        write_state(KEYS[3 + r], value, us, testing)
       end
     end
 
@@ -886,13 +883,7 @@ local function acquire_one(KEYS, ARGV, time_us)
         at = at + 2
       end
       local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-      local ttl = ceil((floor(tonumber(latest[2]) * 1000 + 0.5) - now) / 1000)
-      if ttl < 1 then
-        ttl = 1
-      end
-      if testing then
-        ttl = ttl + 600000
-      end
+      local ttl = ttl_ms(floor(tonumber(latest[2]) * 1000 + 0.5) - now, testing)
       redis.call('PEXPIRE', KEYS[2], ttl)
       redis.call('SET', KEYS[3], string.format('%d', fence), 'PX', ttl)
       reply[6] = expires
