@@ -15,17 +15,12 @@
  * loaded machine its answer can reach the worker well after. A probe not answered within its
  * time to live, 2 s, stops holding the others by design.) Every request ends 200.
  */
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { PROBE_TTL_MS } from '../../src/feedback/fleet.js';
 import { startRealLimiter } from '../helpers/real-limiters.js';
-import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
-import { spawnWorker } from '../helpers/workers.js';
-import type { FleetWorkerConfig, FleetWorkerReport } from './fleet-worker.js';
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const workerFile = path.join(here, 'fleet-worker.ts');
+import { uniquePrefix } from '../helpers/shared-servers.js';
+import { runFleetWorkers } from './fleet-run.js';
+import type { FleetWorkerReport } from './fleet-worker.js';
 
 const PROCESSES = 3;
 const CALLERS = 10;
@@ -91,29 +86,18 @@ describe('probing a coarse Retry-After through Redis, 3 processes against a GCRA
     const provider = await startRealLimiter('gcra', { limit: 20, windowMs: 1000, burst: 5 });
     let reports: FleetWorkerReport[];
     try {
-      const redis = sharedRedis();
-      const prefix = uniquePrefix('coarse-probe');
-      const id = `gcra:${Math.random().toString(36).slice(2)}`;
-      const workers = Array.from({ length: PROCESSES }, (_, i) => {
-        const config: FleetWorkerConfig = {
-          name: `w${i}`,
-          target: { host: redis.host, port: redis.port },
-          prefix,
-          id,
-          rules: [{ limit: 40, interval: 1000, burst: 10 }],
-          callers: CALLERS,
-          requests: PER_PROCESS,
-          url: `${provider.url}/item`,
-          warmUrl: `${provider.url}/warm`,
-          fleet: true,
-        };
-        return spawnWorker<FleetWorkerReport>(workerFile, 'FLEET_WORKER', config, 90_000);
+      // The warm-ups were counted by the provider: 500 ms lets its GCRA state drain before the run.
+      reports = await runFleetWorkers({
+        processes: PROCESSES,
+        prefix: uniquePrefix('coarse-probe'),
+        id: `gcra:${Math.random().toString(36).slice(2)}`,
+        rules: [{ limit: 40, interval: 1000, burst: 10 }],
+        callers: CALLERS,
+        requests: PER_PROCESS,
+        url: `${provider.url}/item`,
+        warmUrl: `${provider.url}/warm`,
+        delayMs: 500,
       });
-      await Promise.all(workers.map((w) => w.ready));
-      // The warm-ups were counted by the provider: let its GCRA state drain before the run.
-      const startAt = Date.now() + 500;
-      for (const w of workers) w.go(startAt);
-      reports = await Promise.all(workers.map((w) => w.report));
     } finally {
       await provider.stop();
     }

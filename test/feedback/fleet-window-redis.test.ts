@@ -13,17 +13,12 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PROBE_TTL_MS } from '../../src/feedback/fleet.js';
 import { type RealLimiter, startRealLimiter } from '../helpers/real-limiters.js';
-import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
-import { spawnWorker } from '../helpers/workers.js';
-import type { FleetWorkerConfig, FleetWorkerReport } from './fleet-worker.js';
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const workerFile = path.join(here, 'fleet-worker.ts');
+import { uniquePrefix } from '../helpers/shared-servers.js';
+import { runFleetWorkers } from './fleet-run.js';
+import type { FleetWorkerReport } from './fleet-worker.js';
 
 const PROCESSES = 3;
 const CALLERS = 10;
@@ -45,29 +40,18 @@ afterAll(async () => {
   await new Promise((resolve) => warm?.close(resolve));
 });
 
-async function runFleet(provider: RealLimiter): Promise<FleetWorkerReport[]> {
-  const redis = sharedRedis();
-  const prefix = uniquePrefix('fleet-window');
-  const id = `fleet:${Math.random().toString(36).slice(2)}`;
-  const workers = Array.from({ length: PROCESSES }, (_, i) => {
-    const config: FleetWorkerConfig = {
-      name: `w${i}`,
-      target: { host: redis.host, port: redis.port },
-      prefix,
-      id,
-      rules: [{ limit: LIMIT * 2, interval: WINDOW_MS, algorithm: 'sliding-window' }],
-      callers: CALLERS,
-      requests: PER_PROCESS,
-      url: `${provider.url}/item`,
-      warmUrl,
-      fleet: true,
-    };
-    return spawnWorker<FleetWorkerReport>(workerFile, 'FLEET_WORKER', config, 90_000);
+function runFleet(provider: RealLimiter): Promise<FleetWorkerReport[]> {
+  return runFleetWorkers({
+    processes: PROCESSES,
+    prefix: uniquePrefix('fleet-window'),
+    id: `fleet:${Math.random().toString(36).slice(2)}`,
+    rules: [{ limit: LIMIT * 2, interval: WINDOW_MS, algorithm: 'sliding-window' }],
+    callers: CALLERS,
+    requests: PER_PROCESS,
+    url: `${provider.url}/item`,
+    warmUrl,
+    delayMs: 300,
   });
-  await Promise.all(workers.map((w) => w.ready));
-  const startAt = Date.now() + 300;
-  for (const w of workers) w.go(startAt);
-  return Promise.all(workers.map((w) => w.report));
 }
 
 describe('the fleet window through Redis, 3 processes against express-rate-limit', () => {
