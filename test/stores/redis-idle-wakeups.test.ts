@@ -79,110 +79,109 @@ describe('an idle valve over Redis holds no subscription', () => {
   }, 120_000);
 });
 
-describe('wake-ups over Redis count only once confirmed', () => {
-  it('a subscriber whose SUBSCRIBE is dropped: a resume from another valve is noticed within the poll bound', async () => {
-    const { url } = sharedRedis();
-    const client = new Redis(url);
-    const real = new Redis(url);
-    const otherClient = new Redis(url);
-    // As ioredis 5.11 does for a SUBSCRIBE sent in the wrong moment: the call "succeeds", the
-    // server never hears it.
-    const dropping = new Proxy(real, {
-      get(target, key, receiver) {
-        if (key === 'subscribe') return async () => 1;
-        const value = Reflect.get(target, key, receiver);
-        return typeof value === 'function' ? value.bind(target) : value;
-      },
-    });
-    try {
-      const prefix = uniquePrefix('dropsub');
-      const store = redisStore({ client, subscriber: dropping, prefix });
-      const other = createValve({ id: 'p', store: redisStore({ client: otherClient, prefix }) });
-      const valve = createValve({ id: 'p', store });
-      await other.pause(60_000);
-      let startedAt = 0;
-      const job = valve.run(() => {
-        startedAt = Date.now();
-      });
-      await sleep(300);
-      expect(valve.stats().pausedUntil).not.toBeNull();
-      expect(store.listening!('p')).toBe(false);
+/**
+ * A valve (id 'p') over a store with `subscriber`, waiting to run a job while another valve of
+ * the same id, on its own client, holds a 60 s pause. `resume()` lifts the pause and resolves
+ * with how long after it the job started (ms). `done()` closes both valves and every client.
+ */
+async function pausedJob(name: string, subscriber: (url: string) => Redis) {
+  const { url } = sharedRedis();
+  const client = new Redis(url);
+  const otherClient = new Redis(url);
+  const sub = subscriber(url);
+  const prefix = uniquePrefix(name);
+  const store = redisStore({ client, subscriber: sub, prefix });
+  const other = createValve({ id: 'p', store: redisStore({ client: otherClient, prefix }) });
+  const valve = createValve({ id: 'p', store });
+  const disconnect = () => {
+    client.disconnect();
+    otherClient.disconnect();
+    sub.disconnect();
+  };
+  try {
+    await other.pause(60_000);
+  } catch (err) {
+    disconnect();
+    throw err;
+  }
+  let startedAt = 0;
+  const job = valve.run(() => {
+    startedAt = Date.now();
+  });
+  return {
+    store,
+    valve,
+    async resume(): Promise<number> {
       const resumedAt = Date.now();
       await other.resume();
       await job;
+      return startedAt - resumedAt;
+    },
+    async listening(): Promise<boolean> {
+      for (let i = 0; i < 50 && !store.listening!('p'); i++) await sleep(20);
+      return store.listening!('p');
+    },
+    async done(): Promise<void> {
+      try {
+        await valve.close();
+        await other.close();
+      } finally {
+        disconnect();
+      }
+    },
+  };
+}
+
+describe('wake-ups over Redis count only once confirmed', () => {
+  it('a subscriber whose SUBSCRIBE is dropped: a resume from another valve is noticed within the poll bound', async () => {
+    // As ioredis 5.11 does for a SUBSCRIBE sent in the wrong moment: the call "succeeds", the
+    // server never hears it.
+    const dropping = (url: string) =>
+      new Proxy(new Redis(url), {
+        get(target, key, receiver) {
+          if (key === 'subscribe') return async () => 1;
+          const value = Reflect.get(target, key, receiver);
+          return typeof value === 'function' ? value.bind(target) : value;
+        },
+      });
+    const t = await pausedJob('dropsub', dropping);
+    try {
+      await sleep(300);
+      expect(t.valve.stats().pausedUntil).not.toBeNull();
+      expect(t.store.listening!('p')).toBe(false);
       // Unconfirmed wake-ups: the cached pause is rechecked at least once a second.
-      expect(startedAt - resumedAt).toBeLessThan(1500);
-      await valve.close();
-      await other.close();
+      expect(await t.resume()).toBeLessThan(1500);
     } finally {
-      client.disconnect();
-      real.disconnect();
-      otherClient.disconnect();
+      await t.done();
     }
   });
 
   it('a subscriber connection that drops: the valve stops trusting wake-ups and notices a resume within the poll bound', async () => {
-    const { url } = sharedRedis();
-    const client = new Redis(url);
-    const subscriber = new Redis(url);
-    const otherClient = new Redis(url);
+    let subscriber: Redis | undefined;
+    const t = await pausedJob('killsub', (url) => {
+      subscriber = new Redis(url);
+      return subscriber;
+    });
     try {
-      const prefix = uniquePrefix('killsub');
-      const store = redisStore({ client, subscriber, prefix });
-      const other = createValve({ id: 'p', store: redisStore({ client: otherClient, prefix }) });
-      const valve = createValve({ id: 'p', store });
-      await other.pause(60_000);
-      let startedAt = 0;
-      const job = valve.run(() => {
-        startedAt = Date.now();
-      });
-      for (let i = 0; i < 50 && !store.listening!('p'); i++) await sleep(20);
-      expect(store.listening!('p')).toBe(true);
+      expect(await t.listening()).toBe(true);
       await sleep(1200); // trusting the wake-ups, the valve now sleeps out its cached pause
-      subscriber.disconnect(); // the connection is gone: no wake-up will come
+      subscriber!.disconnect(); // the connection is gone: no wake-up will come
       await sleep(50);
-      expect(store.listening!('p')).toBe(false);
-      const resumedAt = Date.now();
-      await other.resume();
-      await job;
-      expect(startedAt - resumedAt).toBeLessThan(1500);
-      await valve.close();
-      await other.close();
+      expect(t.store.listening!('p')).toBe(false);
+      expect(await t.resume()).toBeLessThan(1500);
     } finally {
-      client.disconnect();
-      subscriber.disconnect();
-      otherClient.disconnect();
+      await t.done();
     }
   });
 
   it('a confirmed subscriber: the resume wakes the valve at once', async () => {
-    const { url } = sharedRedis();
-    const client = new Redis(url);
-    const subscriber = new Redis(url);
-    const otherClient = new Redis(url);
+    const t = await pausedJob('confsub', (url) => new Redis(url));
     try {
-      const prefix = uniquePrefix('confsub');
-      const store = redisStore({ client, subscriber, prefix });
-      const other = createValve({ id: 'p', store: redisStore({ client: otherClient, prefix }) });
-      const valve = createValve({ id: 'p', store });
-      await other.pause(60_000);
-      let startedAt = 0;
-      const job = valve.run(() => {
-        startedAt = Date.now();
-      });
-      for (let i = 0; i < 50 && !store.listening!('p'); i++) await sleep(20);
-      expect(store.listening!('p')).toBe(true);
+      expect(await t.listening()).toBe(true);
       await sleep(50);
-      const resumedAt = Date.now();
-      await other.resume();
-      await job;
-      expect(startedAt - resumedAt).toBeLessThan(500);
-      await valve.close();
-      await other.close();
+      expect(await t.resume()).toBeLessThan(500);
     } finally {
-      client.disconnect();
-      subscriber.disconnect();
-      otherClient.disconnect();
+      await t.done();
     }
   });
 });
