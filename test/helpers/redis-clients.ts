@@ -57,6 +57,32 @@ async function closeNode(c: Closable): Promise<void> {
   } catch {}
 }
 
+type Connectable = Closable & { connect(): Promise<unknown>; on(e: string, f: () => void): void };
+
+/** Connects a client and its subscriber (errors are the tests' to observe through calls). */
+async function pair(
+  family: ClientFamily,
+  cluster: boolean,
+  client: Connectable,
+  subscriber: Connectable,
+  close: (c: Closable) => Promise<void>,
+): Promise<Connected> {
+  client.on('error', () => {});
+  subscriber.on('error', () => {});
+  await client.connect();
+  await subscriber.connect();
+  return {
+    family,
+    cluster,
+    client,
+    subscriber,
+    close: async () => {
+      await close(client);
+      await close(subscriber);
+    },
+  };
+}
+
 /** A standalone client of `family` (and a subscriber) connected to `target`. */
 export async function connectClient(family: ClientFamily, target: Target): Promise<Connected> {
   const auth = target.username ? { username: target.username, password: target.password } : {};
@@ -76,22 +102,7 @@ export async function connectClient(family: ClientFamily, target: Target): Promi
       ...auth,
       ...(target.tlsCa ? { tls: { ca: target.tlsCa } } : {}),
     };
-    const client = new Ctor(options);
-    const subscriber = new Ctor(options);
-    client.on('error', () => {});
-    subscriber.on('error', () => {});
-    await client.connect();
-    await subscriber.connect();
-    return {
-      family,
-      cluster: false,
-      client,
-      subscriber,
-      close: async () => {
-        await closeIo(client);
-        await closeIo(subscriber);
-      },
-    };
+    return pair(family, false, new Ctor(options), new Ctor(options), closeIo);
   }
   const lib = family === 'redis' ? nodeRedis : nodeRedis6;
   const url = `${target.tlsCa ? 'rediss' : 'redis'}://${target.host}:${target.port}`;
@@ -107,21 +118,7 @@ export async function connectClient(family: ClientFamily, target: Target): Promi
       duplicate(): Closable & { connect(): Promise<unknown>; on(e: string, f: () => void): void };
     }
   )(options);
-  client.on('error', () => {});
-  await client.connect();
-  const subscriber = client.duplicate();
-  subscriber.on('error', () => {});
-  await subscriber.connect();
-  return {
-    family,
-    cluster: false,
-    client,
-    subscriber,
-    close: async () => {
-      await closeNode(client);
-      await closeNode(subscriber);
-    },
-  };
+  return pair(family, false, client, client.duplicate(), closeNode);
 }
 
 /**
@@ -148,39 +145,11 @@ export async function connectCluster(
       lazyConnect: true,
       ...(family === 'iovalkey' ? {} : { shardedSubscribers: true }),
     });
-    client.on('error', () => {});
-    subscriber.on('error', () => {});
-    await client.connect();
-    await subscriber.connect();
-    return {
-      family,
-      cluster: true,
-      client,
-      subscriber,
-      close: async () => {
-        await closeIo(client);
-        await closeIo(subscriber);
-      },
-    };
+    return pair(family, true, client, subscriber, closeIo);
   }
   const lib = family === 'redis' ? nodeRedis : nodeRedis6;
   const rootNodes = nodes.map((n) => ({ url: `redis://${n.host}:${n.port}` }));
   type NodeCluster = Closable & { connect(): Promise<unknown>; on(e: string, f: () => void): void };
   const make = () => (lib.createCluster as (o: object) => NodeCluster)({ rootNodes });
-  const client = make();
-  const subscriber = make();
-  client.on('error', () => {});
-  subscriber.on('error', () => {});
-  await client.connect();
-  await subscriber.connect();
-  return {
-    family,
-    cluster: true,
-    client,
-    subscriber,
-    close: async () => {
-      await closeNode(client);
-      await closeNode(subscriber);
-    },
-  };
+  return pair(family, true, make(), make(), closeNode);
 }
