@@ -512,6 +512,8 @@ const factories: Record<string, () => Adapter> = {
   'valve-group': () => groupAdapter('valve-group', false),
   'valve-group-redis': () => groupAdapter('valve-group-redis', true),
   'valve-redis': () => valveAdapter('valve-redis', true),
+  'valve-redis-spin': () =>
+    valveAdapter('valve-redis-spin', true, false, undefined, false, undefined, 'spin'),
   'valve-spin': () => valveAdapter('valve-spin', false, false, undefined, false, undefined, 'spin'),
   'valve-plain-timers': () => valveAdapter('valve-plain-timers', false, true),
   'valve-redis-plain-timers': () => valveAdapter('valve-redis-plain-timers', true, true),

@@ -7,7 +7,8 @@
  * with jobs granted per store call, store calls per granted job and the share of calls that
  * granted nothing. For every peer the store's cost: Redis commands per job and Redis server CPU
  * per job (INFO commandstats and used_cpu deltas, as in redis-throughput.ts).
- * Cases: "burst B, P processes" for B in 1, 20 and P in 4, 16 (10 s each, 3 s with --quick).
+ * Cases: "burst B, P processes" for B in 1, 20 and P in 4, 16 (10 s each, 3 s with --quick);
+ * `--peer valve-redis-spin` runs valve with precision: 'spin' in any of them.
  */
 import { emit, parseScenarioArgs, round, windowStats } from '../lib/common.js';
 import { runFleet } from '../lib/fleet.js';
@@ -16,19 +17,23 @@ import { startRedis } from '../lib/redis-server.js';
 export const peers = [
   'valve-redis',
   'valve-redis-plain-timers',
+  'valve-redis-spin',
   'bottleneck-redis',
   'rlf-redis',
   'ref-redis-poll',
 ];
 const side = ['valve-redis', 'bottleneck-redis', 'rlf-redis'];
-export const cases: Record<string, { burst: number; processes: number; peers: string[] }> = {
-  'burst 1': { burst: 1, processes: 4, peers },
-  'burst 20': { burst: 20, processes: 4, peers: ['valve-redis', 'valve-redis-plain-timers'] },
-  'burst 1, 4 processes': { burst: 1, processes: 4, peers: side },
-  'burst 1, 16 processes': { burst: 1, processes: 16, peers: side },
-  'burst 20, 4 processes': { burst: 20, processes: 4, peers: side },
-  'burst 20, 16 processes': { burst: 20, processes: 16, peers: side },
-};
+/** Peers a case runs only when asked for by name (--peer): valve with precision: 'spin'. */
+const byName = ['valve-redis-spin'];
+export const cases: Record<string, { burst: number; processes: number; peers: string[]; extra?: string[] }> =
+  {
+    'burst 1': { burst: 1, processes: 4, peers },
+    'burst 20': { burst: 20, processes: 4, peers: ['valve-redis', 'valve-redis-plain-timers'] },
+    'burst 1, 4 processes': { burst: 1, processes: 4, peers: side, extra: byName },
+    'burst 1, 16 processes': { burst: 1, processes: 16, peers: side, extra: byName },
+    'burst 20, 4 processes': { burst: 20, processes: 4, peers: side, extra: byName },
+    'burst 20, 16 processes': { burst: 20, processes: 16, peers: side, extra: byName },
+  };
 
 const args = parseScenarioArgs();
 const durationMs = args.quick ? 3000 : 10_000;
@@ -85,7 +90,9 @@ async function main(): Promise<void> {
     // The first two cases (4 processes, the history's names) run only when asked for by name.
     if (args.case ? args.case !== name : !name.includes('processes')) continue;
     for (const peer of args.peer ? [args.peer] : c.peers) {
-      if (c.peers.includes(peer)) await measure(peer, name, c.burst, c.processes);
+      if (c.peers.includes(peer) || (args.peer && c.extra?.includes(peer))) {
+        await measure(peer, name, c.burst, c.processes);
+      }
     }
   }
   process.exit(0);

@@ -96,11 +96,14 @@ export function advance(line: TurnLine, now: number, open: number): void {
 
 /**
  * The step of turns under a GCRA rule of tolerance `cap` (burst × emission) for jobs of
- * increment `inc`: one job's increment with a burst of 1 or 2; otherwise about half the burst,
- * so that each caller takes several jobs per call while the tolerance absorbs a late turn.
+ * increment `inc`: `floor(3 × room / 4)` jobs' increments, `room = floor(cap / inc)` (the
+ * burst in jobs), at least one. Each caller takes three quarters of the burst per call (one
+ * store call per that many jobs), and the quarter left (at least one job) is what a turn taken
+ * late can use up before the rule loses any of its rate: a caller late by up to
+ * `(room − per) × inc` µs still finds its jobs waiting in the bucket.
  */
 export function turnStep(inc: number, cap: number): number {
   const room = Math.floor(cap / inc);
-  const per = Math.floor(room / 2);
+  const per = Math.floor((3 * room) / 4);
   return inc * Math.max(per, 1);
 }

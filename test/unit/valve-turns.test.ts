@@ -48,14 +48,15 @@ function maxInWindow(starts: readonly number[], interval: number): number {
 
 describe('valves in the line of turns', () => {
   it('under a rule that absorbs a late turn, every call carries the ticket of its last answer, and the fleet asks about once per turn', async () => {
-    // 200/s with burst 10: 45 ms of tolerance, turns of 5 jobs (25 ms).
+    // 200/s with burst 10: 45 ms of tolerance, turns of 7 jobs (35 ms). 4 s: the last turn's
+    // jobs (up to 7, still in the bucket when the run ends) are under 1 % of the run's.
     const rules = { limit: 200, interval: 1000, burst: 10 };
     const f = fleet(4, rules);
     const t0 = f.clock.now();
-    f.saturate(50, t0 + 2000);
-    await f.clock.tickAsync(2000);
-    const granted = f.starts.filter((t) => t < t0 + 2000).length;
-    const calls = f.spies.reduce((sum, s) => sum + s.acquires.filter((c) => c.at < t0 + 2000).length, 0);
+    f.saturate(50, t0 + 4000);
+    await f.clock.tickAsync(4000);
+    const granted = f.starts.filter((t) => t < t0 + 4000).length;
+    const calls = f.spies.reduce((sum, s) => sum + s.acquires.filter((c) => c.at < t0 + 4000).length, 0);
     let lined = 0;
     for (const spy of f.spies) {
       let held = 0;
@@ -66,18 +67,18 @@ describe('valves in the line of turns', () => {
         if (c.turn! > 0) {
           lined++;
           // At its turn it asks for all the rule can grant by then: one job plus one per 5 ms
-          // waited, at most the burst (usually the whole burst: three turns of 25 ms).
+          // waited, at most the burst (usually the whole burst: three turns of 35 ms).
           expect(c.count).toBeGreaterThanOrEqual(fits);
         }
         held = c.held ?? 0;
         fits = held > 0 ? Math.min(10, Math.floor(c.retryAfter! / 5) + 1) : 0;
       }
     }
-    expect(lined).toBeGreaterThan(50);
-    // The whole limit (200/s plus the first burst) and never more, at about one call per 5 jobs.
-    expect(granted).toBeGreaterThanOrEqual(0.99 * (400 + 9));
+    expect(lined).toBeGreaterThan(100);
+    // The whole limit (200/s plus the first burst) and never more, at about one call per 7 jobs.
+    expect(granted).toBeGreaterThanOrEqual(0.99 * (800 + 9));
     expect(maxInWindow(f.starts, 1000)).toBeLessThanOrEqual(200 + 10 - 1);
-    expect(calls / granted).toBeLessThan(0.3);
+    expect(calls / granted).toBeLessThan(0.2);
     for (const valve of f.valves) await valve.close({ drain: false });
   });
 

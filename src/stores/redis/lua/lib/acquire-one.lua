@@ -817,7 +817,7 @@ local function acquire_one(KEYS, ARGV, time_us)
           local w = st[q + 4] + inc - now - cap
           if w > worst then
             worst = w
-            local per = floor(floor(cap / inc) / 2)
+            local per = floor(3 * floor(cap / inc) / 4)
             step = inc * (per > 1 and per or 1)
           end
         end
