@@ -112,7 +112,7 @@ export class Admission {
     this.mode = o.onStoreError;
     const lease = o.global ? { limit: o.limit, ttl: o.leaseTtl } : undefined;
     const settled = (call: Call, ok: boolean, value: unknown): void => this.callSettled(call, ok, value);
-    this.ruleSet = new RuleSet(o.rules);
+    this.ruleSet = new RuleSet(o.rules, o.recordTtl);
     this.line = new Line(o.id, o.rules, lease, jobs, leases, settled);
     this.pump = new Pump(
       () => this.admit(),

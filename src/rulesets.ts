@@ -24,6 +24,7 @@ export interface RulesRequest {
   previous: readonly StoreRule[] | undefined;
   convert: boolean | undefined;
   record: string | undefined;
+  recordTtl: number | undefined;
 }
 
 export class RuleSet {
@@ -42,7 +43,11 @@ export class RuleSet {
   /** 'rule-mismatch' was emitted for the current rules. */
   private mismatched = false;
 
-  constructor(rules: readonly StoreRule[]) {
+  constructor(
+    rules: readonly StoreRule[],
+    /** The least time (ms) the store keeps the record (AcquireRequest.recordTtl), or undefined. */
+    private readonly recordTtl: number | undefined = undefined,
+  ) {
     this.rules = rules;
     this.record = recordOf(rules);
   }
@@ -72,6 +77,7 @@ export class RuleSet {
     request.previous = this.previous;
     request.convert = this.previous === undefined ? undefined : this.convert;
     request.record = this.record;
+    request.recordTtl = this.recordTtl;
   }
 
   /**
