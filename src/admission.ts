@@ -262,7 +262,7 @@ export class Admission {
       this.startInLine(Number.POSITIVE_INFINITY, undefined, now);
       return true;
     }
-    this.ruleSet.fill(call.request);
+    this.ruleSet.fill(call.request, now);
     // The line of turns (docs/architecture.md, "Turns"), under rules that absorb a late turn
     // (joinsLine). At most one call in flight takes part: two would carry the same ticket (or
     // none), and two refusals would take two tickets, one of which nobody comes for (a turn

@@ -42,6 +42,8 @@ export class RuleSet {
   private previousSpan = 0;
   /** 'rule-mismatch' was emitted for the current rules. */
   private mismatched = false;
+  /** Local ms of the last call that carried the record (with recordTtl); -Infinity: the next one does. */
+  private recordSentAt = Number.NEGATIVE_INFINITY;
 
   constructor(
     rules: readonly StoreRule[],
@@ -69,15 +71,28 @@ export class RuleSet {
     this.convert = true;
     this.previousUntil = Number.NaN;
     this.mismatched = false;
+    this.recordSentAt = Number.NEGATIVE_INFINITY;
   }
 
-  /** Fills a request before it is sent. */
-  fill(request: RulesRequest): void {
+  /**
+   * Fills a request before it is sent (`now`: local ms). Every call carries the record, except
+   * with a recordTtl (a valve group's key): then the first call, every call of a rule change,
+   * and one call per quarter of recordTtl carry it, so the store reads the record a few times
+   * a minute instead of at every admission, and keeps it alive while the key is in use.
+   */
+  fill(request: RulesRequest, now: number): void {
     request.rules = this.rules;
     request.previous = this.previous;
     request.convert = this.previous === undefined ? undefined : this.convert;
-    request.record = this.record;
-    request.recordTtl = this.recordTtl;
+    const ttl = this.recordTtl;
+    if (ttl === undefined || this.previous !== undefined || now - this.recordSentAt >= ttl / 4) {
+      request.record = this.record;
+      request.recordTtl = ttl;
+      this.recordSentAt = now;
+    } else {
+      request.record = undefined;
+      request.recordTtl = undefined;
+    }
   }
 
   /**
