@@ -8,9 +8,10 @@ import type { AcquireResult } from './stores/store.js';
  * each answer back. After a change, the first call asks the store to convert the new rules'
  * states from the old ones (until one such call is answered), and every call keeps spending
  * the old rules too until one interval of the longest of them has passed on the store's clock
- * (so a window that contains the change holds what the stricter set allows). Every call carries
- * the rule set's record; the first answer that reports another set recorded for the id (per
- * change) gives a 'rule-mismatch'.
+ * (so a window that contains the change holds what the stricter set allows). Calls carry the
+ * rule set's record (a valve group's key: the first, those of a change, then one per quarter
+ * of its recordTtl; see fill()); the first answer that reports another set recorded for the id
+ * (per change) gives a 'rule-mismatch'.
  */
 
 /** The digests of `rules`, distinct, sorted and joined by ',': the id's record in the store. */
