@@ -112,7 +112,7 @@ export class Admission {
     this.mode = o.onStoreError;
     const lease = o.global ? { limit: o.limit, ttl: o.leaseTtl } : undefined;
     const settled = (call: Call, ok: boolean, value: unknown): void => this.callSettled(call, ok, value);
-    this.ruleSet = new RuleSet(o.rules);
+    this.ruleSet = new RuleSet(o.rules, o.recordTtl);
     this.line = new Line(o.id, o.rules, lease, jobs, leases, settled);
     this.pump = new Pump(
       () => this.admit(),
@@ -262,7 +262,7 @@ export class Admission {
       this.startInLine(Number.POSITIVE_INFINITY, undefined, now);
       return true;
     }
-    this.ruleSet.fill(call.request);
+    this.ruleSet.fill(call.request, now);
     // The line of turns (docs/architecture.md, "Turns"), under rules that absorb a late turn
     // (joinsLine). At most one call in flight takes part: two would carry the same ticket (or
     // none), and two refusals would take two tickets, one of which nobody comes for (a turn

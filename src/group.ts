@@ -19,7 +19,7 @@ import { checkId, checkKnownKeys, MAX_DURATION_MS } from './stores/checks.js';
 import { memoryStore } from './stores/memory.js';
 import type { Store } from './stores/store.js';
 import type { JobContext, RunOptions, Valve, ValveStats } from './types.js';
-import { createValve } from './valve.js';
+import { createGroupValve } from './valve.js';
 
 export type { ValveGroupListener } from './group-events.js';
 export type {
@@ -53,6 +53,8 @@ const GROUP_OPTIONS = [
 ];
 const OVERRIDES = ['rules', 'concurrency', 'maxWait'];
 const DEFAULT_IDLE_TIMEOUT = 300_000;
+/** The longest a key's rule-set record is kept for the group beyond its rules' interval (ms). */
+const RECORD_TTL_MS = 60_000;
 
 /** One live valve of the group. */
 class Entry extends IdleEntry {
@@ -97,6 +99,13 @@ class ValveGroupImpl implements ValveGroup {
     storeErrors: 0,
     leasesLost: 0,
   };
+  /**
+   * The least time (ms) the store keeps each key's rule-set record: idleTimeout, at most a
+   * minute. A key in steady use then rewrites its record about once a minute (not once per
+   * interval of its rules), and an idle key's record still expires by idleTimeout (or by the
+   * longest interval of its rules, whichever is later, as its rule states do).
+   */
+  private readonly recordTtl: number;
   private created = 0;
   private evicted = 0;
   /** Hears each valve joining and leaving (valve/otel), or null: set through the OBSERVE method. */
@@ -118,7 +127,9 @@ class ValveGroupImpl implements ValveGroup {
     // One store for the whole group: the given one, or a private memoryStore on the group's clock.
     const store: Store = base.store ?? memoryStore({ clock: this.clock });
     this.base = { ...base, store, clock: this.clock };
-    this.idle = new IdleList(this.clock, checkIdleTimeout(idleTimeout), (entry, now) => this.due(entry, now));
+    const idleMs = checkIdleTimeout(idleTimeout);
+    this.idle = new IdleList(this.clock, idleMs, (entry, now) => this.due(entry, now));
+    this.recordTtl = Math.min(idleMs, RECORD_TTL_MS);
     this.events = new GroupEvents(() => this.entries.values());
   }
 
@@ -280,7 +291,7 @@ class ValveGroupImpl implements ValveGroup {
     }
     let valve: Valve;
     try {
-      valve = createValve(options);
+      valve = createGroupValve(options, this.recordTtl);
     } catch (err) {
       // The shared options were checked at creation: this is the key's overrides.
       throw overrideError(err, key);

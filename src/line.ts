@@ -26,6 +26,7 @@ interface CallRequest {
   previous: readonly StoreRule[] | undefined;
   convert: boolean | undefined;
   record: string | undefined;
+  recordTtl: number | undefined;
   /**
    * The ticket the valve holds in the id's line (0: none), from its last answer (see
    * Admission.turn); undefined: the valve takes no part in the line.
@@ -76,6 +77,7 @@ export class Call {
       previous: undefined,
       convert: undefined,
       record: undefined,
+      recordTtl: undefined,
       turn: undefined,
     };
     this.onAnswer = (result) => settled(this, true, result);

@@ -83,6 +83,11 @@ export interface NormalizedOptions {
   readonly precision: Precision;
   readonly feedback: FeedbackSettings;
   readonly clock: Clock;
+  /**
+   * The least time (ms) the store keeps the id's rule-set record (AcquireRequest.recordTtl).
+   * Not an option: a valve group sets it (group.ts); undefined for a plain valve.
+   */
+  readonly recordTtl?: number | undefined;
 }
 
 const OPTION_NAMES = [

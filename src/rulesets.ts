@@ -8,9 +8,10 @@ import type { AcquireResult } from './stores/store.js';
  * each answer back. After a change, the first call asks the store to convert the new rules'
  * states from the old ones (until one such call is answered), and every call keeps spending
  * the old rules too until one interval of the longest of them has passed on the store's clock
- * (so a window that contains the change holds what the stricter set allows). Every call carries
- * the rule set's record; the first answer that reports another set recorded for the id (per
- * change) gives a 'rule-mismatch'.
+ * (so a window that contains the change holds what the stricter set allows). Calls carry the
+ * rule set's record (a valve group's key: the first, those of a change, then one per quarter
+ * of its recordTtl; see fill()); the first answer that reports another set recorded for the id
+ * (per change) gives a 'rule-mismatch'.
  */
 
 /** The digests of `rules`, distinct, sorted and joined by ',': the id's record in the store. */
@@ -24,6 +25,7 @@ export interface RulesRequest {
   previous: readonly StoreRule[] | undefined;
   convert: boolean | undefined;
   record: string | undefined;
+  recordTtl: number | undefined;
 }
 
 export class RuleSet {
@@ -41,8 +43,14 @@ export class RuleSet {
   private previousSpan = 0;
   /** 'rule-mismatch' was emitted for the current rules. */
   private mismatched = false;
+  /** Local ms of the last call that carried the record (with recordTtl); -Infinity: the next one does. */
+  private recordSentAt = Number.NEGATIVE_INFINITY;
 
-  constructor(rules: readonly StoreRule[]) {
+  constructor(
+    rules: readonly StoreRule[],
+    /** The least time (ms) the store keeps the record (AcquireRequest.recordTtl), or undefined. */
+    private readonly recordTtl: number | undefined = undefined,
+  ) {
     this.rules = rules;
     this.record = recordOf(rules);
   }
@@ -64,14 +72,28 @@ export class RuleSet {
     this.convert = true;
     this.previousUntil = Number.NaN;
     this.mismatched = false;
+    this.recordSentAt = Number.NEGATIVE_INFINITY;
   }
 
-  /** Fills a request before it is sent. */
-  fill(request: RulesRequest): void {
+  /**
+   * Fills a request before it is sent (`now`: local ms). Every call carries the record, except
+   * with a recordTtl (a valve group's key): then the first call, every call of a rule change,
+   * and one call per quarter of recordTtl carry it, so the store reads the record a few times
+   * a minute instead of at every admission, and keeps it alive while the key is in use.
+   */
+  fill(request: RulesRequest, now: number): void {
     request.rules = this.rules;
     request.previous = this.previous;
     request.convert = this.previous === undefined ? undefined : this.convert;
-    request.record = this.record;
+    const ttl = this.recordTtl;
+    if (ttl === undefined || this.previous !== undefined || now - this.recordSentAt >= ttl / 4) {
+      request.record = this.record;
+      request.recordTtl = ttl;
+      this.recordSentAt = now;
+    } else {
+      request.record = undefined;
+      request.recordTtl = undefined;
+    }
   }
 
   /**

@@ -414,3 +414,8 @@ function checkListener(event: unknown, listener: unknown): void {
 export function createValve(options: ValveOptions): Valve {
   return new ValveImpl(normalizeOptions(options));
 }
+
+/** createValve() for a valve group's key: its rule-set record is kept at least `recordTtl` ms. */
+export function createGroupValve(options: ValveOptions, recordTtl: number): Valve {
+  return new ValveImpl({ ...normalizeOptions(options), recordTtl });
+}

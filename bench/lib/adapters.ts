@@ -59,10 +59,14 @@ function sharedClient(port: number): Redis {
   return entry.client;
 }
 
+/** valve-redis's store per port (one per process), dropped with the port's client. */
+const storesByPort = new Map<number, unknown>();
+
 function releaseClient(port: number): void {
   const entry = shared.get(port);
   if (entry && --entry.users === 0) {
     shared.delete(port);
+    storesByPort.delete(port);
     entry.client.disconnect();
   }
 }
@@ -124,7 +128,15 @@ function valveAdapter(
         if (!o.redis) throw new Error(`${name} needs a Redis server`);
         if (!mod.redisStore) throw new Error('redisStore is not exported yet');
         port = o.redis.port;
-        store = mod.redisStore({ client: sharedClient(port), prefix: 'bench' });
+        // One store per process and port, shared by every valve (as a service holds one store
+        // for all its valves: admissions of many ids go out together); BENCH_STORE_PER_VALVE=1
+        // gives each valve its own store on the shared client, as before 2026-12-02.
+        const client = sharedClient(port);
+        if (process.env.BENCH_STORE_PER_VALVE === '1') store = mod.redisStore({ client, prefix: 'bench' });
+        else {
+          store = storesByPort.get(port) ?? mod.redisStore({ client, prefix: 'bench' });
+          storesByPort.set(port, store);
+        }
       } else {
         store = plainTimers ? mod.memoryStore({ clock: timerClock }) : mod.memoryStore();
       }
@@ -149,6 +161,9 @@ function valveAdapter(
         ...(precision !== undefined ? { precision } : {}),
       });
       instrumentation?.instrument(valve, attributes);
+      (valve as unknown as { on(event: string, listener: () => void): void }).on('store-error', () => {
+        acquireStats.storeErrors++;
+      });
     },
     schedule: (fn) => valve!.run(fn),
     async teardown() {

@@ -5,7 +5,8 @@
  * - "processes P": P processes sharing one id, 1000 jobs outstanding each, for 3 s.
  * The rule never binds within the run but keeps its state alive while measured: 10k per day
  * (8.64 s per job) with burst 3e6 (the largest tolerance is 365 days), so every job pushes the key's expiry further out. Per step: jobs/s, commands/job, script calls/job, Redis CPU µs/job,
- * keys per id and Redis memory per id (both sampled halfway through the run).
+ * keys per id and Redis memory per id (both sampled halfway through the run), the processes'
+ * CPU µs/job and their store errors (calls that failed or timed out).
  * - "fleet P×N": P processes, each with the same N ids (64 jobs outstanding per id per process),
  *   for 9 s after one job per valve: a fleet sharing many credentials whose limits rarely bind. Compare its Redis CPU per
  *   job with "ids N" (one process). Steps: fleet 4×1000 and 16×1000 (--quick: 4×100).
@@ -69,6 +70,8 @@ async function measure(
         redisCpuUsPerJob: round((r.redis.cpuSec * 1e6) / jobs, 2),
         keysPerId: round(r.mid.keys / ids, 2),
         redisBytesPerId: round(r.mid.usedMemoryDelta / ids),
+        clientCpuUsPerJob: round((r.clientCpuMs * 1000) / jobs, 2),
+        storeErrors: r.storeErrors,
       },
     });
   } finally {

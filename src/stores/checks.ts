@@ -189,6 +189,8 @@ export function checkRequest(request: unknown, distinct: (StoreRule | undefined)
 
 /** The longest rule-set record (digests joined by ','). */
 const MAX_RECORD = 4096;
+/** The longest `recordTtl` (365 days, in ms). */
+const MAX_RECORD_TTL_MS = 365 * 86_400_000;
 
 /**
  * Checks the rule-change fields of an acquire request (`previous`, `convert`, `record`) and
@@ -198,9 +200,17 @@ const MAX_RECORD = 4096;
  * no rule.
  */
 export function checkChange(request: unknown, distinct: (StoreRule | undefined)[], n: number): number {
-  const { previous, convert, record } = request as Record<string, unknown>;
+  const { previous, convert, record, recordTtl } = request as Record<string, unknown>;
   let total = n;
   try {
+    if (
+      recordTtl !== undefined &&
+      (typeof recordTtl !== 'number' || !(recordTtl >= 0) || recordTtl > MAX_RECORD_TTL_MS)
+    ) {
+      throw new RangeError(
+        `Expected \`request.recordTtl\` to be a number of ms from 0 to 365 days, got ${describe(recordTtl)}`,
+      );
+    }
     if (
       record !== undefined &&
       (typeof record !== 'string' || record.length > MAX_RECORD || !/^[gws0-9.,]*$/.test(record))
@@ -241,11 +251,15 @@ export function inPrevious(rule: StoreRule, previous: readonly StoreRule[] | und
   return false;
 }
 
-/** How long a rule-set record lives (µs): the longest interval of the rules, or a minute without rules. */
-export function recordTtlUs(rules: readonly (StoreRule | undefined)[], n: number): number {
+/**
+ * How long a rule-set record lives (µs): the longest interval of the rules (a minute without
+ * rules), or `least` ms (the request's `recordTtl`) when that is longer.
+ */
+export function recordTtlUs(rules: readonly (StoreRule | undefined)[], n: number, least = 0): number {
   let ttl = 0;
   for (let i = 0; i < n; i++) if (rules[i]!.intervalUs > ttl) ttl = rules[i]!.intervalUs;
-  return ttl > 0 ? ttl : 60_000_000;
+  if (ttl === 0) ttl = 60_000_000;
+  return Math.max(least * 1000, ttl);
 }
 
 /** Checks an acquire request's `turn` (see AcquireRequest.turn): undefined, or a ticket ≥ 0. */

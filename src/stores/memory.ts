@@ -84,7 +84,7 @@ class MemoryStore implements Store {
     const m = checkRequest(request, rs);
     // The previous rules of a rule change (spent too) follow the request's own.
     const n = checkChange(request, rs, m);
-    const { id, costs, count, lease, previous, record } = request;
+    const { id, costs, count, lease, previous, record, recordTtl } = request;
     const convert = request.convert === true && previous !== undefined;
     let ttlUs: number;
     let ticket: number | undefined;
@@ -140,11 +140,11 @@ class MemoryStore implements Store {
         if (state.record !== record) {
           recorded = state.record === '' ? [] : state.record.split(',');
           state.record = record;
-          state.recordUs = now + Math.ceil(recordTtlUs(rs, m) / 1000) * 1000;
+          state.recordUs = now + Math.ceil(recordTtlUs(rs, m, recordTtl) / 1000) * 1000;
         }
       } else {
         state.record = record;
-        state.recordUs = now + Math.ceil(recordTtlUs(rs, m) / 1000) * 1000;
+        state.recordUs = now + Math.ceil(recordTtlUs(rs, m, recordTtl) / 1000) * 1000;
       }
     }
 

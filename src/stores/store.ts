@@ -55,6 +55,13 @@ export interface AcquireRequest {
    */
   readonly record?: string | undefined;
   /**
+   * With `record`: the least time (ms) the store keeps the record after it writes it. A store
+   * keeps it at least the longest interval of the rules anyway; a valve group asks for its
+   * `idleTimeout` up to a minute, so that a key in steady use rewrites its record about once a
+   * minute, not once per interval. Undefined: the longest interval.
+   */
+  readonly recordTtl?: number | undefined;
+  /**
    * Take part in the id's line (docs/architecture.md, "Turns"): the ticket this caller holds,
    * from its last answer's `turn`, or 0 for none. A store without a line ignores it.
    */

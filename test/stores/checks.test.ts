@@ -116,6 +116,15 @@ describe('store argument bounds', () => {
       store.acquire({ id: 'e', rules: [], costs: [1], count: 1, lease: { limit: 1, ttl: 1e300 } }),
     ).toThrow(/`request.lease.ttl`/);
   });
+
+  it('a record TTL is a number of ms from 0 to 365 days', () => {
+    const store = memoryStore();
+    const request = { id: 'f', rules: [perSecond], costs: [1], count: 1, record: perSecond.digest };
+    for (const bad of [-1, Number.NaN, MAX_DURATION_MS + 1, '60000']) {
+      expect(() => store.acquire({ ...request, recordTtl: bad as number })).toThrow(/`request.recordTtl`/);
+    }
+    expect((store.acquire({ ...request, recordTtl: 60_000 }) as AcquireResult).granted).toBe(1);
+  });
 });
 
 describe('RedisStoreTimeoutError', () => {

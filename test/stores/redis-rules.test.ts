@@ -3,7 +3,7 @@
  * never writes refused naming the key), a valve's setRules() carrying spent budget over.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createValve } from '../../src/index.js';
+import { createValve, createValveGroup } from '../../src/index.js';
 import { normalizeRule } from '../../src/rules/rule.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import { type Connected, connectClient } from '../helpers/redis-clients.js';
@@ -38,6 +38,45 @@ describe('the rule-set record on Redis', () => {
     const ttl = await redis().pttl(`${prefix}:{a}:rules`);
     expect(ttl).toBeGreaterThan(3_600_000 - 5_000);
     expect(ttl).toBeLessThanOrEqual(3_600_000);
+  });
+
+  it('a request may keep the record longer (recordTtl); a valve group keeps it idleTimeout, at most a minute', async () => {
+    const prefix = uniquePrefix('record');
+    const store = redisStore({ client: c.client, prefix });
+    const second = normalizeRule({ limit: 10, interval: '1s' }, 'rules');
+    const pttl = (id: string) => redis().pttl(`${prefix}:{${id}}:rules`);
+    await store.acquire({
+      id: 'l',
+      rules: [second],
+      costs: [1],
+      count: 1,
+      record: second.digest,
+      recordTtl: 60_000,
+    });
+    expect(await pttl('l')).toBeGreaterThan(55_000);
+    expect(await pttl('l')).toBeLessThanOrEqual(60_000);
+    // The longest interval when it is longer.
+    await store.acquire({
+      id: 'h',
+      rules: [hourly],
+      costs: [1],
+      count: 1,
+      record: hourly.digest,
+      recordTtl: 60_000,
+    });
+    expect(await pttl('h')).toBeGreaterThan(3_600_000 - 5_000);
+    // A group: idleTimeout (default 5 minutes) up to a minute; a shorter idleTimeout, the interval.
+    const long = createValveGroup({ rules: { limit: 10, interval: '1s' }, store });
+    const short = createValveGroup({ rules: { limit: 10, interval: '1s' }, store, idleTimeout: 300 });
+    const middle = createValveGroup({ rules: { limit: 10, interval: '1s' }, store, idleTimeout: '20s' });
+    await Promise.all([long.run('g1', () => {}), short.run('g2', () => {}), middle.run('g3', () => {})]);
+    expect(await pttl('g1')).toBeGreaterThan(55_000);
+    expect(await pttl('g1')).toBeLessThanOrEqual(60_000);
+    expect(await pttl('g2')).toBeGreaterThan(0);
+    expect(await pttl('g2')).toBeLessThanOrEqual(1_000);
+    expect(await pttl('g3')).toBeGreaterThan(15_000);
+    expect(await pttl('g3')).toBeLessThanOrEqual(20_000);
+    await Promise.all([long.close(), short.close(), middle.close()]);
   });
 
   it('a record valve never writes is refused with an error naming the key, before anything is spent', async () => {

@@ -228,3 +228,64 @@ describe("'rule-mismatch'", () => {
     await b.close();
   });
 });
+
+describe("a valve group's keys and their rule-set record", () => {
+  it('carry it on the first call, then once per quarter of idleTimeout (at most a minute): a mismatch reaches the earlier process then', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const store = memoryStore({ clock });
+    const sent: (string | undefined)[] = [];
+    const spy = Object.create(store) as typeof store;
+    spy.acquire = (request: AcquireRequest) => {
+      sent.push(request.record);
+      return store.acquire(request);
+    };
+    const { createValveGroup } = await import('../../src/group.js');
+    const a = createValveGroup({ rules: { limit: 10, interval: '1s' }, store: spy, clock });
+    const b = createValveGroup({
+      rules: { limit: 20, interval: '1s', algorithm: 'fixed-window' },
+      store: spy,
+      clock,
+    });
+    const seenA: unknown[] = [];
+    const seenB: unknown[] = [];
+    a.on('rule-mismatch', (e) => seenA.push(e));
+    b.on('rule-mismatch', (e) => seenB.push(e));
+    await settle(
+      clock,
+      a.run('k', () => {}),
+    );
+    await settle(
+      clock,
+      b.run('k', () => {}),
+    );
+    expect(seenB).toHaveLength(1);
+    // Within 15 s a's calls carry no record: it has not heard of b's rules yet.
+    await settle(
+      clock,
+      a.run('k', () => {}),
+    );
+    expect(sent.slice(0, 2).map((r) => r !== undefined)).toEqual([true, true]);
+    expect(sent.slice(2).every((r) => r === undefined)).toBe(true);
+    expect(seenA).toEqual([]);
+    const before = sent.length;
+    clock.advance(15_000);
+    await settle(
+      clock,
+      b.run('k', () => {}),
+    );
+    await settle(
+      clock,
+      a.run('k', () => {}),
+    );
+    expect(sent.slice(before).filter((r) => r !== undefined)).toHaveLength(2);
+    expect(seenA).toEqual([
+      {
+        id: 'k',
+        rules: [{ limit: 10, interval: 1000, algorithm: 'gcra', burst: 1 }],
+        recorded: [{ limit: 20, interval: 1000, algorithm: 'fixed-window' }],
+      },
+    ]);
+    expect(seenB).toHaveLength(1);
+    await Promise.all([a.close(), b.close()]);
+  });
+});

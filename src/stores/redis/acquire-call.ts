@@ -25,6 +25,7 @@ export interface Shape extends CallShape {
   readonly owner: object;
   readonly id: string;
   readonly record: string | undefined;
+  readonly recordTtl: number | undefined;
   readonly leaseLimit: number;
   readonly leaseTtlUs: number;
   /** Every key of the call: pause, leases, fence, one per rule, the rule-set record, the line. */
@@ -111,13 +112,14 @@ export function shapeOf(
   m: number,
   leaseTtlUs: number,
 ): Shape {
-  const { id, lease, record, previous } = request;
+  const { id, lease, record, recordTtl, previous } = request;
   const cached = previous === undefined ? shapes.get(request.rules) : undefined;
   if (
     cached !== undefined &&
     cached.owner === owner &&
     cached.id === id &&
     cached.record === record &&
+    cached.recordTtl === recordTtl &&
     cached.leaseLimit === (lease ? lease.limit : 0) &&
     cached.leaseTtlUs === leaseTtlUs
   ) {
@@ -136,7 +138,7 @@ export function shapeOf(
   const head = [String(m), lease ? String(lease.limit) : '0', String(leaseTtlUs)];
   const tail = [
     record === undefined ? '-' : `=${record}`,
-    String(Math.ceil(recordTtlUs(distinct, m0) / 1000)),
+    String(Math.ceil(recordTtlUs(distinct, m0, recordTtl) / 1000)),
   ];
   const spec = [...head, ...ruleArgs, ...tail];
   // acquire-many.lua's short form (see its header): no leases, GCRA and fixed-window rules only.
@@ -146,6 +148,7 @@ export function shapeOf(
     owner,
     id,
     record,
+    recordTtl,
     leaseLimit: lease ? lease.limit : 0,
     leaseTtlUs,
     keys: keyList,

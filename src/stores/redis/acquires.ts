@@ -329,6 +329,17 @@ export class Acquires {
         reject(reply);
         continue;
       }
+      if (typeof reply === 'number' && !req.leased && !req.turned) {
+        // The short reply (acquire-many.lua): every job granted at `reply` µs.
+        resolve({
+          granted: Number(req.count),
+          retryAfter: 0,
+          blocked: null,
+          pausedUntil: null,
+          now: reply / 1000,
+        });
+        continue;
+      }
       let result: AcquireResult;
       try {
         result = this.read(reply, req);
