@@ -19,7 +19,7 @@ import { describe, expect, it } from 'vitest';
 import { PROBE_TTL_MS } from '../../src/feedback/fleet.js';
 import { startRealLimiter } from '../helpers/real-limiters.js';
 import { uniquePrefix } from '../helpers/shared-servers.js';
-import { runFleetWorkers } from './fleet-run.js';
+import { expectAllEnded200, runFleetWorkers } from './fleet-run.js';
 import type { FleetWorkerReport } from './fleet-worker.js';
 
 const PROCESSES = 3;
@@ -101,10 +101,7 @@ describe('probing a coarse Retry-After through Redis, 3 processes against a GCRA
     } finally {
       await provider.stop();
     }
-    for (const r of reports) expect(r.storeErrors).toEqual([]);
-    const statuses = reports.flatMap((r) => r.statuses);
-    expect(statuses).toHaveLength(PROCESSES * PER_PROCESS);
-    expect(statuses.every((s) => s === 200)).toBe(true);
+    expectAllEnded200(reports, PROCESSES * PER_PROCESS);
     // Every attempt the workers logged reached the provider, and nothing else did (but the warm-ups).
     const sent = reports.flatMap((r) => r.requests);
     expect(provider.log.filter((r) => r.t >= Math.min(...sent.map((q) => q.sent)) - SLACK)).toHaveLength(

@@ -5,6 +5,7 @@
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { expect } from 'vitest';
 import { sharedRedis } from '../helpers/shared-servers.js';
 import { spawnWorker } from '../helpers/workers.js';
 import type { FleetWorkerConfig, FleetWorkerReport } from './fleet-worker.js';
@@ -34,4 +35,12 @@ export async function runFleetWorkers(o: FleetRun): Promise<FleetWorkerReport[]>
   const startAt = Date.now() + delayMs;
   for (const w of workers) w.go(startAt);
   return Promise.all(workers.map((w) => w.report));
+}
+
+/** No worker saw a store error, and every one of the fleet's `total` requests ended 200. */
+export function expectAllEnded200(reports: readonly FleetWorkerReport[], total: number): void {
+  for (const r of reports) expect(r.storeErrors).toEqual([]);
+  const statuses = reports.flatMap((r) => r.statuses);
+  expect(statuses).toHaveLength(total);
+  expect(statuses.every((s) => s === 200)).toBe(true);
 }

@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PROBE_TTL_MS } from '../../src/feedback/fleet.js';
 import { type RealLimiter, startRealLimiter } from '../helpers/real-limiters.js';
 import { uniquePrefix } from '../helpers/shared-servers.js';
-import { runFleetWorkers } from './fleet-run.js';
+import { expectAllEnded200, runFleetWorkers } from './fleet-run.js';
 import type { FleetWorkerReport } from './fleet-worker.js';
 
 const PROCESSES = 3;
@@ -63,10 +63,7 @@ describe('the fleet window through Redis, 3 processes against express-rate-limit
     } finally {
       await provider.stop();
     }
-    for (const r of reports) expect(r.storeErrors).toEqual([]);
-    const statuses = reports.flatMap((r) => r.statuses);
-    expect(statuses).toHaveLength(PROCESSES * PER_PROCESS);
-    expect(statuses.every((s) => s === 200)).toBe(true);
+    expectAllEnded200(reports, PROCESSES * PER_PROCESS);
     const limited = provider.log.filter((r) => r.status === 429).length;
     expect(limited, `${limited} × 429 in ${provider.log.length} requests`).toBeLessThanOrEqual(
       Math.floor(provider.log.length * 0.05),
