@@ -102,7 +102,7 @@ describe('several processes share one budget through Redis', () => {
     expect(ticketed).toBeGreaterThan(100);
     expect(used).toBeGreaterThanOrEqual(0.95);
     expect(used).toBeLessThanOrEqual(1.0000001);
-  }, 30_000);
+  }, 60_000);
 
   it('a tight rule (1000/s, burst 1) shared by 4 processes: every process starts jobs, every window holds on the store clock, no ticket is handed out (burst 1: valves take no part in the line)', async () => {
     const rules: Rule[] = [{ limit: 1000, interval: '1s' }];
@@ -122,7 +122,7 @@ describe('several processes share one budget through Redis', () => {
     console.log(
       `GCRA 1000/s burst 1, 4 processes: ${grants.length} starts, ${(used * 100).toFixed(2)}% of the limit, ${(calls / grants.length).toFixed(2)} store calls per granted job`,
     );
-  }, 30_000);
+  }, 60_000);
 
   it('on a Redis Cluster: 4 saturated processes never break the bound and use >= 95% of the limit', async () => {
     const rules: Rule[] = [{ limit: 200, interval: '1s', burst: 5 }];
@@ -138,7 +138,7 @@ describe('several processes share one budget through Redis', () => {
       `cluster, GCRA 200/s burst 5, 4 processes: ${grants.length} starts, ${(used * 100).toFixed(2)}%`,
     );
     expect(used).toBeGreaterThanOrEqual(0.95);
-  }, 30_000);
+  }, 60_000);
 
   for (const cluster of [false, true]) {
     it(`sliding window${cluster ? ' on a Redis Cluster' : ''}: 4 saturated processes never put more than limit in any window, and use >= 95% of it`, async () => {
@@ -161,7 +161,7 @@ describe('several processes share one budget through Redis', () => {
       expect(intervals).toBeGreaterThanOrEqual(4);
       expect(used).toBeGreaterThanOrEqual(0.95);
       expect(used).toBeLessThanOrEqual(1);
-    }, 30_000);
+    }, 60_000);
   }
 
   it('fixed window + GCRA together: both bounds hold, the binding rule is >= 95% used', async () => {
@@ -187,7 +187,7 @@ describe('several processes share one budget through Redis', () => {
     );
     expect(full.length).toBeGreaterThanOrEqual(5);
     expect(used).toBeGreaterThanOrEqual(0.95);
-  }, 30_000);
+  }, 60_000);
 
   for (const subscriber of [true, false]) {
     it(`a pause from one process stops the others (${subscriber ? 'with' : 'without'} a subscriber)`, async () => {
@@ -213,7 +213,7 @@ describe('several processes share one budget through Redis', () => {
         expect(heard!.at - from, r.name).toBeLessThan(subscriber ? 150 : 300);
         expect(r.notifies).toBe(subscriber);
       }
-    }, 30_000);
+    }, 60_000);
 
     it(`a resume from one process is noticed ${subscriber ? 'at once (subscriber)' : 'by the end of the cached pause (no subscriber)'}`, async () => {
       const rules: Rule[] = [{ limit: 100, interval: '1s' }];
@@ -238,7 +238,7 @@ describe('several processes share one budget through Redis', () => {
         }
       }
       expect(checkRules(grantsOf(reports!), rules)).toEqual([]);
-    }, 30_000);
+    }, 60_000);
   }
 
   it('other rules and another prefix do not share the budget; the same rule and prefix do', async () => {
@@ -274,7 +274,7 @@ describe('several processes share one budget through Redis', () => {
     // The two processes of the first group shared one budget: each got a part of it.
     expect(same![0]!.grants.length).toBeGreaterThan(10);
     expect(same![1]!.grants.length).toBeGreaterThan(10);
-  }, 30_000);
+  }, 60_000);
 });
 
 /*
