@@ -12,7 +12,14 @@ import type { Pauses } from './pauses.js';
 import { Pump } from './pump.js';
 import type { StoreRule } from './rules/rule.js';
 import { RuleSet } from './rulesets.js';
-import type { AcquireRequest, AcquireResult, Lease, Store } from './stores/store.js';
+import {
+  ACQUIRE_WITH,
+  type AcquireRequest,
+  type AcquireResult,
+  type AcquireWith,
+  type Lease,
+  type Store,
+} from './stores/store.js';
 import { Timer } from './timer.js';
 import type { Waiting } from './waiting.js';
 import { PAUSE_RECHECK, Wakeups } from './wakeups.js';
@@ -273,6 +280,14 @@ export class Admission {
     call.releaseEpoch = this.releases;
     this.lastSentAt = now;
     this.recheck = false;
+    // The store's acquire() through callbacks, when it has one (see ACQUIRE_WITH): no promise per call.
+    const acquireWith = (this.store.acquire as { [ACQUIRE_WITH]?: AcquireWith })[ACQUIRE_WITH];
+    if (acquireWith !== undefined) {
+      // Answered later through the call's callbacks, as `.then(call.onAnswer, call.onFail)` would.
+      call.sync = false;
+      acquireWith.call(this.store, call.request as AcquireRequest, call.onAnswer, call.onFail);
+      return line.mayPipeline(pace.failing);
+    }
     let result: AcquireResult | PromiseLike<AcquireResult>;
     try {
       result = this.store.acquire(call.request as AcquireRequest);

@@ -3,6 +3,20 @@
  * for while one is in progress (or while a store answer is processed: hold()) becomes one more
  * round of it, so the line is never changed mid-processing. Owned by the admission room.
  */
+/**
+ * A settled promise: `.then` on it queues the run as a microtask, in the same queue and order as
+ * queueMicrotask would, without the AsyncResource and bound function Node's queueMicrotask
+ * allocates per call (a valve group with thousands of keys schedules one run per job).
+ */
+const settled = Promise.resolve();
+
+/** A run that threw: thrown again where nothing catches it, as from queueMicrotask. */
+function rethrow(err: unknown): void {
+  queueMicrotask(() => {
+    throw err;
+  });
+}
+
 export class Pump {
   /** A run is queued as a microtask. */
   private scheduled = false;
@@ -31,12 +45,16 @@ export class Pump {
     }
     if (this.scheduled) return;
     this.scheduled = true;
-    queueMicrotask(this.task);
+    void settled.then(this.task);
   }
 
   private readonly task = (): void => {
     this.scheduled = false;
-    this.run();
+    try {
+      this.run();
+    } catch (err) {
+      rethrow(err);
+    }
   };
 
   /** Runs now: rounds until none makes progress, then `after`. */

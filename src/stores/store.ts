@@ -186,3 +186,22 @@ export interface Store {
    */
   listening?(id: string): boolean;
 }
+
+/**
+ * Internal (not exported from the package): a store's acquire() answering through two callbacks
+ * instead of a promise, as `store.acquire(request).then(onAnswer, onFail)` would: never
+ * synchronously, never throwing (a bad request fails through `onFail`). A store offers it as the
+ * ACQUIRE_WITH property of its acquire method, so that an acquire replaced on an instance (a
+ * wrapper, a test's spy) is called as it is. Admission uses it when present (the Redis store): a
+ * valve group with thousands of keys makes one acquire call per job, and the promise and its
+ * reaction per call are a good part of the client's cost.
+ */
+export const ACQUIRE_WITH: unique symbol = Symbol('valve.acquireWith');
+
+/** The callback form of a store's acquire() (see {@link ACQUIRE_WITH}), called with the store as `this`. */
+export type AcquireWith = (
+  this: Store,
+  request: AcquireRequest,
+  onAnswer: (result: AcquireResult) => void,
+  onFail: (err: unknown) => void,
+) => void;

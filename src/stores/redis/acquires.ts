@@ -82,6 +82,21 @@ class Request {
   ) {}
 }
 
+/**
+ * Hands one request its answer or error. The callbacks run the caller's code (a valve starts its
+ * jobs in them): one that throws must not keep the requests after it unanswered, so the error is
+ * thrown again on its own, as a promise's reaction would have left it unhandled.
+ */
+function deliver<T>(settle: (value: T) => void, value: T): void {
+  try {
+    settle(value);
+  } catch (err) {
+    queueMicrotask(() => {
+      throw err;
+    });
+  }
+}
+
 export class Acquires {
   /** Requests not sent yet, oldest first. */
   private head: Request | null = null;
@@ -109,7 +124,10 @@ export class Acquires {
     deadlines.timedOut = () => this.expire();
   }
 
-  /** Queues one acquire.lua call (its keys are the first `numKeys` of `all`). */
+  /**
+   * Queues one acquire.lua call (its keys are the first `numKeys` of `all`); its answer or error
+   * goes to `onAnswer` or `onFail`, never synchronously.
+   */
   send(
     id: string,
     numKeys: number,
@@ -117,9 +135,13 @@ export class Acquires {
     leased: boolean,
     recorded: boolean,
     turned: boolean,
-  ): Promise<AcquireResult> {
-    return this.queue(
+    onAnswer: (value: AcquireResult) => void,
+    onFail: (err: unknown) => void,
+  ): void {
+    this.queue(
       new Request(id, all, numKeys, null, '', '', '', '', leased, recorded, turned, performance.now()),
+      onAnswer,
+      onFail,
     );
   }
 
@@ -137,8 +159,10 @@ export class Acquires {
     leased: boolean,
     recorded: boolean,
     turned: boolean,
-  ): Promise<AcquireResult> {
-    return this.queue(
+    onAnswer: (value: AcquireResult) => void,
+    onFail: (err: unknown) => void,
+  ): void {
+    this.queue(
       new Request(
         id,
         null,
@@ -153,19 +177,22 @@ export class Acquires {
         turned,
         performance.now(),
       ),
+      onAnswer,
+      onFail,
     );
   }
 
-  private queue(request: Request): Promise<AcquireResult> {
-    const promise = new Promise<AcquireResult>((resolve, reject) => {
-      request.resolve = resolve;
-      request.reject = reject;
-    });
+  private queue(
+    request: Request,
+    onAnswer: (value: AcquireResult) => void,
+    onFail: (err: unknown) => void,
+  ): void {
+    request.resolve = onAnswer;
+    request.reject = onFail;
     if (this.tail === null) this.head = request;
     else this.tail.next = request;
     this.tail = request;
     if (!this.scheduled) this.schedule();
-    return promise;
   }
 
   private schedule(): void {
@@ -321,17 +348,17 @@ export class Acquires {
       req.resolve = null;
       req.reject = null;
       if (replies === undefined) {
-        reject(new TypeError(`valve: unexpected Redis reply for acquire-many: ${String(value)}`));
+        deliver(reject, new TypeError(`valve: unexpected Redis reply for acquire-many: ${String(value)}`));
         continue;
       }
       const reply = replies[i];
       if (reply instanceof Error) {
-        reject(reply);
+        deliver(reject, reply);
         continue;
       }
       if (typeof reply === 'number' && !req.leased && !req.turned) {
         // The short reply (acquire-many.lua): every job granted at `reply` µs.
-        resolve({
+        deliver(resolve, {
           granted: Number(req.count),
           retryAfter: 0,
           blocked: null,
@@ -344,10 +371,10 @@ export class Acquires {
       try {
         result = this.read(reply, req);
       } catch (err) {
-        reject(err);
+        deliver(reject, err);
         continue;
       }
-      resolve(result);
+      deliver(resolve, result);
     }
   }
 
@@ -358,7 +385,7 @@ export class Acquires {
       const reject = req.reject!;
       req.resolve = null;
       req.reject = null;
-      reject(timedOut ? this.timeoutError(req.id, true) : err);
+      deliver(reject, timedOut ? this.timeoutError(req.id, true) : err);
     }
   }
 
@@ -380,7 +407,7 @@ export class Acquires {
       const reject = req.reject!;
       req.resolve = null;
       req.reject = null;
-      reject(this.timeoutError(req.id, false));
+      deliver(reject, this.timeoutError(req.id, false));
     }
   }
 }

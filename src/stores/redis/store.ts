@@ -14,7 +14,16 @@ import {
   checkTurn,
   MAX_BATCH,
 } from '../checks.js';
-import type { AcquireRequest, AcquireResult, Store, WakeEvent, WakeStatus, WindowTicket } from '../store.js';
+import {
+  ACQUIRE_WITH,
+  type AcquireRequest,
+  type AcquireResult,
+  type AcquireWith,
+  type Store,
+  type WakeEvent,
+  type WakeStatus,
+  type WindowTicket,
+} from '../store.js';
 import { checkWindowInt } from '../window-record.js';
 import { acquireArgs, readAcquire, shapeOf, small } from './acquire-call.js';
 import { Acquires } from './acquires.js';
@@ -228,15 +237,29 @@ class RedisStore implements Store {
   }
 
   acquire(request: AcquireRequest): Promise<AcquireResult> {
+    return new Promise((resolve, reject) => this.sendAcquire(request, resolve, reject));
+  }
+
+  /** acquire() without its promise (see ACQUIRE_WITH): a bad request fails through `onFail`, later. */
+  acquireWith(
+    request: AcquireRequest,
+    onAnswer: (result: AcquireResult) => void,
+    onFail: (err: unknown) => void,
+  ): void {
     try {
-      return this.sendAcquire(request);
+      this.sendAcquire(request, onAnswer, onFail);
     } catch (err) {
-      return Promise.reject(err);
+      // As a rejected acquire() promise would: in a microtask.
+      queueMicrotask(() => onFail(err));
     }
   }
 
-  /** acquire(): checks the request (throws) and sends the call. */
-  private sendAcquire(request: AcquireRequest): Promise<AcquireResult> {
+  /** acquire(): checks the request (throws) and sends the call, answered through the callbacks. */
+  private sendAcquire(
+    request: AcquireRequest,
+    onAnswer: (result: AcquireResult) => void,
+    onFail: (err: unknown) => void,
+  ): void {
     const distinct = this.distinct;
     const m0 = checkRequest(request, distinct);
     // A rule change's previous rules (checked and spent too) follow the request's own.
@@ -259,7 +282,7 @@ class RedisStore implements Store {
     if (equal && !convert && this.acquires.many) {
       // Jobs of one cost, nothing converted: it may go with other ids' calls (acquires.ts).
       distinct.length = 0;
-      return this.acquires.sendShaped(
+      this.acquires.sendShaped(
         request.id,
         shape,
         small(count),
@@ -269,7 +292,10 @@ class RedisStore implements Store {
         lease !== undefined,
         request.record !== undefined,
         ticket !== undefined,
+        onAnswer,
+        onFail,
       );
+      return;
     }
     const all = acquireArgs(
       shape,
@@ -284,13 +310,15 @@ class RedisStore implements Store {
       ticket,
     );
     distinct.length = 0;
-    return this.acquires.send(
+    this.acquires.send(
       request.id,
       shape.keys.length,
       all,
       lease !== undefined,
       request.record !== undefined,
       ticket !== undefined,
+      onAnswer,
+      onFail,
     );
   }
 
@@ -387,6 +415,11 @@ class RedisStore implements Store {
     await Promise.all(calls);
   }
 }
+
+// acquire()'s callback form, found through acquire itself (see ACQUIRE_WITH).
+Object.defineProperty(RedisStore.prototype.acquire, ACQUIRE_WITH, {
+  value: RedisStore.prototype.acquireWith satisfies AcquireWith,
+});
 
 /**
  * A store shared by every process connected to the same Redis or Valkey (standalone or
