@@ -151,7 +151,7 @@ local function fast_one(kf, fs, n, c, now, testing)
       if caps[r] then
         local s = fst[r] + granted * ceil(c * x)
         us = s - now
-        value = string.format('%d', s)
+        value = format('%d', s)
       else
         local s = fst[r]
         if c % 1 == 0 and s % 1 == 0 then
@@ -163,7 +163,7 @@ local function fast_one(kf, fs, n, c, now, testing)
         end
         local k = ks[r]
         us = (k + 1) * x - now
-        value = string.format('%d', k) .. ':' .. string.format('%.17g', s)
+        value = format('%d', k) .. ':' .. format('%.17g', s)
       end
       write_state(KEYS[kf + 1 + r], value, us, testing)
     end
@@ -216,16 +216,39 @@ for i = 1, s do
 end
 local out = {}
 local kf = 0
+-- The requests' numbers repeat (shape, n, cost: "-1", "1", "1"): each string converted once.
+local nums = {}
 for i = 1, k do
-  local si = tonumber(ARGV[a])
+  local arg = ARGV[a]
+  local si = nums[arg]
+  if not si then
+    si = tonumber(arg)
+    nums[arg] = si
+  end
   if si < 0 then
     local fs = fast[-si]
     local ok, reply = false, 'valve: acquire-many: a short-form request of a shape that has none'
     if fs then
-      ok, reply = pcall(fast_one, kf, fs, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), now, testing)
+      local sn, sc = ARGV[a + 1], ARGV[a + 2]
+      local n, c = nums[sn], nums[sc]
+      if not n then
+        n = tonumber(sn)
+        nums[sn] = n
+      end
+      if not c then
+        c = tonumber(sc)
+        nums[sc] = c
+      end
+      ok, reply = pcall(fast_one, kf, fs, n, c, now, testing)
+      kf = kf + 2 + fs[1]
+    else
+      kf = kf + 2 + tonumber(shapes[-si][1])
     end
-    kf = kf + 2 + tonumber(shapes[-si][1])
-    out[i] = answer(ok, reply)
+    if ok then
+      out[i] = reply
+    else
+      out[i] = answer(ok, reply)
+    end
     a = a + 3
   else
     local shape = shapes[si]

@@ -8,16 +8,20 @@ it here; a test clock in ARGV[1] overrides both.
 The hot path: one closure per call at most (the line's reader), no lib/common.lua (its
 helpers are inlined), one scratch table, every ARGV converted once.
 ]]
+-- Globals used on the hot path, as upvalues: one lookup instead of two (or a global's) each.
+local tonumber, type = tonumber, type
+local format, find, match = string.format, string.find, string.match
+local rcall, rpcall = redis.call, redis.pcall
 -- The farthest ahead of the clock valve ever writes a time (365 days), plus a day of slack
 -- for a clock step (e.g. a failover to a replica whose clock is behind).
 local AHEAD = 366 * 86400000000
 local function corrupt(key, raw, expected)
-  return redis.error_reply('VALVE_CORRUPT_STATE ' .. key .. ' holds ' .. string.format('%q', string.sub(raw, 1, 64)) ..
+  return redis.error_reply('VALVE_CORRUPT_STATE ' .. key .. ' holds ' .. format('%q', string.sub(raw, 1, 64)) ..
     ', not ' .. expected .. ' (valve never writes that; something else did): delete the key')
 end
 -- A string key's value (false when missing); an error reply naming the key when it is no string.
 local function read(key)
-  local raw = redis.pcall('GET', key)
+  local raw = rpcall('GET', key)
   if type(raw) == 'table' then
     return nil, corrupt(key, 'a value of another type', 'a string')
   end
@@ -36,7 +40,7 @@ local function pause_until(key, now)
   if not paused then
     return 0
   end
-  local until_us = string.find(paused, '^%d+%.?%d*$') and floor(tonumber(paused) * 1000 + 0.5)
+  local until_us = find(paused, '^%d+%.?%d*$') and floor(tonumber(paused) * 1000 + 0.5)
   if not until_us or until_us > now + AHEAD then
     return nil, corrupt(key, paused, 'a pause end in epoch ms at most 365 days ahead')
   end
@@ -54,7 +58,7 @@ local function check_record(key, record, ttl, now, testing)
   -- Held until then (the key's TTL says the same on the real clock).
   local held = nil
   if raw then
-    local until_us, digests = string.match(raw, '^(%d+):([gws0-9.,]*)$')
+    local until_us, digests = match(raw, '^(%d+):([gws0-9.,]*)$')
     if not until_us or tonumber(until_us) > now + AHEAD then
       return false, corrupt(key, raw, 'a rule set ("<until µs>:" and rule digests joined by commas)')
     end
@@ -65,7 +69,7 @@ local function check_record(key, record, ttl, now, testing)
   if held == record then
     return nil
   end
-  redis.call('SET', key, string.format('%d', now + ttl * 1000) .. ':' .. record, 'PX', ttl + (testing and 600000 or 0))
+  rcall('SET', key, format('%d', now + ttl * 1000) .. ':' .. record, 'PX', ttl + (testing and 600000 or 0))
   return held
 end
 
@@ -80,8 +84,10 @@ local function ttl_ms(us, testing)
 end
 
 -- Writes a rule's state `value` to `key`, expiring when it would be fresh again (`us` from now).
+-- The TTL goes as a string: redis.call() would print a number as a float (snprintf), several
+-- times the cost of '%d'.
 local function write_state(key, value, us, testing)
-  redis.call('SET', key, value, 'PX', ttl_ms(us, testing))
+  rcall('SET', key, value, 'PX', format('%d', ttl_ms(us, testing)))
 end
 
 -- A GCRA rule's tat read from `raw` (missing or past: now), or nil and an error reply naming `key`.
@@ -89,7 +95,7 @@ local function gcra_tat(key, raw, now, cap)
   if not raw then
     return now
   end
-  local tat = string.find(raw, '^%d+$') and tonumber(raw)
+  local tat = find(raw, '^%d+$') and tonumber(raw)
   if not tat or tat > now + cap + 86400000000 then
     return nil, corrupt(key, raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
   end
@@ -166,7 +172,7 @@ local function window_count(key, raw, y, k)
   if not raw then
     return 0
   end
-  local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
+  local sk, sc = match(raw, '^(%d+):(%d+%.?%d*)$')
   if not sk or tonumber(sc) > y then
     return nil, corrupt(key, raw, '"<window>:<count>" with a count from 0 to the limit')
   end
@@ -185,7 +191,7 @@ local function acquire_one(KEYS, ARGV, time_us)
   elseif time_us then
     now = time_us
   else
-    local t = redis.call('TIME')
+    local t = rcall('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
 
@@ -217,19 +223,19 @@ local function acquire_one(KEYS, ARGV, time_us)
       return bad_fence
     end
     if raw_fence then
-      last_fence = string.find(raw_fence, '^%d+$') and tonumber(raw_fence)
+      last_fence = find(raw_fence, '^%d+$') and tonumber(raw_fence)
       if not last_fence or last_fence > now + AHEAD then
         return corrupt(KEYS[3], raw_fence, 'a fencing number (an integer near the clock in µs)')
       end
     end
-    local purged = redis.pcall('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d.%03d', floor(now / 1000), now % 1000))
+    local purged = rpcall('ZREMRANGEBYSCORE', KEYS[2], '-inf', format('%d.%03d', floor(now / 1000), now % 1000))
     if type(purged) == 'table' then
       return corrupt(KEYS[2], 'a value of another type', 'a sorted set')
     end
-    free = lease_limit - redis.call('ZCARD', KEYS[2])
+    free = lease_limit - rcall('ZCARD', KEYS[2])
     if free < lease_limit then
       -- Every lease left expires after now; the latest no further ahead than any ttl.
-      local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+      local latest = rcall('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
       local exp = tonumber(latest[2])
       if not exp or exp * 1000 > now + AHEAD then
         return corrupt(KEYS[2], latest[1] .. ' ' .. latest[2], 'lease expiries in epoch ms at most 365 days ahead')
@@ -249,7 +255,7 @@ local function acquire_one(KEYS, ARGV, time_us)
       local base = 4 + 3 * r
       local kind, x, y, key = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), KEYS[3 + r]
       if kind == 's' then
-        local all = redis.pcall('LRANGE', key, 0, -1)
+        local all = rpcall('LRANGE', key, 0, -1)
         if all.err then
           return corrupt(key, 'a value of another type', 'a sliding-window log (a list)')
         end
@@ -273,7 +279,7 @@ local function acquire_one(KEYS, ARGV, time_us)
         if kind == 'g' then
           local tat = now
           if raw then
-            tat = string.find(raw, '^%d+$') and tonumber(raw)
+            tat = find(raw, '^%d+$') and tonumber(raw)
             if not tat or tat > now + y * x + DAY then
               return corrupt(key, raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
             end
@@ -287,7 +293,7 @@ local function acquire_one(KEYS, ARGV, time_us)
           kk[r] = k
           local count = 0
           if raw then
-            local sk, sc = string.match(raw, '^(%d+):(%d+%.?%d*)$')
+            local sk, sc = match(raw, '^(%d+):(%d+%.?%d*)$')
             if not sk or tonumber(sc) > y then
               return corrupt(key, raw, '"<window>:<count>" with a count from 0 to the limit')
             end
@@ -336,26 +342,26 @@ local function acquire_one(KEYS, ARGV, time_us)
             tat = most
           end
           if tat > now then
-            write_state(key, string.format('%d', tat), tat - now, testing)
+            write_state(key, format('%d', tat), tat - now, testing)
           end
         elseif kind == 'w' then
           local count = val[r] + units
           if count > y then
             count = y
           end
-          write_state(key, string.format('%d', kk[r]) .. ':' .. string.format('%.17g', count), (kk[r] + 1) * x - now,
+          write_state(key, format('%d', kk[r]) .. ':' .. format('%.17g', count), (kk[r] + 1) * x - now,
             testing)
         else
           local add = units < y and units or y
           if add > 0 then
-            local head = redis.call('LINDEX', key, 0)
+            local head = rcall('LINDEX', key, 0)
             if not head then
-              redis.call('RPUSH', key, '0')
+              rcall('RPUSH', key, '0')
               head = '0'
             end
-            redis.call('RPUSH', key, string.format('%d', now), string.format('%.17g', add))
-            redis.call('LSET', key, 0, string.format('%.17g', tonumber(head) + add))
-            redis.call('PEXPIRE', key, ttl_ms(x, testing))
+            rcall('RPUSH', key, format('%d', now), format('%.17g', add))
+            rcall('LSET', key, 0, format('%.17g', tonumber(head) + add))
+            rcall('PEXPIRE', key, ttl_ms(x, testing))
           end
         end
       end
@@ -397,7 +403,7 @@ local function acquire_one(KEYS, ARGV, time_us)
         return bad_line
       end
       if raw_line then
-        local h, t, a, s = string.match(raw_line, '^(%d+):(%d+):(%d+):(%d+)$')
+        local h, t, a, s = match(raw_line, '^(%d+):(%d+):(%d+):(%d+)$')
         h, t, a, s = tonumber(h), tonumber(t), tonumber(a), tonumber(s)
         if not h or h >= t or s < 1 or a > now + AHEAD or s > AHEAD then
           return corrupt(KEYS[5 + m], raw_line, 'a line "<head>:<tail>:<turn µs>:<step µs>" with head < tail')
@@ -456,7 +462,7 @@ local function acquire_one(KEYS, ARGV, time_us)
       local key = KEYS[3 + r]
       local cut = now - tonumber(ARGV[base + 1])
       local span = 33 -- the sentinel and 16 entries, then chunks of 33, 66, 132... elements
-      local part = redis.pcall('LRANGE', key, 0, span - 1)
+      local part = rpcall('LRANGE', key, 0, span - 1)
       if part.err then
         return corrupt(key, 'a value of another type', 'a sliding-window log (a list)')
       end
@@ -472,7 +478,7 @@ local function acquire_one(KEYS, ARGV, time_us)
             end
             from = from + span
             span = span * 2
-            part = redis.call('LRANGE', key, from, from + span - 1)
+            part = rcall('LRANGE', key, from, from + span - 1)
             i = 1
           else
             local tn, cn = tonumber(t), tonumber(part[i + 1])
@@ -692,7 +698,7 @@ local function acquire_one(KEYS, ARGV, time_us)
           local acc, from, span = 0, 1 + v[2], 32
           local found = false
           while not found do
-            local part = redis.call('LRANGE', key, from, from + span - 1)
+            local part = rcall('LRANGE', key, from, from + span - 1)
             for i = 1, #part - 1, 2 do
               local tn, cn = tonumber(part[i]), tonumber(part[i + 1])
               if not (tn and tn >= 0 and tn < math.huge and cn and cn > 0 and cn < math.huge) then
@@ -732,36 +738,36 @@ local function acquire_one(KEYS, ARGV, time_us)
     end
     if v[2] > 0 then
       if v[3] == 0 and pending == 0 then
-        redis.call('DEL', key)
+        rcall('DEL', key)
       else
-        redis.call('LTRIM', key, v[2], -1)
+        rcall('LTRIM', key, v[2], -1)
       end
     end
     if pending > 0 then
       local newest = now
       if v[3] == 1 then
-        newest = tonumber(redis.call('LINDEX', key, -2))
+        newest = tonumber(rcall('LINDEX', key, -2))
         if not (newest and newest < math.huge) then
-          return corrupt(key, tostring(redis.call('LINDEX', key, -2)),
+          return corrupt(key, tostring(rcall('LINDEX', key, -2)),
             'a sliding-window log (a sum, then times in epoch µs and costs)')
         end
       end
       if v[3] == 1 and newest >= now then
-        local tail = tonumber(redis.call('LINDEX', key, -1))
-        redis.call('LSET', key, -1, string.format('%.17g', tail + pending))
+        local tail = tonumber(rcall('LINDEX', key, -1))
+        rcall('LSET', key, -1, format('%.17g', tail + pending))
       else
         newest = now
         if v[3] == 0 and v[2] == 0 then
           -- No list yet (or an empty one): its sentinel first.
-          redis.call('DEL', key)
-          redis.call('RPUSH', key, '0')
+          rcall('DEL', key)
+          rcall('RPUSH', key, '0')
         end
-        redis.call('RPUSH', key, string.format('%d', now), string.format('%.17g', pending))
+        rcall('RPUSH', key, format('%d', now), format('%.17g', pending))
       end
-      redis.call('LSET', key, 0, string.format('%.17g', st[q + 4]))
-      redis.call('PEXPIRE', key, ttl_ms(newest + st[q + 2] - now, testing))
+      rcall('LSET', key, 0, format('%.17g', st[q + 4]))
+      rcall('PEXPIRE', key, ttl_ms(newest + st[q + 2] - now, testing))
     elseif v[2] > 0 and v[3] == 1 then
-      redis.call('LSET', key, 0, string.format('%.17g', v[1]))
+      rcall('LSET', key, 0, format('%.17g', v[1]))
     end
   end
 
@@ -834,10 +840,10 @@ local function acquire_one(KEYS, ARGV, time_us)
     if changed then
       if lh then
         local ttl = ceil((la + (lt - lh - 1) * (ls + (ls < 800 and floor(ls / 8) or 100)) + GRACE - now + 1) / 1000)
-        redis.call('SET', KEYS[5 + m], string.format('%d:%d:%d:%d', lh, lt, la, ls), 'PX',
+        rcall('SET', KEYS[5 + m], format('%d:%d:%d:%d', lh, lt, la, ls), 'PX',
           ttl + (testing and 600000 or 0))
       else
-        redis.call('DEL', KEYS[5 + m])
+        rcall('DEL', KEYS[5 + m])
       end
     end
   end
@@ -852,11 +858,11 @@ local function acquire_one(KEYS, ARGV, time_us)
       local us, value = 0, nil
       if st[q + 1] then
         us = s - now
-        value = string.format('%d', s)
+        value = format('%d', s)
       elseif st[q + 5] then
         local k = st[q + 5]
         us = (k + 1) * st[q + 2] - now
-        value = string.format('%d', k) .. ':' .. string.format('%.17g', s)
+        value = format('%d', k) .. ':' .. format('%.17g', s)
       end
       if value then
         write_state(KEYS[3 + r], value, us, testing)
@@ -865,7 +871,7 @@ local function acquire_one(KEYS, ARGV, time_us)
 
     if lease_limit > 0 then
       local expires = now + tonumber(ARGV[5])
-      local expires_ms = string.format('%d.%03d', floor(expires / 1000), expires % 1000)
+      local expires_ms = format('%d.%03d', floor(expires / 1000), expires % 1000)
       local nonce = ARGV[6]
       -- The fencing number only grows: one more than the last, and never below the clock in µs,
       -- so it keeps growing even after the fence key expired or was lost.
@@ -876,16 +882,16 @@ local function acquire_one(KEYS, ARGV, time_us)
         if fence < now then
           fence = now
         end
-        local token = nonce .. '.' .. string.format('%d', fence)
-        redis.call('ZADD', KEYS[2], expires_ms, token)
+        local token = nonce .. '.' .. format('%d', fence)
+        rcall('ZADD', KEYS[2], expires_ms, token)
         reply[at + 1] = token
         reply[at + 2] = fence
         at = at + 2
       end
-      local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+      local latest = rcall('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
       local ttl = ttl_ms(floor(tonumber(latest[2]) * 1000 + 0.5) - now, testing)
-      redis.call('PEXPIRE', KEYS[2], ttl)
-      redis.call('SET', KEYS[3], string.format('%d', fence), 'PX', ttl)
+      rcall('PEXPIRE', KEYS[2], ttl)
+      rcall('SET', KEYS[3], format('%d', fence), 'PX', ttl)
       reply[6] = expires
     end
   end
@@ -898,7 +904,7 @@ local function acquire_one(KEYS, ARGV, time_us)
 
   if blocked == 3 then
     -- No free slot: hint at the earliest expiry of a held lease (a release usually wakes sooner).
-    local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    local first = rcall('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     if first[2] then
       reply[2] = floor(tonumber(first[2]) * 1000 + 0.5) - now
     end
