@@ -79,8 +79,13 @@ export function readAcquire(
   return result;
 }
 
-/** Per rules array (a valve's, stable until its rules change), the shape of its calls. */
+/**
+ * Per rules array (a valve's, stable until its rules change), the shape of its calls: one for
+ * the calls that send the rule-set record (the first, then one every quarter of its TTL) and
+ * one for the others, so that neither kind rebuilds the other's.
+ */
 const shapes = new WeakMap<readonly StoreRule[], Shape>();
+const recordShapes = new WeakMap<readonly StoreRule[], Shape>();
 
 /** Per rule, its script arguments (kind and two numbers), computed once per rule object. */
 const ruleArgsCache = new WeakMap<StoreRule, readonly string[]>();
@@ -113,7 +118,8 @@ export function shapeOf(
   leaseTtlUs: number,
 ): Shape {
   const { id, lease, record, recordTtl, previous } = request;
-  const cached = previous === undefined ? shapes.get(request.rules) : undefined;
+  const cache = record === undefined ? shapes : recordShapes;
+  const cached = previous === undefined ? cache.get(request.rules) : undefined;
   if (
     cached !== undefined &&
     cached.owner === owner &&
@@ -159,7 +165,7 @@ export function shapeOf(
     specKey: spec.join(' '),
     shortKeys: short ? [keys.pause, ...keyList.slice(3, 3 + m), keys.rules] : null,
   };
-  if (previous === undefined) shapes.set(request.rules, shape);
+  if (previous === undefined) cache.set(request.rules, shape);
   return shape;
 }
 
