@@ -5,7 +5,7 @@ import { gcHeap, noop, nowMs, sleep } from './common.js';
 const ignore = (): void => {};
 
 export interface TimedRun {
-  /** Jobs that started before the deadline. */
+  /** Jobs that started before the deadline (with `drain`: every job issued). */
   readonly started: number;
   readonly elapsedMs: number;
 }
@@ -13,11 +13,22 @@ export interface TimedRun {
 /**
  * Keeps `window` jobs outstanding for `durationMs`: each finished job schedules the next, so the
  * limiter is saturated the whole time. `log` (if given) receives each start time (epoch ms).
- * Stops issuing at the deadline; jobs still queued are left for the adapter's teardown.
+ * Stops issuing at the deadline; jobs still queued are left for the adapter's teardown. With
+ * `drain`, it instead waits for every job issued to settle and counts them all, the clock stopping
+ * at the last one: jobs, CPU, store calls and Redis counters then cover the same work (without it,
+ * a limiter with many jobs in flight at the deadline has made calls for jobs it is not credited).
+ * `tally` counts the starts whose time (epoch ms) falls in [from, to): a steady rate that a
+ * lagging event loop cannot shift, as timers read at the window's ends would be.
  */
 export async function runFor(
   adapter: Adapter,
-  options: { window: number; durationMs: number; log?: number[] | undefined },
+  options: {
+    window: number;
+    durationMs: number;
+    log?: number[] | undefined;
+    drain?: boolean | undefined;
+    tally?: { readonly from: number; readonly to: number; started: number } | undefined;
+  },
 ): Promise<TimedRun> {
   const log = options.log;
   let started = 0;
@@ -25,14 +36,21 @@ export async function runFor(
   let issued = 0;
   const t0 = nowMs();
   const deadline = t0 + options.durationMs;
+  const tally = options.tally;
   const job = log
     ? () => {
         started++;
         log.push(nowMs());
       }
-    : () => {
-        started++;
-      };
+    : tally
+      ? () => {
+          started++;
+          const t = nowMs();
+          if (t >= tally.from && t < tally.to) tally.started++;
+        }
+      : () => {
+          started++;
+        };
   const next = (): void => {
     // Checked every 256 jobs: a limiter that never yields to timers must still stop.
     if (stopped || ((++issued & 255) === 0 && nowMs() >= deadline)) {
@@ -41,9 +59,25 @@ export async function runFor(
     }
     adapter.schedule(job).then(next, ignore);
   };
-  for (let i = 0; i < options.window; i++) next();
+  // drain: every job issued is counted when it settles, and the run ends with the last one.
+  let outstanding = 0;
+  let drained: (() => void) | undefined;
+  const settledThenNext = (): void => {
+    outstanding--;
+    if (!stopped && ((++issued & 255) !== 0 || nowMs() < deadline)) issue();
+    else {
+      stopped = true;
+      if (outstanding === 0) drained?.();
+    }
+  };
+  const issue = (): void => {
+    outstanding++;
+    adapter.schedule(job).then(settledThenNext, settledThenNext);
+  };
+  for (let i = 0; i < options.window; i++) (options.drain ? issue : next)();
   await sleep(Math.max(0, deadline - nowMs()));
   stopped = true;
+  if (options.drain && outstanding > 0) await new Promise<void>((r) => (drained = r));
   return { started, elapsedMs: nowMs() - t0 };
 }
 

@@ -25,6 +25,11 @@ export interface FleetResult {
   readonly storeErrors: number;
   /** CPU time of all worker processes during the run, ms. */
   readonly clientCpuMs: number;
+  /** Garbage collections in all worker processes during the run: count and total duration, ms. */
+  readonly gcs: number;
+  readonly gcMs: number;
+  /** With FleetOptions.steady: the starts (by their start times) in that window, and its length. */
+  readonly steady?: { readonly started: number; readonly ms: number };
   readonly redis: RedisCounters;
   /** Keys and used memory sampled halfway through the run (keys with a TTL may be gone at the end). */
   readonly mid: { readonly keys: number; readonly usedMemoryDelta: number };
@@ -44,6 +49,18 @@ export interface FleetOptions {
   readonly splitIds?: boolean;
   /** Each worker runs one job per id before the start (see WorkerSetup.warmUp). */
   readonly warmUp?: boolean;
+  /**
+   * Each worker waits for every job it issued and counts them all (see runFor's `drain`): jobs,
+   * CPU, store calls and the Redis counters cover the same work (the counters are read once
+   * every worker is done).
+   */
+  readonly drain?: boolean;
+  /**
+   * Also count the starts from `fromMs` to `toMs` after the common start, by each start's own
+   * time (FleetResult.steady): a steady rate that leaves out the ramp-up and the tail, and that
+   * a worker whose event loop lags cannot shift. The run lasts until `toMs` at least.
+   */
+  readonly steady?: { readonly fromMs: number; readonly toMs: number };
 }
 
 type Reply = { type: 'ready' } | WorkerDone | { type: 'error'; message: string };
@@ -102,6 +119,8 @@ export async function runFleet(o: FleetOptions): Promise<FleetResult> {
       logStarts: o.logStarts ?? false,
       logGrants: o.logGrants ?? false,
       warmUp: o.warmUp ?? false,
+      drain: o.drain ?? false,
+      ...(o.steady ? { steady: o.steady } : {}),
     };
     const ready = children.map((c) => waitFor(c, 'ready'));
     children.forEach((c, i) => {
@@ -130,6 +149,16 @@ export async function runFleet(o: FleetOptions): Promise<FleetResult> {
       storeErrors: results.reduce((s, r) => s + (r.storeErrors ?? 0), 0),
       runCalls: results.reduce((s, r) => s + (r.runCalls ?? 0), 0),
       clientCpuMs: results.reduce((s, r) => s + r.cpuMs, 0),
+      gcs: results.reduce((s, r) => s + r.gcs, 0),
+      gcMs: results.reduce((s, r) => s + r.gcMs, 0),
+      ...(o.steady
+        ? {
+            steady: {
+              started: results.reduce((s, r) => s + (r.steadyStarted ?? 0), 0),
+              ms: o.steady.toMs - o.steady.fromMs,
+            },
+          }
+        : {}),
       redis: diffCounters(before, after, 2),
       mid: { keys: midway.keys, usedMemoryDelta: midway.usedMemory - before.usedMemory },
     };

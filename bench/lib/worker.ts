@@ -4,8 +4,10 @@
  * starts (and, for valve, the store-clock grant times).
  */
 import { writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PerformanceObserver } from 'node:perf_hooks';
 import { type Adapter, acquireStats, callLog, createAdapter, type LimiterOptions } from './adapters.js';
 import { nowMs, sleep } from './common.js';
 import { runFor } from './drive.js';
@@ -23,6 +25,13 @@ export interface WorkerSetup {
   readonly logGrants: boolean;
   /** Run one job per limiter before reporting ready (first-use costs out of the measurement). */
   readonly warmUp?: boolean;
+  /**
+   * Wait for every job issued to settle and count them all (see runFor's `drain`): the totals
+   * (starts, CPU, store calls, collections) then cover the same work.
+   */
+  readonly drain?: boolean;
+  /** Also count the starts from `fromMs` to `toMs` after the common start (WorkerDone.steadyStarted). */
+  readonly steady?: { readonly fromMs: number; readonly toMs: number };
 }
 
 export interface WorkerDone {
@@ -40,6 +49,11 @@ export interface WorkerDone {
   readonly storeErrors: number;
   /** This process's CPU time (user + system) during the run, ms. */
   readonly cpuMs: number;
+  /** Garbage collections during the run: their count and their total duration (wall), ms. */
+  readonly gcs: number;
+  readonly gcMs: number;
+  /** With WorkerSetup.steady: the starts in that window, by their start times. */
+  readonly steadyStarted?: number;
 }
 
 type Message = WorkerSetup | { type: 'go'; at: number } | { type: 'exit' };
@@ -74,14 +88,35 @@ async function handle(message: Message): Promise<void> {
   } else if (message.type === 'go') {
     const s = setup!;
     await sleep(Math.max(0, message.at - nowMs()));
+    // BENCH_PROFILE_DIR: a CPU profile of the run alone (set-up and warm-up left out), per process.
+    const profiler = process.env.BENCH_PROFILE_DIR ? new Session() : undefined;
+    if (profiler) {
+      profiler.connect();
+      await profiler.post('Profiler.enable');
+      await profiler.post('Profiler.start');
+    }
+    let gcs = 0;
+    let gcMs = 0;
+    const gcObserver = new PerformanceObserver((list) => {
+      for (const entry of list.getEntries()) {
+        gcs++;
+        gcMs += entry.duration;
+      }
+    });
+    gcObserver.observe({ entryTypes: ['gc'] });
+    const tally = s.steady
+      ? { from: message.at + s.steady.fromMs, to: message.at + s.steady.toMs, started: 0 }
+      : undefined;
     const cpu0 = process.cpuUsage();
     const calls0 = acquireStats.calls;
     const runs = await Promise.all(
       adapters.map((adapter) =>
         runFor(adapter, {
           window: s.window,
-          durationMs: s.durationMs,
+          durationMs: s.steady ? Math.max(s.durationMs, s.steady.toMs) : s.durationMs,
           log: s.logStarts ? starts : undefined,
+          drain: s.drain,
+          tally,
         }),
       ),
     );
@@ -96,7 +131,18 @@ async function handle(message: Message): Promise<void> {
       emptyCalls: acquireStats.empty,
       storeErrors: acquireStats.storeErrors,
       cpuMs: ((c) => (c.user + c.system) / 1000)(process.cpuUsage(cpu0)),
+      gcs,
+      gcMs,
+      ...(tally ? { steadyStarted: tally.started } : {}),
     };
+    gcObserver.disconnect();
+    if (profiler) {
+      const { profile } = await profiler.post('Profiler.stop');
+      writeFileSync(
+        join(process.env.BENCH_PROFILE_DIR!, `run-${process.pid}.cpuprofile`),
+        JSON.stringify(profile),
+      );
+    }
     if (callLog !== undefined) {
       const file = join(process.env.BENCH_CALL_LOG_DIR ?? tmpdir(), `calls-${process.pid}.jsonl`);
       writeFileSync(file, callLog.map((r) => JSON.stringify(r)).join('\n'));
