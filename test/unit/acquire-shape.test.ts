@@ -34,6 +34,11 @@ describe('shapeOf', () => {
     expect(shape(request(undefined))).toBe(plain);
     expect(shape(request('digest'))).toBe(recorded);
     expect(shape(request(undefined))).toBe(plain);
+    // The second kind is made from the first: the same keys and rule arguments.
+    expect(recorded.keys).toBe(plain.keys);
+    expect(recorded.ruleArgs).toBe(plain.ruleArgs);
+    expect(recorded.spec).toEqual([...plain.head, ...plain.ruleArgs, ...recorded.tail]);
+    expect(recorded.specKey).toBe(recorded.spec.join(' '));
   });
 
   it('builds a new shape for another id, another record or another store', () => {

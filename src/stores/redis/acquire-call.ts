@@ -131,40 +131,55 @@ export function shapeOf(
   ) {
     return cached;
   }
-  const keys = keysOf(id);
-  const keyList = [keys.pause, keys.leases, keys.fence];
-  const ruleArgs: string[] = [];
-  for (let r = 0; r < m; r++) {
-    const rule = distinct[r]!;
-    keyList.push(keys.rulePrefix + rule.digest);
-    ruleArgs.push(...argsOf(rule));
-  }
-  // One line per rule set, by its first rule (as the memory store's IdState.lines).
-  keyList.push(keys.rules, m0 > 0 ? `${keys.line}:${distinct[0]!.digest}` : keys.line);
-  const head = [String(m), lease ? String(lease.limit) : '0', String(leaseTtlUs)];
   const tail = [
     record === undefined ? '-' : `=${record}`,
     String(Math.ceil(recordTtlUs(distinct, m0, recordTtl) / 1000)),
   ];
-  const spec = [...head, ...ruleArgs, ...tail];
-  // acquire-many.lua's short form (see its header): no leases, GCRA and fixed-window rules only.
-  let short = m > 0 && !lease;
-  for (let r = 0; r < m && short; r++) short = distinct[r]!.algorithm !== 'sliding-window';
-  const shape: Shape = {
-    owner,
-    id,
-    record,
-    recordTtl,
-    leaseLimit: lease ? lease.limit : 0,
-    leaseTtlUs,
-    keys: keyList,
-    head,
-    ruleArgs,
-    tail,
-    spec,
-    specKey: spec.join(' '),
-    shortKeys: short ? [keys.pause, ...keyList.slice(3, 3 + m), keys.rules] : null,
-  };
+  // The other kind of call (with or without the record) has the same keys and rule arguments.
+  const other =
+    previous === undefined ? (record === undefined ? recordShapes : shapes).get(request.rules) : undefined;
+  let shape: Shape;
+  if (
+    other !== undefined &&
+    other.owner === owner &&
+    other.id === id &&
+    other.leaseLimit === (lease ? lease.limit : 0) &&
+    other.leaseTtlUs === leaseTtlUs
+  ) {
+    const spec = [...other.head, ...other.ruleArgs, ...tail];
+    shape = { ...other, record, recordTtl, tail, spec, specKey: spec.join(' ') };
+  } else {
+    const keys = keysOf(id);
+    const keyList = [keys.pause, keys.leases, keys.fence];
+    const ruleArgs: string[] = [];
+    for (let r = 0; r < m; r++) {
+      const rule = distinct[r]!;
+      keyList.push(keys.rulePrefix + rule.digest);
+      ruleArgs.push(...argsOf(rule));
+    }
+    // One line per rule set, by its first rule (as the memory store's IdState.lines).
+    keyList.push(keys.rules, m0 > 0 ? `${keys.line}:${distinct[0]!.digest}` : keys.line);
+    const head = [String(m), lease ? String(lease.limit) : '0', String(leaseTtlUs)];
+    const spec = [...head, ...ruleArgs, ...tail];
+    // acquire-many.lua's short form (see its header): no leases, GCRA and fixed-window rules only.
+    let short = m > 0 && !lease;
+    for (let r = 0; r < m && short; r++) short = distinct[r]!.algorithm !== 'sliding-window';
+    shape = {
+      owner,
+      id,
+      record,
+      recordTtl,
+      leaseLimit: lease ? lease.limit : 0,
+      leaseTtlUs,
+      keys: keyList,
+      head,
+      ruleArgs,
+      tail,
+      spec,
+      specKey: spec.join(' '),
+      shortKeys: short ? [keys.pause, ...keyList.slice(3, 3 + m), keys.rules] : null,
+    };
+  }
   if (previous === undefined) cache.set(request.rules, shape);
   return shape;
 }
