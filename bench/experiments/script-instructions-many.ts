@@ -4,9 +4,12 @@
  * itself, CALLS calls of K requests (1 GCRA rule, each request its own id, IDS ids in turn,
  * the rule-set record sent unless NOREC=1) to the server at REDIS_PORT; SRC picks the tree
  * whose script is sent (default: this one), so two trees compare with one copy of this file.
+ * The rule's state expires within a millisecond (each GET finds no key) unless STATE=1: then a
+ * rule of 1,000 per 1,000 s with a burst of 1,000,000 keeps every id's tat for seconds (each GET
+ * reads a 16-digit tat, as a key in use does).
  *
  *   valgrind --tool=callgrind --callgrind-out-file=OUT redis-server --port P --save '' &
- *   REDIS_PORT=P [SRC=<tree>] [NOREC=1] npx tsx bench/experiments/script-instructions-many.ts 60
+ *   REDIS_PORT=P [SRC=<tree>] [NOREC=1] [STATE=1] npx tsx bench/experiments/script-instructions-many.ts 60
  *   redis-cli -p P shutdown nosave; grep '^summary:' OUT
  *
  * Run it with 10 calls and with 60 on fresh servers: (total₆₀ − total₁₀) / (50 × K) is the
@@ -23,7 +26,9 @@ const calls = Number(process.argv[2] ?? 60);
 const K = Number(process.env.K ?? 100);
 const IDS = Number(process.env.IDS ?? 1000);
 const client = new Redis({ port: Number(process.env.REDIS_PORT), host: '127.0.0.1' });
-const rule = normalizeRule({ limit: 1_000_000_000, interval: 1000, burst: 1_000_000_000 }, 'r');
+const rule = process.env.STATE
+  ? normalizeRule({ limit: 1000, interval: 1_000_000, burst: 1_000_000 }, 'r')
+  : normalizeRule({ limit: 1_000_000_000, interval: 1000, burst: 1_000_000_000 }, 'r');
 const record = process.env.NOREC ? '-' : `=${recordOf([rule])}`;
 const shape = ['1', '0', '0', 'g', String(rule.emissionUs), String(rule.burst), record, '900000'];
 await client.script('LOAD', ACQUIRE_MANY.source);

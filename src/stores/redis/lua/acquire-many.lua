@@ -44,21 +44,26 @@ end
 
 -- @include acquire-one
 
+-- The call's KEYS as a local (an upvalue of fast_one: not a global's lookup per use).
+local KEYS = KEYS
+
 -- A shape's numbers, converted once per call; nil when its requests take acquire_one().
 -- { m, xs, ys, caps (GCRA: burst × emission; nil for a fixed window), ks (the fixed window's
--- index at `now`), record (nil: none sent), record TTL (ms) }
+-- index at `now`), record (nil: none sent), record TTL (ms), incs (GCRA: ceil(x), a job of
+-- cost 1's increment) }
 local function fast_shape(shape, now)
   local m = tonumber(shape[1])
   if m < 1 or tonumber(shape[2]) ~= 0 then
     return nil
   end
-  local xs, ys, caps, ks = {}, {}, {}, {}
+  local xs, ys, caps, ks, incs = {}, {}, {}, {}, {}
   for r = 1, m do
     local kind = shape[1 + 3 * r]
     local x, y = tonumber(shape[2 + 3 * r]), tonumber(shape[3 + 3 * r])
     xs[r], ys[r] = x, y
     if kind == 'g' then
       caps[r] = y * x
+      incs[r] = ceil(x)
     elseif kind == 'w' then
       ks[r] = window_index(now, x)
     else
@@ -70,28 +75,33 @@ local function fast_shape(shape, now)
   if string.sub(rec, 1, 1) == '=' then
     record = string.sub(rec, 2)
   end
-  return { m, xs, ys, caps, ks, record, tonumber(shape[5 + 3 * m]) }
+  return { m, xs, ys, caps, ks, record, tonumber(shape[5 + 3 * m]), incs }
 end
 
 -- Per rule of the request fast_one() is answering: the GCRA tat or the window count read.
 local fst = {}
+-- A state TTL's text by its ms (the requests of a call mostly write the same few): each
+-- formatted once per call.
+local ttls = {}
 
 -- acquire_one() for a short-form request of `fs` (see fast_shape) whose keys (pause, rules,
--- record) start after KEYS[kf]: n jobs of cost c each, no leases, no ticket. The same reads,
--- writes, checks and reply, in the same order.
+-- record) start after KEYS[kf] (the caller checked that they are there): n jobs of cost c
+-- each, no leases, no ticket. The same reads, writes, checks and reply, in the same order.
+-- Inlined here (the per-admission path): read(), pause_until()'s read of a missing pause,
+-- gcra_tat() of a missing state, gcra_fit() for one job, write_state() and ttl_ms().
 local function fast_one(kf, fs, n, c, now, testing)
-  local m, xs, ys, caps, ks = fs[1], fs[2], fs[3], fs[4], fs[5]
+  local m = fs[1]
   -- The shared pause (epoch ms with 3 decimals -> µs).
   local pkey = KEYS[kf + 1]
-  if not pkey or not KEYS[kf + 2 + m] then
-    return redis.error_reply('valve: acquire-many: a request past the last key')
-  end
-  local until_us, bad = pause_until(pkey, now)
-  if not until_us then
-    return bad
-  end
-  if until_us > now then
-    return { 0, until_us - now, 1, until_us, now, 0 }
+  local paused = rpcall('GET', pkey)
+  if paused then
+    local until_us, bad = pause_of(pkey, paused, now)
+    if not until_us then
+      return bad
+    end
+    if until_us > now then
+      return { 0, until_us - now, 1, until_us, now, 0 }
+    end
   end
 
   -- The record of the id's rule set, compared and written.
@@ -106,32 +116,49 @@ local function fast_one(kf, fs, n, c, now, testing)
   end
 
   -- Each rule's longest fitting prefix, computed arithmetically; the batch grants the shortest.
+  local caps = fs[4]
   local fit_min, wait = n, 0
   for r = 1, m do
     local key = KEYS[kf + 1 + r]
-    local raw, bad_rule = read(key)
-    if bad_rule then
-      return bad_rule
+    local raw = rpcall('GET', key)
+    if raw and type(raw) == 'table' then
+      return corrupt(key, 'a value of another type', 'a string')
     end
-    local x, y, cap = xs[r], ys[r], caps[r]
+    local cap = caps[r]
     local fit, w
     if cap then
-      local tat, bad = gcra_tat(key, raw, now, cap)
-      if not tat then
-        return bad
+      local tat = now
+      if raw then
+        local bad
+        tat, bad = gcra_tat(key, raw, now, cap)
+        if not tat then
+          return bad
+        end
       end
-      fit, w = gcra_fit(tat, now, cap, ceil(c * x), n)
+      local inc = c == 1 and fs[8][r] or ceil(c * fs[2][r])
+      if n == 1 then
+        -- gcra_fit() for one job: it fits iff tat + inc - now <= cap.
+        local over = tat + inc - now - cap
+        if over <= 0 then
+          fit = 1
+        else
+          fit, w = 0, over
+        end
+      else
+        fit, w = gcra_fit(tat, now, cap, inc, n)
+      end
       fst[r] = tat
     else
       -- Fixed window: a state of another window counts as 0.
-      local k = ks[r]
+      local k = fs[5][r]
+      local y = fs[3][r]
       local count, bad = window_count(key, raw, y, k)
       if not count then
         return bad
       end
       fit = count_fit(count, c, y, n)
       if fit < n then
-        w = (k + 1) * x - now
+        w = (k + 1) * fs[2][r] - now
       end
       fst[r] = count
     end
@@ -146,10 +173,9 @@ local function fast_one(kf, fs, n, c, now, testing)
   if granted > 0 then
     -- Spend: every rule's state, with a TTL (see acquire_one) at which it would be fresh again.
     for r = 1, m do
-      local x = xs[r]
       local us, value
       if caps[r] then
-        local s = fst[r] + granted * ceil(c * x)
+        local s = fst[r] + granted * (c == 1 and fs[8][r] or ceil(c * fs[2][r]))
         us = s - now
         value = format('%d', s)
       else
@@ -161,11 +187,24 @@ local function fast_one(kf, fs, n, c, now, testing)
             s = s + c
           end
         end
-        local k = ks[r]
-        us = (k + 1) * x - now
+        local k = fs[5][r]
+        us = (k + 1) * fs[2][r] - now
         value = format('%d', k) .. ':' .. format('%.17g', s)
       end
-      write_state(KEYS[kf + 1 + r], value, us, testing)
+      -- write_state(): the TTL in whole ms, at least 1, ten minutes longer under the test clock.
+      local ttl = ceil(us / 1000)
+      if ttl < 1 then
+        ttl = 1
+      end
+      if testing then
+        ttl = ttl + 600000
+      end
+      local text = ttls[ttl]
+      if not text then
+        text = format('%d', ttl)
+        ttls[ttl] = text
+      end
+      rcall('PSETEX', KEYS[kf + 1 + r], text, value)
     end
   end
   if granted == n and not recorded then
@@ -216,39 +255,35 @@ for i = 1, s do
 end
 local out = {}
 local kf = 0
--- The requests' numbers repeat (shape, n, cost: "-1", "1", "1"): each string converted once.
-local nums = {}
+local nkeys = #KEYS
+-- The requests' numbers repeat (shape, n, cost: "-1", "1", "1"): converted when they differ
+-- from the request before's (the same strings compare by reference).
+local sarg, sn, sc, si, fs, fm, n, c = nil, nil, nil, 0, nil, 0, 0, 0
 for i = 1, k do
-  local arg = ARGV[a]
-  local si = nums[arg]
-  if not si then
+  local arg, an, ac = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  if arg ~= sarg or an ~= sn or ac ~= sc then
+    sarg, sn, sc = arg, an, ac
     si = tonumber(arg)
-    nums[arg] = si
+    if si < 0 then
+      fs = fast[-si]
+      fm = fs and fs[1] or tonumber(shapes[-si][1])
+      n, c = tonumber(an), tonumber(ac)
+    end
   end
   if si < 0 then
-    local fs = fast[-si]
-    local ok, reply = false, 'valve: acquire-many: a short-form request of a shape that has none'
-    if fs then
-      local sn, sc = ARGV[a + 1], ARGV[a + 2]
-      local n, c = nums[sn], nums[sc]
-      if not n then
-        n = tonumber(sn)
-        nums[sn] = n
-      end
-      if not c then
-        c = tonumber(sc)
-        nums[sc] = c
-      end
-      ok, reply = pcall(fast_one, kf, fs, n, c, now, testing)
-      kf = kf + 2 + fs[1]
+    if not fs then
+      out[i] = redis.error_reply('valve: acquire-many: a short-form request of a shape that has none')
+    elseif kf + 2 + fm > nkeys then
+      out[i] = redis.error_reply('valve: acquire-many: a request past the last key')
     else
-      kf = kf + 2 + tonumber(shapes[-si][1])
+      local ok, reply = pcall(fast_one, kf, fs, n, c, now, testing)
+      if ok then
+        out[i] = reply
+      else
+        out[i] = answer(ok, reply)
+      end
     end
-    if ok then
-      out[i] = reply
-    else
-      out[i] = answer(ok, reply)
-    end
+    kf = kf + 2 + fm
     a = a + 3
   else
     local shape = shapes[si]
