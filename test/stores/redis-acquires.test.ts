@@ -182,8 +182,8 @@ describe('acquire calls of many ids at once (standalone server)', () => {
       ];
       const typed = ['pause', `r:${gcra.digest}`, `r:${fixed.digest}`, 'rules'];
       let i = 0;
-      const answer = (p: Promise<AcquireResult>) =>
-        p.then(
+      const answer = (p: AcquireResult | PromiseLike<AcquireResult>) =>
+        Promise.resolve(p).then(
           (r) =>
             JSON.stringify({ ...seen(r), retryAfter: r.retryAfter > 0, pausedUntil: r.pausedUntil !== null }),
           (err: unknown) => String(err).replaceAll(/\{(alone|together)-\d+\}/g, '{id}'),

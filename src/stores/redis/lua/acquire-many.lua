@@ -20,9 +20,10 @@ then         s shapes, each its length L and then L strings: m, lease limit, lea
              ARGV[7..6+3m] and ARGV[t..t+1])
 then         k requests, 5 strings each: its shape (1..s), n, the lease token nonce, the cost of
              every job, the ticket (acquire.lua's ARGV[2], ARGV[6], ARGV[7+3m] and ARGV[t+2]);
-             or, in the short form, 3: its shape negated (-s..-1), n and the cost of every job
-             (no nonce, no ticket), for a shape without leases whose rules are all GCRA or fixed
-             windows (the client sends no other in the short form)
+             or, in the short form, one string per run of consecutive requests alike,
+             "-<shape>:<n>:<cost of every job>:<requests in the run>" (no nonce, no ticket), for
+             a shape without leases whose rules are all GCRA or fixed windows (the client sends
+             no other in the short form)
 
 The short form (no leases, GCRA and fixed-window rules only, no part in the line: what a
 valve group's keys send) takes fast_one() below: acquire_one()'s steps for exactly that case,
@@ -256,37 +257,46 @@ end
 local out = {}
 local kf = 0
 local nkeys = #KEYS
--- The requests' numbers repeat (shape, n, cost: "-1", "1", "1"): converted when they differ
--- from the request before's (the same strings compare by reference).
-local sarg, sn, sc, si, fs, fm, n, c = nil, nil, nil, 0, nil, 0, 0, 0
-for i = 1, k do
-  local arg, an, ac = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  if arg ~= sarg or an ~= sn or ac ~= sc then
-    sarg, sn, sc = arg, an, ac
-    si = tonumber(arg)
-    if si < 0 then
-      fs = fast[-si]
-      fm = fs and fs[1] or tonumber(shapes[-si][1])
-      n, c = tonumber(an), tonumber(ac)
-    end
-  end
-  if si < 0 then
-    if not fs then
-      out[i] = redis.error_reply('valve: acquire-many: a short-form request of a shape that has none')
-    elseif kf + 2 + fm > nkeys then
-      out[i] = redis.error_reply('valve: acquire-many: a request past the last key')
-    else
-      local ok, reply = pcall(fast_one, kf, fs, n, c, now, testing)
-      if ok then
-        out[i] = reply
-      else
-        out[i] = answer(ok, reply)
+-- A short-form run's numbers by its string ("-1:1:1:64"), converted once per call:
+-- { shape, n, cost, requests }.
+local runs = {}
+local i = 0
+while i < k do
+  local arg = ARGV[a]
+  if string.byte(arg, 1) == 45 then
+    -- A run of short-form requests ('-').
+    local run = runs[arg]
+    if not run then
+      local ss, sn, sc, sr = string.match(arg, '^%-(%d+):([^:]+):([^:]+):(%d+)$')
+      if not ss then
+        return redis.error_reply('valve: acquire-many: a malformed short-form run ' .. arg)
       end
+      run = { tonumber(ss), tonumber(sn), tonumber(sc), tonumber(sr) }
+      runs[arg] = run
     end
-    kf = kf + 2 + fm
-    a = a + 3
+    a = a + 1
+    local fs = fast[run[1]]
+    local fm = fs and fs[1] or tonumber(shapes[run[1]][1])
+    local n, c = run[2], run[3]
+    for _ = 1, run[4] do
+      i = i + 1
+      if not fs then
+        out[i] = redis.error_reply('valve: acquire-many: a short-form request of a shape that has none')
+      elseif kf + 2 + fm > nkeys then
+        out[i] = redis.error_reply('valve: acquire-many: a request past the last key')
+      else
+        local ok, reply = pcall(fast_one, kf, fs, n, c, now, testing)
+        if ok then
+          out[i] = reply
+        else
+          out[i] = answer(ok, reply)
+        end
+      end
+      kf = kf + 2 + fm
+    end
   else
-    local shape = shapes[si]
+    i = i + 1
+    local shape = shapes[tonumber(arg)]
     local m = tonumber(shape[1])
     local nk = 5 + m
     local keys = {}
