@@ -81,8 +81,8 @@ end
 
 -- Per rule of the request fast_one() is answering: the GCRA tat or the window count read.
 local fst = {}
--- A state TTL's text by its ms (the requests of a call mostly write the same few): each
--- formatted once per call.
+-- A state TTL's text by the µs until the state is fresh again (the requests of a call mostly
+-- write the same few): each formatted once per call.
 local ttls = {}
 
 -- acquire_one() for a short-form request of `fs` (see fast_shape) whose keys (pause, rules,
@@ -90,7 +90,9 @@ local ttls = {}
 -- each, no leases, no ticket. The same reads, writes, checks and reply, in the same order.
 -- Inlined here (the per-admission path): read(), pause_until()'s read of a missing pause,
 -- gcra_tat() of a missing state, gcra_fit() for one job, write_state() and ttl_ms().
-local function fast_one(kf, fs, n, c, now, testing)
+-- The call's clock (see below), upvalues of fast_one.
+local now, testing
+local function fast_one(kf, fs, n, c)
   local m = fs[1]
   -- The shared pause (epoch ms with 3 decimals -> µs).
   local pkey = KEYS[kf + 1]
@@ -192,18 +194,18 @@ local function fast_one(kf, fs, n, c, now, testing)
         us = (k + 1) * fs[2][r] - now
         value = format('%d', k) .. ':' .. format('%.17g', s)
       end
-      -- write_state(): the TTL in whole ms, at least 1, ten minutes longer under the test clock.
-      local ttl = ceil(us / 1000)
-      if ttl < 1 then
-        ttl = 1
-      end
-      if testing then
-        ttl = ttl + 600000
-      end
-      local text = ttls[ttl]
+      local text = ttls[us]
       if not text then
+        -- write_state(): the TTL in whole ms, at least 1, ten minutes longer under the test clock.
+        local ttl = ceil(us / 1000)
+        if ttl < 1 then
+          ttl = 1
+        end
+        if testing then
+          ttl = ttl + 600000
+        end
         text = format('%d', ttl)
-        ttls[ttl] = text
+        ttls[us] = text
       end
       rcall('PSETEX', KEYS[kf + 1 + r], text, value)
     end
@@ -240,8 +242,8 @@ if clock == '' then
   local t = redis.call('TIME')
   time_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local testing = clock ~= ''
-local now = testing and tonumber(clock) or time_us
+testing = clock ~= ''
+now = testing and tonumber(clock) or time_us
 local shapes, fast = {}, {}
 local a = 4
 for i = 1, s do
@@ -285,7 +287,7 @@ while i < k do
       elseif kf + 2 + fm > nkeys then
         out[i] = redis.error_reply('valve: acquire-many: a request past the last key')
       else
-        local ok, reply = pcall(fast_one, kf, fs, n, c, now, testing)
+        local ok, reply = pcall(fast_one, kf, fs, n, c)
         if ok then
           out[i] = reply
         else
