@@ -61,7 +61,8 @@ local function check_record(key, record, ttl, now, testing)
   -- Held until then (the key's TTL says the same on the real clock).
   local held = nil
   if raw then
-    if type(raw) == 'table' then
+    if raw.err then
+      -- (redis.pcall's error table: a key of another type; a string's .err is string.err, nil)
       return false, corrupt(key, 'a value of another type', 'a string')
     end
     -- ^(%d+):([gws0-9.,]*)$ without captures and with one conversion: the digits before the
@@ -105,12 +106,15 @@ end
 
 -- Writes a rule's state `value` to `key`, expiring when it would be fresh again (`us` from now).
 -- The TTL goes as a string: redis.call() would print a number as a float (snprintf), several
--- times the cost of '%d'. PSETEX is SET ... PX without the option parsing (and one argument less).
+-- times the cost of '%d'. (SET, not PSETEX, which is cheaper: the least-privilege ACL of
+-- docs/redis.md allows SET.)
 local function write_state(key, value, us, testing)
-  rcall('PSETEX', key, format('%d', ttl_ms(us, testing)), value)
+  rcall('SET', key, value, 'PX', format('%d', ttl_ms(us, testing)))
 end
 
--- A GCRA rule's tat read from `raw` (missing or past: now), or nil and an error reply naming `key`.
+-- A GCRA rule's tat read from `raw` (missing or past: now), or nil and an error reply naming `key`
+-- (acquire-many.lua's fast_one has a copy inline).
+local GCRA_EXPECTED = 'a GCRA time in epoch µs at most the burst tolerance ahead'
 local function gcra_tat(key, raw, now, cap)
   if not raw then
     return now
@@ -118,7 +122,7 @@ local function gcra_tat(key, raw, now, cap)
   -- (raw + 0: tonumber() of a string runs strtod twice, the coercion once.)
   local tat = find(raw, '^%d+$') and raw + 0
   if not tat or tat > now + cap + 86400000000 then
-    return nil, corrupt(key, raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
+    return nil, corrupt(key, raw, GCRA_EXPECTED)
   end
   if tat < now then
     tat = now
