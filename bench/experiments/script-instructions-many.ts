@@ -6,8 +6,8 @@
  * whose script is sent (default: this one), so two trees compare with one copy of this file
  * (the short form's arguments as that tree's script takes them).
  * The rule's state expires within a millisecond (each GET finds no key) unless STATE=1: then a
- * rule of 1,000 per 1,000 s with a burst of 1,000,000 keeps every id's tat for seconds (each GET
- * reads a 16-digit tat, as a key in use does).
+ * rule of 1 per hour with a burst of 1,000 keeps every id's tat for hours (each GET reads a
+ * 16-digit tat, as a key in use does, however slowly the server runs).
  *
  *   valgrind --tool=callgrind --callgrind-out-file=OUT redis-server --port P --save '' &
  *   REDIS_PORT=P [SRC=<tree>] [NOREC=1] [STATE=1] npx tsx bench/experiments/script-instructions-many.ts 60
@@ -28,7 +28,7 @@ const K = Number(process.env.K ?? 100);
 const IDS = Number(process.env.IDS ?? 1000);
 const client = new Redis({ port: Number(process.env.REDIS_PORT), host: '127.0.0.1' });
 const rule = process.env.STATE
-  ? normalizeRule({ limit: 1000, interval: 1_000_000, burst: 1_000_000 }, 'r')
+  ? normalizeRule({ limit: 1, interval: 3_600_000, burst: 1000 }, 'r')
   : normalizeRule({ limit: 1_000_000_000, interval: 1000, burst: 1_000_000_000 }, 'r');
 const record = process.env.NOREC ? '-' : `=${recordOf([rule])}`;
 const shape = ['1', '0', '0', 'g', String(rule.emissionUs), String(rule.burst), record, '900000'];
