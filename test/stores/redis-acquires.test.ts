@@ -129,6 +129,91 @@ describe('acquire calls of many ids at once (standalone server)', () => {
     });
   }
 
+  it('every key of the short form holding what valve never writes (or odd forms it accepts) is answered as by acquire.lua, word for word', async () => {
+    const c = await connectClient('ioredis', server);
+    try {
+      const prefix = uniquePrefix('short-corrupt');
+      const store = redisStore({ client: c.client, prefix });
+      const rules = [gcra, fixed];
+      await store.acquire({ id: 'warm', rules, costs: [1], count: 1 });
+      await Promise.all([1, 2].map(() => store.acquire({ id: 'warm', rules, costs: [1], count: 1 })));
+      const now = Date.now();
+      const k = Math.floor((now * 1000) / (fixed.emissionUs * fixed.burst));
+      const strings: [string, string][] = [
+        ...[
+          'not a time',
+          '1e3',
+          ' 12',
+          '12.',
+          '0x10',
+          '',
+          String(now + 400 * 86_400_000),
+          '0012',
+          String(now + 60_000),
+        ].map((v): [string, string] => ['pause', v]),
+        ...[
+          '12.5',
+          '1e3',
+          ' 12',
+          '0x10',
+          '-5',
+          '',
+          'nan',
+          '99999999999999999999',
+          '0012',
+          String(now * 1000 + 5),
+        ].map((v): [string, string] => [`r:${gcra.digest}`, v]),
+        ...['abc', `${k}:x`, `${k}:9`, `${k}:1.5`, `${k}`, `0:1`, `${k}:2`, `${k}:1e0`].map(
+          (v): [string, string] => [`r:${fixed.digest}`, v],
+        ),
+        ...[
+          'abc',
+          '12:G1',
+          '1e3:g1',
+          ':g1',
+          '12',
+          '12:',
+          `${now * 1000 + 9e9}:${gcra.digest}`,
+          `1:${gcra.digest}`,
+          `${(now + 400 * 86_400_000) * 1000}:g`,
+          '12:g1:2',
+          '0012:w1.2,g3',
+        ].map((v): [string, string] => ['rules', v]),
+      ];
+      const typed = ['pause', `r:${gcra.digest}`, `r:${fixed.digest}`, 'rules'];
+      let i = 0;
+      const answer = (p: AcquireResult | PromiseLike<AcquireResult>) =>
+        Promise.resolve(p).then(
+          (r) =>
+            JSON.stringify({ ...seen(r), retryAfter: r.retryAfter > 0, pausedUntil: r.pausedUntil !== null }),
+          (err: unknown) => String(err).replaceAll(/\{(alone|together)-\d+\}/g, '{id}'),
+        );
+      const cases = [
+        ...strings.map(([key, v]) => ({ key, v, list: false })),
+        ...typed.map((key) => ({ key, v: 'x', list: true })),
+      ];
+      for (const { key, v, list } of cases) {
+        const put = async (id: string) => {
+          const name = `${prefix}:{${id}}:${key}`;
+          await respCommand(server, list ? ['RPUSH', name, v] : ['SET', name, v]);
+        };
+        const a = `alone-${i}`;
+        const t = `together-${i++}`;
+        await put(a);
+        await put(t);
+        const record = gcra.digest;
+        const alone = await answer(store.acquire({ id: a, rules, costs: [1], count: 1, record }));
+        const [together] = await Promise.all([
+          answer(store.acquire({ id: t, rules, costs: [1], count: 1, record })),
+          store.acquire({ id: `other-${i}`, rules, costs: [1], count: 1, record }),
+        ]);
+        expect(together, `${key} = ${JSON.stringify(v)}${list ? ' (a list)' : ''}`).toBe(alone);
+      }
+    } finally {
+      await c.close();
+    }
+  });
+
   it(`at most ${MAX_IN_FLIGHT} requests in flight; when the server stops answering, the requests that waited as long as the timeout fail unsent`, async () => {
     const c = await connectClient('ioredis', server);
     try {

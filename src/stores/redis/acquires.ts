@@ -26,8 +26,15 @@ export const MAX_IN_FLIGHT = 1024;
 /** Requests per acquire-many.lua call at most. */
 export const MAX_PER_CALL = 64;
 
-/** "-1" to "-64": a short-form request's shape index (several shapes per call are rare). */
-const NEGATED: readonly string[] = Array.from({ length: MAX_PER_CALL + 1 }, (_, i) => `-${i}`);
+/** "-1:" to "-64:": the start of a short-form run's string, by its shape's index (several shapes per call are rare). */
+const NEGATED: readonly string[] = Array.from({ length: MAX_PER_CALL + 1 }, (_, i) => `-${i}:`);
+
+/** Whether request `r` is sent in acquire-many.lua's short form. */
+const isShort = (r: Request): boolean => r.ticket === '' && r.shape!.shortKeys !== null;
+
+/** Whether short-form request `r` goes in the same run as `prev` (null: none before). */
+const sameRun = (prev: Request | null, r: Request): boolean =>
+  prev !== null && prev.shape!.specKey === r.shape!.specKey && prev.count === r.count && prev.cost === r.cost;
 
 /** What stays the same across a valve's acquire calls (store.ts builds it once per valve). */
 export interface CallShape {
@@ -268,15 +275,19 @@ export class Acquires {
     let args = 0;
     let specArgs = 0;
     let r = this.head!;
+    let prev: Request | null = null;
     for (let i = 0; i < count; i++) {
       requests[i] = r;
       const shape = r.shape!;
-      if (r.ticket === '' && shape.shortKeys !== null) {
-        keys += shape.shortKeys.length;
-        args += 3;
+      if (isShort(r)) {
+        keys += shape.shortKeys!.length;
+        // One string per run of short-form requests alike (shape, n and cost).
+        if (!sameRun(prev, r)) args += 1;
+        prev = r;
       } else {
         keys += shape.keys.length;
         args += 5;
+        prev = null;
       }
       if (!specs.has(shape.specKey)) {
         specs.set(shape.specKey, specs.size + 1);
@@ -295,7 +306,7 @@ export class Acquires {
     for (let i = 0; i < count; i++) {
       const req = requests[i]!;
       const shape = req.shape!;
-      const shapeKeys = req.ticket === '' && shape.shortKeys !== null ? shape.shortKeys : shape.keys;
+      const shapeKeys = isShort(req) ? shape.shortKeys! : shape.keys;
       for (let j = 0; j < shapeKeys.length; j++) all[k++] = shapeKeys[j]!;
     }
     all[k++] = this.clockArg();
@@ -305,20 +316,22 @@ export class Acquires {
       all[k++] = String(spec.length);
       for (let j = 0; j < spec.length; j++) all[k++] = spec[j]!;
     }
-    for (let i = 0; i < count; i++) {
+    for (let i = 0; i < count; ) {
       const req = requests[i]!;
       const index = specs.get(req.shape!.specKey)!;
-      if (req.ticket === '' && req.shape!.shortKeys !== null) {
-        // The short form: its shape's index negated, n and the cost.
-        all[k++] = NEGATED[index] ?? `-${index}`;
-        all[k++] = req.count;
-        all[k++] = req.cost;
+      if (isShort(req)) {
+        // The short form: a run of requests alike, "-<shape index>:<n>:<cost>:<requests>".
+        let end = i + 1;
+        while (end < count && isShort(requests[end]!) && sameRun(requests[end - 1]!, requests[end]!)) end++;
+        all[k++] = `${NEGATED[index] ?? `-${index}:`}${req.count}:${req.cost}:${end - i}`;
+        i = end;
       } else {
         all[k++] = small(index);
         all[k++] = req.count;
         all[k++] = req.nonce;
         all[k++] = req.cost;
         all[k++] = req.ticket;
+        i++;
       }
     }
     specs.clear();

@@ -20,9 +20,10 @@ then         s shapes, each its length L and then L strings: m, lease limit, lea
              ARGV[7..6+3m] and ARGV[t..t+1])
 then         k requests, 5 strings each: its shape (1..s), n, the lease token nonce, the cost of
              every job, the ticket (acquire.lua's ARGV[2], ARGV[6], ARGV[7+3m] and ARGV[t+2]);
-             or, in the short form, 3: its shape negated (-s..-1), n and the cost of every job
-             (no nonce, no ticket), for a shape without leases whose rules are all GCRA or fixed
-             windows (the client sends no other in the short form)
+             or, in the short form, one string per run of consecutive requests alike,
+             "-<shape>:<n>:<cost of every job>:<requests in the run>" (no nonce, no ticket), for
+             a shape without leases whose rules are all GCRA or fixed windows (the client sends
+             no other in the short form)
 
 The short form (no leases, GCRA and fixed-window rules only, no part in the line: what a
 valve group's keys send) takes fast_one() below: acquire_one()'s steps for exactly that case,
@@ -44,21 +45,26 @@ end
 
 -- @include acquire-one
 
+-- The call's KEYS as a local (an upvalue of fast_one: not a global's lookup per use).
+local KEYS = KEYS
+
 -- A shape's numbers, converted once per call; nil when its requests take acquire_one().
 -- { m, xs, ys, caps (GCRA: burst × emission; nil for a fixed window), ks (the fixed window's
--- index at `now`), record (nil: none sent), record TTL (ms) }
+-- index at `now`), record (nil: none sent), record TTL (ms), incs (GCRA: ceil(x), a job of
+-- cost 1's increment) }
 local function fast_shape(shape, now)
   local m = tonumber(shape[1])
   if m < 1 or tonumber(shape[2]) ~= 0 then
     return nil
   end
-  local xs, ys, caps, ks = {}, {}, {}, {}
+  local xs, ys, caps, ks, incs = {}, {}, {}, {}, {}
   for r = 1, m do
     local kind = shape[1 + 3 * r]
     local x, y = tonumber(shape[2 + 3 * r]), tonumber(shape[3 + 3 * r])
     xs[r], ys[r] = x, y
     if kind == 'g' then
       caps[r] = y * x
+      incs[r] = ceil(x)
     elseif kind == 'w' then
       ks[r] = window_index(now, x)
     else
@@ -70,28 +76,35 @@ local function fast_shape(shape, now)
   if string.sub(rec, 1, 1) == '=' then
     record = string.sub(rec, 2)
   end
-  return { m, xs, ys, caps, ks, record, tonumber(shape[5 + 3 * m]) }
+  return { m, xs, ys, caps, ks, record, tonumber(shape[5 + 3 * m]), incs }
 end
 
 -- Per rule of the request fast_one() is answering: the GCRA tat or the window count read.
 local fst = {}
+-- A state TTL's text by the µs until the state is fresh again (the requests of a call mostly
+-- write the same few): each formatted once per call.
+local ttls = {}
 
 -- acquire_one() for a short-form request of `fs` (see fast_shape) whose keys (pause, rules,
--- record) start after KEYS[kf]: n jobs of cost c each, no leases, no ticket. The same reads,
--- writes, checks and reply, in the same order.
-local function fast_one(kf, fs, n, c, now, testing)
-  local m, xs, ys, caps, ks = fs[1], fs[2], fs[3], fs[4], fs[5]
+-- record) start after KEYS[kf] (the caller checked that they are there): n jobs of cost c
+-- each, no leases, no ticket. The same reads, writes, checks and reply, in the same order.
+-- Inlined here (the per-admission path): read(), pause_until()'s read of a missing pause,
+-- gcra_tat() of a missing state, gcra_fit() for one job, write_state() and ttl_ms().
+-- The call's clock (see below), upvalues of fast_one.
+local now, testing
+local function fast_one(kf, fs, n, c)
+  local m = fs[1]
   -- The shared pause (epoch ms with 3 decimals -> µs).
   local pkey = KEYS[kf + 1]
-  if not pkey or not KEYS[kf + 2 + m] then
-    return redis.error_reply('valve: acquire-many: a request past the last key')
-  end
-  local until_us, bad = pause_until(pkey, now)
-  if not until_us then
-    return bad
-  end
-  if until_us > now then
-    return { 0, until_us - now, 1, until_us, now, 0 }
+  local paused = rpcall('GET', pkey)
+  if paused then
+    local until_us, bad = pause_of(pkey, paused, now)
+    if not until_us then
+      return bad
+    end
+    if until_us > now then
+      return { 0, until_us - now, 1, until_us, now, 0 }
+    end
   end
 
   -- The record of the id's rule set, compared and written.
@@ -106,32 +119,54 @@ local function fast_one(kf, fs, n, c, now, testing)
   end
 
   -- Each rule's longest fitting prefix, computed arithmetically; the batch grants the shortest.
+  local caps = fs[4]
   local fit_min, wait = n, 0
   for r = 1, m do
     local key = KEYS[kf + 1 + r]
-    local raw, bad_rule = read(key)
-    if bad_rule then
-      return bad_rule
+    local raw = rpcall('GET', key)
+    -- A key of another type: redis.pcall's error table (`raw.err` of a string is string.err, nil;
+    -- cheaper than a call of type()).
+    if raw and raw.err then
+      return corrupt(key, 'a value of another type', 'a string')
     end
-    local x, y, cap = xs[r], ys[r], caps[r]
+    local cap = caps[r]
     local fit, w
     if cap then
-      local tat, bad = gcra_tat(key, raw, now, cap)
-      if not tat then
-        return bad
+      local tat = now
+      if raw then
+        -- gcra_tat(), inlined.
+        tat = find(raw, '^%d+$') and raw + 0
+        if not tat or tat > now + cap + 86400000000 then
+          return corrupt(key, raw, GCRA_EXPECTED)
+        end
+        if tat < now then
+          tat = now
+        end
       end
-      fit, w = gcra_fit(tat, now, cap, ceil(c * x), n)
+      local inc = c == 1 and fs[8][r] or ceil(c * fs[2][r])
+      if n == 1 then
+        -- gcra_fit() for one job: it fits iff tat + inc - now <= cap.
+        local over = tat + inc - now - cap
+        if over <= 0 then
+          fit = 1
+        else
+          fit, w = 0, over
+        end
+      else
+        fit, w = gcra_fit(tat, now, cap, inc, n)
+      end
       fst[r] = tat
     else
       -- Fixed window: a state of another window counts as 0.
-      local k = ks[r]
+      local k = fs[5][r]
+      local y = fs[3][r]
       local count, bad = window_count(key, raw, y, k)
       if not count then
         return bad
       end
       fit = count_fit(count, c, y, n)
       if fit < n then
-        w = (k + 1) * x - now
+        w = (k + 1) * fs[2][r] - now
       end
       fst[r] = count
     end
@@ -146,10 +181,9 @@ local function fast_one(kf, fs, n, c, now, testing)
   if granted > 0 then
     -- Spend: every rule's state, with a TTL (see acquire_one) at which it would be fresh again.
     for r = 1, m do
-      local x = xs[r]
       local us, value
       if caps[r] then
-        local s = fst[r] + granted * ceil(c * x)
+        local s = fst[r] + granted * (c == 1 and fs[8][r] or ceil(c * fs[2][r]))
         us = s - now
         value = format('%d', s)
       else
@@ -161,11 +195,24 @@ local function fast_one(kf, fs, n, c, now, testing)
             s = s + c
           end
         end
-        local k = ks[r]
-        us = (k + 1) * x - now
+        local k = fs[5][r]
+        us = (k + 1) * fs[2][r] - now
         value = format('%d', k) .. ':' .. format('%.17g', s)
       end
-      write_state(KEYS[kf + 1 + r], value, us, testing)
+      local text = ttls[us]
+      if not text then
+        -- write_state(): the TTL in whole ms, at least 1, ten minutes longer under the test clock.
+        local ttl = ceil(us / 1000)
+        if ttl < 1 then
+          ttl = 1
+        end
+        if testing then
+          ttl = ttl + 600000
+        end
+        text = format('%d', ttl)
+        ttls[us] = text
+      end
+      rcall('SET', KEYS[kf + 1 + r], value, 'PX', text)
     end
   end
   if granted == n and not recorded then
@@ -200,8 +247,8 @@ if clock == '' then
   local t = redis.call('TIME')
   time_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local testing = clock ~= ''
-local now = testing and tonumber(clock) or time_us
+testing = clock ~= ''
+now = testing and tonumber(clock) or time_us
 local shapes, fast = {}, {}
 local a = 4
 for i = 1, s do
@@ -216,42 +263,47 @@ for i = 1, s do
 end
 local out = {}
 local kf = 0
--- The requests' numbers repeat (shape, n, cost: "-1", "1", "1"): each string converted once.
-local nums = {}
-for i = 1, k do
+local nkeys = #KEYS
+-- A short-form run's numbers by its string ("-1:1:1:64"), converted once per call:
+-- { shape, n, cost, requests }.
+local runs = {}
+local i = 0
+while i < k do
   local arg = ARGV[a]
-  local si = nums[arg]
-  if not si then
-    si = tonumber(arg)
-    nums[arg] = si
-  end
-  if si < 0 then
-    local fs = fast[-si]
-    local ok, reply = false, 'valve: acquire-many: a short-form request of a shape that has none'
-    if fs then
-      local sn, sc = ARGV[a + 1], ARGV[a + 2]
-      local n, c = nums[sn], nums[sc]
-      if not n then
-        n = tonumber(sn)
-        nums[sn] = n
+  if string.byte(arg, 1) == 45 then
+    -- A run of short-form requests ('-').
+    local run = runs[arg]
+    if not run then
+      local ss, sn, sc, sr = string.match(arg, '^%-(%d+):([^:]+):([^:]+):(%d+)$')
+      if not ss then
+        return redis.error_reply('valve: acquire-many: a malformed short-form run ' .. arg)
       end
-      if not c then
-        c = tonumber(sc)
-        nums[sc] = c
+      run = { tonumber(ss), tonumber(sn), tonumber(sc), tonumber(sr) }
+      runs[arg] = run
+    end
+    a = a + 1
+    local fs = fast[run[1]]
+    local fm = fs and fs[1] or tonumber(shapes[run[1]][1])
+    local n, c = run[2], run[3]
+    for _ = 1, run[4] do
+      i = i + 1
+      if not fs then
+        out[i] = redis.error_reply('valve: acquire-many: a short-form request of a shape that has none')
+      elseif kf + 2 + fm > nkeys then
+        out[i] = redis.error_reply('valve: acquire-many: a request past the last key')
+      else
+        local ok, reply = pcall(fast_one, kf, fs, n, c)
+        if ok then
+          out[i] = reply
+        else
+          out[i] = answer(ok, reply)
+        end
       end
-      ok, reply = pcall(fast_one, kf, fs, n, c, now, testing)
-      kf = kf + 2 + fs[1]
-    else
-      kf = kf + 2 + tonumber(shapes[-si][1])
+      kf = kf + 2 + fm
     end
-    if ok then
-      out[i] = reply
-    else
-      out[i] = answer(ok, reply)
-    end
-    a = a + 3
   else
-    local shape = shapes[si]
+    i = i + 1
+    local shape = shapes[tonumber(arg)]
     local m = tonumber(shape[1])
     local nk = 5 + m
     local keys = {}

@@ -10,7 +10,7 @@ helpers are inlined), one scratch table, every ARGV converted once.
 ]]
 -- Globals used on the hot path, as upvalues: one lookup instead of two (or a global's) each.
 local tonumber, type = tonumber, type
-local format, find, match = string.format, string.find, string.match
+local format, find, match, sub = string.format, string.find, string.match, string.sub
 local rcall, rpcall = redis.call, redis.pcall
 -- The farthest ahead of the clock valve ever writes a time (365 days), plus a day of slack
 -- for a clock step (e.g. a failover to a replica whose clock is behind).
@@ -31,14 +31,11 @@ end
 local floor, ceil = math.floor, math.ceil
 
 -- The end of the id's shared pause in µs (epoch ms with 3 decimals in `key`), 0 when there is
--- none; nil and an error reply naming the key when it holds something else.
-local function pause_until(key, now)
-  local paused, bad = read(key)
-  if bad then
-    return nil, bad
-  end
-  if not paused then
-    return 0
+-- none; nil and an error reply naming the key when it holds something else. pause_of(): the
+-- same from what GET answered for `key` (not false: a string, or the error of another type).
+local function pause_of(key, paused, now)
+  if type(paused) == 'table' then
+    return nil, corrupt(key, 'a value of another type', 'a string')
   end
   local until_us = find(paused, '^%d+%.?%d*$') and floor(tonumber(paused) * 1000 + 0.5)
   if not until_us or until_us > now + AHEAD then
@@ -46,23 +43,47 @@ local function pause_until(key, now)
   end
   return until_us
 end
+local function pause_until(key, now)
+  local paused = rpcall('GET', key)
+  if not paused then
+    return 0
+  end
+  return pause_of(key, paused, now)
+end
 
 -- The rule set recorded for the id in `key` ("<until µs>:<digests>") compared with `record`,
 -- and written for `ttl` ms when it differs. Returns the other rule set held until now (nil: the
--- same, or none), or false and an error reply naming the key.
+-- same, or none), or false and an error reply naming the key. The digests' characters are
+-- checked once per distinct string and call (a group's keys hold the same).
+local digests_ok = {}
 local function check_record(key, record, ttl, now, testing)
-  local raw, bad = read(key)
-  if bad then
-    return false, bad
-  end
+  local raw = rpcall('GET', key)
   -- Held until then (the key's TTL says the same on the real clock).
   local held = nil
   if raw then
-    local until_us, digests = match(raw, '^(%d+):([gws0-9.,]*)$')
-    if not until_us or tonumber(until_us) > now + AHEAD then
+    if raw.err then
+      -- (redis.pcall's error table: a key of another type; a string's .err is string.err, nil)
+      return false, corrupt(key, 'a value of another type', 'a string')
+    end
+    -- ^(%d+):([gws0-9.,]*)$ without captures and with one conversion: the digits before the
+    -- first ':', then the digests (which hold no ':').
+    local _, colon = find(raw, '^%d+:')
+    local until_us, digests = nil, nil
+    if colon then
+      until_us, digests = sub(raw, 1, colon - 1) + 0, sub(raw, colon + 1)
+      local ok = digests_ok[digests]
+      if ok == nil then
+        ok = find(digests, '^[gws0-9.,]*$') ~= nil
+        digests_ok[digests] = ok
+      end
+      if not ok then
+        until_us = nil
+      end
+    end
+    if not until_us or until_us > now + AHEAD then
       return false, corrupt(key, raw, 'a rule set ("<until µs>:" and rule digests joined by commas)')
     end
-    if tonumber(until_us) > now then
+    if until_us > now then
       held = digests
     end
   end
@@ -85,19 +106,23 @@ end
 
 -- Writes a rule's state `value` to `key`, expiring when it would be fresh again (`us` from now).
 -- The TTL goes as a string: redis.call() would print a number as a float (snprintf), several
--- times the cost of '%d'.
+-- times the cost of '%d'. (SET, not PSETEX, which is cheaper: the least-privilege ACL of
+-- docs/redis.md allows SET.)
 local function write_state(key, value, us, testing)
   rcall('SET', key, value, 'PX', format('%d', ttl_ms(us, testing)))
 end
 
--- A GCRA rule's tat read from `raw` (missing or past: now), or nil and an error reply naming `key`.
+-- A GCRA rule's tat read from `raw` (missing or past: now), or nil and an error reply naming `key`
+-- (acquire-many.lua's fast_one has a copy inline).
+local GCRA_EXPECTED = 'a GCRA time in epoch µs at most the burst tolerance ahead'
 local function gcra_tat(key, raw, now, cap)
   if not raw then
     return now
   end
-  local tat = find(raw, '^%d+$') and tonumber(raw)
+  -- (raw + 0: tonumber() of a string runs strtod twice, the coercion once.)
+  local tat = find(raw, '^%d+$') and raw + 0
   if not tat or tat > now + cap + 86400000000 then
-    return nil, corrupt(key, raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
+    return nil, corrupt(key, raw, GCRA_EXPECTED)
   end
   if tat < now then
     tat = now
