@@ -1,5 +1,5 @@
 import { checkAcquireAnswer } from './answers.js';
-import { type Clock, sharpenWakeups, systemClock } from './clock.js';
+import type { Clock } from './clock.js';
 import { ValveError } from './errors.js';
 import type { Emitter, StoreErrorContext, StoreOperation } from './events.js';
 import type { Job, Jobs } from './job.js';
@@ -7,7 +7,7 @@ import type { Leases } from './leases.js';
 import { type Call, Line } from './line.js';
 import { isThenable } from './maybe-promise.js';
 import type { NormalizedOptions, StoreErrorMode } from './options.js';
-import { joinsLine, Pace, spinHelps } from './pace.js';
+import { joinsLine, Pace, sharpen, spinHelps } from './pace.js';
 import type { Pauses } from './pauses.js';
 import { Pump } from './pump.js';
 import type { StoreRule } from './rules/rule.js';
@@ -142,7 +142,7 @@ export class Admission {
     });
     this.spin = o.precision === 'spin';
     this.pace = new Pace(o.batch, this.spin && spinHelps(o.rules), this.wakeups);
-    this.sharpen(o.rules);
+    sharpen(this.clock, this.spin, o.rules);
     this.pace.turnRules = joinsLine(o.rules) ? o.rules : null;
   }
 
@@ -177,22 +177,13 @@ export class Admission {
   setRules(rules: readonly StoreRule[], tooCostly: (job: Job) => Error | undefined): void {
     this.ruleSet.set(rules);
     this.pace.precise = this.spin && spinHelps(rules);
-    this.sharpen(rules);
+    sharpen(this.clock, this.spin, rules);
     this.pace.turnRules = joinsLine(rules) ? rules : null;
     // Out of the line: a ticket held from before is not waited for.
     if (this.pace.turnRules === null) this.turn = 0;
     this.waiting.endWhere(tooCostly);
     this.costCheck = this.line.inFlight > 0 ? tooCostly : undefined;
     this.schedulePump();
-  }
-
-  /**
-   * precision 'timer' on the real clock, under a rule that cannot absorb a late start: rate
-   * waits end on plain timers, so this thread's wake-ups are made as exact as Linux allows
-   * (clock.ts, sharpenWakeups). 'spin' ends them on event-loop turns instead.
-   */
-  private sharpen(rules: readonly StoreRule[]): void {
-    if (!this.spin && this.clock === systemClock && spinHelps(rules)) sharpenWakeups();
   }
 
   /** close() without drain: no more jobs are taken; queued and in-flight jobs end with `error`. */

@@ -1,3 +1,4 @@
+import { type Clock, sharpenWakeups, systemClock } from './clock.js';
 import { ValveError } from './errors.js';
 import type { StoreErrorMode } from './options.js';
 import type { StoreRule } from './rules/rule.js';
@@ -54,6 +55,15 @@ function turnJobs(rules: readonly StoreRule[], waitMs: number): number {
  */
 export function spinHelps(rules: readonly StoreRule[]): boolean {
   return rules.some((rule) => (rule.burst - 1) * rule.emissionUs < 2000);
+}
+
+/**
+ * precision 'timer' on the real clock, under a rule that cannot absorb a late start: rate waits
+ * end on plain timers, so this thread's wake-ups are made as exact as Linux allows (clock.ts,
+ * sharpenWakeups). 'spin' ends them on event-loop turns instead.
+ */
+export function sharpen(clock: Clock, spin: boolean, rules: readonly StoreRule[]): void {
+  if (!spin && clock === systemClock && spinHelps(rules)) sharpenWakeups();
 }
 
 /**
