@@ -101,6 +101,16 @@ function argsOf(rule: StoreRule): readonly string[] {
   return args;
 }
 
+/** Whether `shape` was built by the same store for the same id, lease limit and lease TTL. */
+function sameCalls(shape: Shape, owner: object, id: string, leaseLimit: number, leaseTtlUs: number): boolean {
+  return (
+    shape.owner === owner &&
+    shape.id === id &&
+    shape.leaseLimit === leaseLimit &&
+    shape.leaseTtlUs === leaseTtlUs
+  );
+}
+
 /**
  * The parts of an acquire call that stay the same from call to call of a valve (its keys, its
  * rules' arguments, the record): built once per rules array and kept beside it while the
@@ -120,14 +130,12 @@ export function shapeOf(
   const { id, lease, record, recordTtl, previous } = request;
   const cache = record === undefined ? shapes : recordShapes;
   const cached = previous === undefined ? cache.get(request.rules) : undefined;
+  const leaseLimit = lease ? lease.limit : 0;
   if (
     cached !== undefined &&
-    cached.owner === owner &&
-    cached.id === id &&
+    sameCalls(cached, owner, id, leaseLimit, leaseTtlUs) &&
     cached.record === record &&
-    cached.recordTtl === recordTtl &&
-    cached.leaseLimit === (lease ? lease.limit : 0) &&
-    cached.leaseTtlUs === leaseTtlUs
+    cached.recordTtl === recordTtl
   ) {
     return cached;
   }
@@ -139,13 +147,7 @@ export function shapeOf(
   const other =
     previous === undefined ? (record === undefined ? recordShapes : shapes).get(request.rules) : undefined;
   let shape: Shape;
-  if (
-    other !== undefined &&
-    other.owner === owner &&
-    other.id === id &&
-    other.leaseLimit === (lease ? lease.limit : 0) &&
-    other.leaseTtlUs === leaseTtlUs
-  ) {
+  if (other !== undefined && sameCalls(other, owner, id, leaseLimit, leaseTtlUs)) {
     const spec = [...other.head, ...other.ruleArgs, ...tail];
     shape = { ...other, record, recordTtl, tail, spec, specKey: spec.join(' ') };
   } else {
@@ -169,7 +171,7 @@ export function shapeOf(
       id,
       record,
       recordTtl,
-      leaseLimit: lease ? lease.limit : 0,
+      leaseLimit,
       leaseTtlUs,
       keys: keyList,
       head,
