@@ -52,13 +52,16 @@ describe('keys holding what valve never writes: an error naming the key, never a
 
   it('a GCRA state far beyond its burst tolerance (more than a day of clock slack)', async () => {
     const { store, id, key } = await setup();
-    const k = key(`r:${gcra.digest}`);
+    // 10 per hour, burst 2: a tolerance of 720 s, so that the honest state below still refuses
+    // however slowly a loaded machine gets to the call (a job waits until 340 s after nowUs).
+    const hourly = normalizeRule({ limit: 10, interval: '1h', burst: 2 }, 'rules[0]');
+    const k = key(`r:${hourly.digest}`);
     const nowUs = Date.now() * 1000;
-    await redis().set(k, String(nowUs + 200_000 + 2 * 86_400_000_000), 'PX', 60_000);
-    await expect(store.acquire({ id, rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+    await redis().set(k, String(nowUs + 720_000_000 + 2 * 86_400_000_000), 'PX', 60_000);
+    await expect(store.acquire({ id, rules: [hourly], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
     // Within the tolerance (an honest state) it answers with a wait.
-    await redis().set(k, String(nowUs + 150_000), 'PX', 60_000);
-    const r = await store.acquire({ id, rules: [gcra], costs: [1], count: 1 });
+    await redis().set(k, String(nowUs + 700_000_000), 'PX', 60_000);
+    const r = await store.acquire({ id, rules: [hourly], costs: [1], count: 1 });
     expect(r.blocked).toBe('rate');
   });
 
