@@ -23,8 +23,11 @@ const peer = process.argv[4] ?? 'valve';
 async function commandstats(admin: Redis): Promise<Map<string, number>> {
   const out = new Map<string, number>();
   for (const line of (await admin.info('all')).split('\r\n')) {
-    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line);
-    if (m) out.set(m[1]!, Number(m[2]));
+    const m = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line);
+    if (m) {
+      out.set(m[1]!, Number(m[2]));
+      out.set(`${m[1]!} µs`, Number(m[3]));
+    }
     const cpu = /^used_cpu_(sys|user):([\d.]+)/.exec(line);
     if (cpu) out.set('cpu', (out.get('cpu') ?? 0) + Number(cpu[2]));
   }
@@ -94,7 +97,7 @@ const after = await commandstats(admin);
 const delta: string[] = [];
 for (const [name, calls] of after) {
   const d = calls - (before.get(name) ?? 0);
-  if (d > 0 && name !== 'info' && name !== 'cpu')
+  if (d > 0 && !name.startsWith('info') && name !== 'cpu')
     delta.push(`${name}=${(d / Math.max(1, started)).toFixed(3)}`);
 }
 console.log(
