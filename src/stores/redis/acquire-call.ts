@@ -180,6 +180,7 @@ export function shapeOf(
       spec,
       specKey: spec.join(' '),
       shortKeys: short ? [keys.pause, ...keyList.slice(3, 3 + m), keys.rules] : null,
+      shortLinedKeys: short ? [keys.pause, ...keyList.slice(3, 3 + m), keys.rules, keyList[4 + m]!] : null,
     };
   }
   if (previous === undefined) cache.set(request.rules, shape);

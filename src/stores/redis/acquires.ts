@@ -26,15 +26,31 @@ export const MAX_IN_FLIGHT = 1024;
 /** Requests per acquire-many.lua call at most. */
 export const MAX_PER_CALL = 64;
 
-/** "-1:" to "-64:": the start of a short-form run's string, by its shape's index (several shapes per call are rare). */
+/**
+ * "-1:" to "-64:" (no ticket) and "+1:" to "+64:" (ticket 0): the start of a short-form run's
+ * string, by its shape's index (several shapes per call are rare).
+ */
 const NEGATED: readonly string[] = Array.from({ length: MAX_PER_CALL + 1 }, (_, i) => `-${i}:`);
+const PLUSSED: readonly string[] = Array.from({ length: MAX_PER_CALL + 1 }, (_, i) => `+${i}:`);
 
-/** Whether request `r` is sent in acquire-many.lua's short form. */
-const isShort = (r: Request): boolean => r.ticket === '' && r.shape!.shortKeys !== null;
+/**
+ * Whether request `r` is sent in acquire-many.lua's short form: no ticket, or ticket 0 (taking
+ * part in the line without holding a ticket: every call of a valve under rules that absorb a
+ * late start, until one is refused).
+ */
+const isShort = (r: Request): boolean => (r.ticket === '' || r.ticket === '0') && r.shape!.shortKeys !== null;
+
+/** A short-form request's keys. */
+const shortKeysOf = (r: Request): readonly string[] =>
+  r.ticket === '' ? r.shape!.shortKeys! : r.shape!.shortLinedKeys!;
 
 /** Whether short-form request `r` goes in the same run as `prev` (null: none before). */
 const sameRun = (prev: Request | null, r: Request): boolean =>
-  prev !== null && prev.shape!.specKey === r.shape!.specKey && prev.count === r.count && prev.cost === r.cost;
+  prev !== null &&
+  prev.shape!.specKey === r.shape!.specKey &&
+  prev.count === r.count &&
+  prev.cost === r.cost &&
+  prev.ticket === r.ticket;
 
 /** What stays the same across a valve's acquire calls (store.ts builds it once per valve). */
 export interface CallShape {
@@ -55,6 +71,8 @@ export interface CallShape {
    * shape without leases whose rules are GCRA and fixed windows only; null otherwise.
    */
   readonly shortKeys: readonly string[] | null;
+  /** shortKeys and the line's key: the short form's keys with ticket 0. */
+  readonly shortLinedKeys: readonly string[] | null;
 }
 
 /** Reads one acquire.lua reply (store.ts). */
@@ -280,7 +298,7 @@ export class Acquires {
       requests[i] = r;
       const shape = r.shape!;
       if (isShort(r)) {
-        keys += shape.shortKeys!.length;
+        keys += shortKeysOf(r).length;
         // One string per run of short-form requests alike (shape, n and cost).
         if (!sameRun(prev, r)) args += 1;
         prev = r;
@@ -306,7 +324,7 @@ export class Acquires {
     for (let i = 0; i < count; i++) {
       const req = requests[i]!;
       const shape = req.shape!;
-      const shapeKeys = isShort(req) ? shape.shortKeys! : shape.keys;
+      const shapeKeys = isShort(req) ? shortKeysOf(req) : shape.keys;
       for (let j = 0; j < shapeKeys.length; j++) all[k++] = shapeKeys[j]!;
     }
     all[k++] = this.clockArg();
@@ -320,10 +338,12 @@ export class Acquires {
       const req = requests[i]!;
       const index = specs.get(req.shape!.specKey)!;
       if (isShort(req)) {
-        // The short form: a run of requests alike, "-<shape index>:<n>:<cost>:<requests>".
+        // The short form: a run of requests alike, "-<shape index>:<n>:<cost>:<requests>" ('+'
+        // with ticket 0).
         let end = i + 1;
         while (end < count && isShort(requests[end]!) && sameRun(requests[end - 1]!, requests[end]!)) end++;
-        all[k++] = `${NEGATED[index] ?? `-${index}:`}${req.count}:${req.cost}:${end - i}`;
+        const start = req.ticket === '' ? (NEGATED[index] ?? `-${index}:`) : (PLUSSED[index] ?? `+${index}:`);
+        all[k++] = `${start}${req.count}:${req.cost}:${end - i}`;
         i = end;
       } else {
         all[k++] = small(index);
@@ -369,15 +389,18 @@ export class Acquires {
         deliver(reject, reply);
         continue;
       }
-      if (typeof reply === 'number' && !req.leased && !req.turned) {
-        // The short reply (acquire-many.lua): every job granted at `reply` µs.
-        deliver(resolve, {
+      if (typeof reply === 'number' && !req.leased) {
+        // The short reply (acquire-many.lua): every job granted at `reply` µs (and with ticket
+        // 0, no ticket held).
+        const result: AcquireResult = {
           granted: Number(req.count),
           retryAfter: 0,
           blocked: null,
           pausedUntil: null,
           now: reply / 1000,
-        });
+        };
+        if (req.turned) result.turn = 0;
+        deliver(resolve, result);
         continue;
       }
       let result: AcquireResult;

@@ -11,7 +11,7 @@ once per call, as a "shape".
 
 KEYS         every request's keys, one request after the other: acquire.lua's KEYS (5 + m of
              them), or in the short form its pause, rule and record keys (KEYS[1], KEYS[4..3+m]
-             and KEYS[4+m], 2 + m of them)
+             and KEYS[4+m], 2 + m of them), and with ticket 0 its line key too (KEYS[5+m])
 ARGV[1]      "" (use Redis TIME), or the time in µs (test-only virtual clock): acquire.lua's ARGV[1]
 ARGV[2]      k, the number of requests
 ARGV[3]      s, the number of shapes
@@ -21,12 +21,14 @@ then         s shapes, each its length L and then L strings: m, lease limit, lea
 then         k requests, 5 strings each: its shape (1..s), n, the lease token nonce, the cost of
              every job, the ticket (acquire.lua's ARGV[2], ARGV[6], ARGV[7+3m] and ARGV[t+2]);
              or, in the short form, one string per run of consecutive requests alike,
-             "-<shape>:<n>:<cost of every job>:<requests in the run>" (no nonce, no ticket), for
-             a shape without leases whose rules are all GCRA or fixed windows (the client sends
-             no other in the short form)
+             "-<shape>:<n>:<cost of every job>:<requests in the run>" (no nonce, no ticket), or
+             "+<shape>:..." for requests with ticket 0 (taking part in the line, holding no
+             ticket: what a valve under rules that absorb a late start sends until it is
+             refused), for a shape without leases whose rules are all GCRA or fixed windows (the
+             client sends no other in the short form)
 
-The short form (no leases, GCRA and fixed-window rules only, no part in the line: what a
-valve group's keys send) takes fast_one() below: acquire_one()'s steps for exactly that case,
+The short form (no leases, GCRA and fixed-window rules only, no ticket held: what a valve
+group's keys send) takes fast_one() below: acquire_one()'s steps for exactly that case,
 with the shape's numbers converted once per call instead of once per request (and the fixed
 windows' index, which depends only on the time, once per call); anything else acquire_one().
 test/property/redis-differential.test.ts checks both against the memory store.
@@ -36,7 +38,7 @@ Reply: { reply_1, ..., reply_k }: each request's acquire.lua reply, or its error
 request whose state is corrupt, or that fails, fails alone: the others are answered). A
 short-form request whose n jobs were all granted, with no other rule set recorded, is
 answered by one integer instead, the time of the decision in µs (acquire.lua's reply
-{ n, 0, 0, 0, now, 0 }: the client knows n).
+{ n, 0, 0, 0, now, 0 }, or with ticket 0 { n, 0, 0, 0, now, 0, 0 }: the client knows n).
 ]]
 
 if redis.replicate_commands then
@@ -51,13 +53,15 @@ local KEYS = KEYS
 -- A shape's numbers, converted once per call; nil when its requests take acquire_one().
 -- { m, xs, ys, caps (GCRA: burst × emission; nil for a fixed window), ks (the fixed window's
 -- index at `now`), record (nil: none sent), record TTL (ms), incs (GCRA: ceil(x), a job of
--- cost 1's increment) }
+-- cost 1's increment), gcra (every rule GCRA: its requests take part in the line when sent
+-- with ticket 0) }
 local function fast_shape(shape, now)
   local m = tonumber(shape[1])
   if m < 1 or tonumber(shape[2]) ~= 0 then
     return nil
   end
   local xs, ys, caps, ks, incs = {}, {}, {}, {}, {}
+  local gcra = true
   for r = 1, m do
     local kind = shape[1 + 3 * r]
     local x, y = tonumber(shape[2 + 3 * r]), tonumber(shape[3 + 3 * r])
@@ -67,6 +71,7 @@ local function fast_shape(shape, now)
       incs[r] = ceil(x)
     elseif kind == 'w' then
       ks[r] = window_index(now, x)
+      gcra = false
     else
       return nil
     end
@@ -76,7 +81,7 @@ local function fast_shape(shape, now)
   if string.sub(rec, 1, 1) == '=' then
     record = string.sub(rec, 2)
   end
-  return { m, xs, ys, caps, ks, record, tonumber(shape[5 + 3 * m]), incs }
+  return { m, xs, ys, caps, ks, record, tonumber(shape[5 + 3 * m]), incs, gcra }
 end
 
 -- Per rule of the request fast_one() is answering: the GCRA tat or the window count read.
@@ -86,13 +91,17 @@ local fst = {}
 local ttls = {}
 
 -- acquire_one() for a short-form request of `fs` (see fast_shape) whose keys (pause, rules,
--- record) start after KEYS[kf] (the caller checked that they are there): n jobs of cost c
--- each, no leases, no ticket. The same reads, writes, checks and reply, in the same order.
+-- record, and when `lined` the line) start after KEYS[kf] (the caller checked that they are
+-- there): n jobs of cost c each, no leases, no ticket, or (`lined`) ticket 0. The same reads,
+-- writes, checks and reply, in the same order. With ticket 0, acquire_one() reads and writes
+-- the line only when a job is refused on rate under GCRA rules only: then fast_one() returns
+-- false and the record's check (before anything is written) and the caller hands the request
+-- to acquire_one().
 -- Inlined here (the per-admission path): read(), pause_until()'s read of a missing pause,
 -- gcra_tat() of a missing state, gcra_fit() for one job, write_state() and ttl_ms().
 -- The call's clock (see below), upvalues of fast_one.
 local now, testing
-local function fast_one(kf, fs, n, c)
+local function fast_one(kf, fs, n, c, lined)
   local m = fs[1]
   -- The shared pause (epoch ms with 3 decimals -> µs).
   local pkey = KEYS[kf + 1]
@@ -103,6 +112,9 @@ local function fast_one(kf, fs, n, c)
       return bad
     end
     if until_us > now then
+      if lined then
+        return { 0, until_us - now, 1, until_us, now, 0, 0 }
+      end
       return { 0, until_us - now, 1, until_us, now, 0 }
     end
   end
@@ -178,6 +190,10 @@ local function fast_one(kf, fs, n, c)
     end
   end
   local granted = fit_min
+  if lined and granted < n and fs[9] then
+    -- Refused on rate with ticket 0 under GCRA rules: the line is read and a ticket taken.
+    return false, recorded
+  end
   if granted > 0 then
     -- Spend: every rule's state, with a TTL (see acquire_one) at which it would be fresh again.
     for r = 1, m do
@@ -228,6 +244,10 @@ local function fast_one(kf, fs, n, c)
   if recorded then
     reply[7] = recorded
   end
+  if lined then
+    -- The ticket held: none.
+    reply[#reply + 1] = 0
+  end
   return reply
 end
 
@@ -261,45 +281,74 @@ for i = 1, s do
   fast[i] = fast_shape(shape, now) or false
   a = a + 1 + len
 end
+-- acquire.lua's ARGV for a request of `shape`: n jobs, the lease nonce, the cost of every job,
+-- the ticket.
+local function long_argv(shape, n, nonce, cost, ticket)
+  local argv = { clock, n, shape[1], shape[2], shape[3], nonce }
+  local r3 = 3 * tonumber(shape[1])
+  for j = 1, r3 do
+    argv[6 + j] = shape[3 + j]
+  end
+  argv[7 + r3] = cost
+  argv[8 + r3] = shape[4 + r3]
+  argv[9 + r3] = shape[5 + r3]
+  argv[10 + r3] = ticket
+  argv[11 + r3] = ''
+  return argv
+end
 local out = {}
 local kf = 0
 local nkeys = #KEYS
 -- A short-form run's numbers by its string ("-1:1:1:64"), converted once per call:
--- { shape, n, cost, requests }.
+-- { shape, n, cost, requests, n's string, cost's string }.
 local runs = {}
 local i = 0
 while i < k do
   local arg = ARGV[a]
-  if string.byte(arg, 1) == 45 then
-    -- A run of short-form requests ('-').
+  local lead = string.byte(arg, 1)
+  if lead == 45 or lead == 43 then
+    -- A run of short-form requests: '-' without a ticket, '+' with ticket 0 (taking part in
+    -- the line, holding no ticket; their keys end with the line's).
     local run = runs[arg]
     if not run then
-      local ss, sn, sc, sr = string.match(arg, '^%-(%d+):([^:]+):([^:]+):(%d+)$')
+      local ss, sn, sc, sr = string.match(arg, '^[-+](%d+):([^:]+):([^:]+):(%d+)$')
       if not ss then
         return redis.error_reply('valve: acquire-many: a malformed short-form run ' .. arg)
       end
-      run = { tonumber(ss), tonumber(sn), tonumber(sc), tonumber(sr) }
+      run = { tonumber(ss), tonumber(sn), tonumber(sc), tonumber(sr), sn, sc }
       runs[arg] = run
     end
     a = a + 1
+    local lined = lead == 43
     local fs = fast[run[1]]
     local fm = fs and fs[1] or tonumber(shapes[run[1]][1])
+    local nk = lined and 3 + fm or 2 + fm
     local n, c = run[2], run[3]
     for _ = 1, run[4] do
       i = i + 1
       if not fs then
         out[i] = redis.error_reply('valve: acquire-many: a short-form request of a shape that has none')
-      elseif kf + 2 + fm > nkeys then
+      elseif kf + nk > nkeys then
         out[i] = redis.error_reply('valve: acquire-many: a request past the last key')
       else
-        local ok, reply = pcall(fast_one, kf, fs, n, c)
-        if ok then
+        local ok, reply, recorded = pcall(fast_one, kf, fs, n, c, lined)
+        if ok and reply == false then
+          -- Handed to acquire_one() (see fast_one), its record already checked. Its keys:
+          -- pause, no leases (the shape has none), rules, record, line.
+          local keys = { KEYS[kf + 1], false, false }
+          for j = 1, fm + 2 do
+            keys[3 + j] = KEYS[kf + 1 + j]
+          end
+          ok, reply = pcall(acquire_one, keys, long_argv(shapes[run[1]], run[5], '', run[6], '0'), time_us,
+            { recorded })
+          out[i] = answer(ok, reply)
+        elseif ok then
           out[i] = reply
         else
           out[i] = answer(ok, reply)
         end
       end
-      kf = kf + 2 + fm
+      kf = kf + nk
     end
   else
     i = i + 1
@@ -311,17 +360,7 @@ while i < k do
       keys[j] = KEYS[kf + j]
     end
     kf = kf + nk
-    -- acquire.lua's ARGV, from the shape and the request's own four strings.
-    local argv = { clock, ARGV[a + 1], shape[1], shape[2], shape[3], ARGV[a + 2] }
-    local r3 = 3 * m
-    for j = 1, r3 do
-      argv[6 + j] = shape[3 + j]
-    end
-    argv[7 + r3] = ARGV[a + 3]
-    argv[8 + r3] = shape[4 + r3]
-    argv[9 + r3] = shape[5 + r3]
-    argv[10 + r3] = ARGV[a + 4]
-    argv[11 + r3] = ''
+    local argv = long_argv(shape, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
     a = a + 5
     local ok, reply = pcall(acquire_one, keys, argv, time_us)
     out[i] = answer(ok, reply)

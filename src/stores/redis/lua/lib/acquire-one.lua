@@ -207,7 +207,9 @@ local function window_count(key, raw, y, k)
   return 0
 end
 
-local function acquire_one(KEYS, ARGV, time_us)
+-- `checked`: nil, or (acquire-many.lua's short form handing a request over) a table whose [1]
+-- is what check_record() already returned for this request: the record is not checked again.
+local function acquire_one(KEYS, ARGV, time_us, checked)
   local clock = ARGV[1]
   local testing = clock ~= ''
   local now
@@ -394,7 +396,9 @@ local function acquire_one(KEYS, ARGV, time_us)
   end
   local recorded = nil
   local record = ARGV[tail]
-  if record and string.sub(record, 1, 1) == '=' then
+  if checked then
+    recorded = checked[1]
+  elseif record and string.sub(record, 1, 1) == '=' then
     local bad_record
     recorded, bad_record = check_record(KEYS[4 + m], string.sub(record, 2), tonumber(ARGV[tail + 1]), now, testing)
     if recorded == false then
