@@ -129,7 +129,7 @@ describe('acquire calls of many ids at once (standalone server)', () => {
     });
   }
 
-  it('every key of the short form holding what valve never writes (or odd forms it accepts) is answered as by acquire.lua, word for word', async () => {
+  it('every key of the short form holding what valve never writes (or odd forms it accepts) is answered as by acquire.lua, word for word (without a ticket and with ticket 0)', async () => {
     const c = await connectClient('ioredis', server);
     try {
       const prefix = uniquePrefix('short-corrupt');
@@ -185,14 +185,25 @@ describe('acquire calls of many ids at once (standalone server)', () => {
       const answer = (p: AcquireResult | PromiseLike<AcquireResult>) =>
         Promise.resolve(p).then(
           (r) =>
-            JSON.stringify({ ...seen(r), retryAfter: r.retryAfter > 0, pausedUntil: r.pausedUntil !== null }),
+            JSON.stringify({
+              ...seen(r),
+              retryAfter: r.retryAfter > 0,
+              pausedUntil: r.pausedUntil !== null,
+              turn: r.turn,
+            }),
           (err: unknown) => String(err).replaceAll(/\{(alone|together)-\d+\}/g, '{id}'),
         );
       const cases = [
         ...strings.map(([key, v]) => ({ key, v, list: false })),
         ...typed.map((key) => ({ key, v: 'x', list: true })),
       ];
-      for (const { key, v, list } of cases) {
+      for (const [{ key, v, list }, turn] of cases.flatMap(
+        (c) =>
+          [
+            [c, undefined],
+            [c, 0],
+          ] as const,
+      )) {
         const put = async (id: string) => {
           const name = `${prefix}:{${id}}:${key}`;
           await respCommand(server, list ? ['RPUSH', name, v] : ['SET', name, v]);
@@ -202,12 +213,12 @@ describe('acquire calls of many ids at once (standalone server)', () => {
         await put(a);
         await put(t);
         const record = gcra.digest;
-        const alone = await answer(store.acquire({ id: a, rules, costs: [1], count: 1, record }));
+        const alone = await answer(store.acquire({ id: a, rules, costs: [1], count: 1, record, turn }));
         const [together] = await Promise.all([
-          answer(store.acquire({ id: t, rules, costs: [1], count: 1, record })),
-          store.acquire({ id: `other-${i}`, rules, costs: [1], count: 1, record }),
+          answer(store.acquire({ id: t, rules, costs: [1], count: 1, record, turn })),
+          store.acquire({ id: `other-${i}`, rules, costs: [1], count: 1, record, turn }),
         ]);
-        expect(together, `${key} = ${JSON.stringify(v)}${list ? ' (a list)' : ''}`).toBe(alone);
+        expect(together, `${key} = ${JSON.stringify(v)}${list ? ' (a list)' : ''}, turn ${turn}`).toBe(alone);
       }
     } finally {
       await c.close();
