@@ -94,9 +94,9 @@ local ttls = {}
 -- record, and when `lined` the line) start after KEYS[kf] (the caller checked that they are
 -- there): n jobs of cost c each, no leases, no ticket, or (`lined`) ticket 0. The same reads,
 -- writes, checks and reply, in the same order. With ticket 0, acquire_one() reads and writes
--- the line only when a job is refused on rate under GCRA rules only: then fast_one() returns
--- false and the record's check (before anything is written) and the caller hands the request
--- to acquire_one().
+-- the line only when a job is refused on rate under GCRA rules only: then fast_one() writes
+-- nothing and returns false and what the record's check returned, and the caller hands the
+-- request to acquire_one().
 -- Inlined here (the per-admission path): read(), pause_until()'s read of a missing pause,
 -- gcra_tat() of a missing state, gcra_fit() for one job, write_state() and ttl_ms().
 -- The call's clock (see below), upvalues of fast_one.
