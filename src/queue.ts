@@ -143,6 +143,9 @@ function heapPop(heap: number[]): number {
   return top;
 }
 
+/** The largest emptied bucket (its ring's capacity) a queue keeps for its next item. */
+const KEEP_EMPTY = 16;
+
 /**
  * The priority queue. `size` counts stored items, including cancelled ones not yet skipped.
  * The owner reports each item it cancels in place with {@link JobQueue.dropped}; once they
@@ -159,13 +162,15 @@ export class JobQueue<T extends QueueItem> {
   /** Distinct priorities that have a bucket: a binary max-heap. */
   private readonly priorities: number[] = [];
   private readonly buckets = new Map<number, Bucket<T>>();
-  /** The bucket of the highest priority (fast path), or undefined when empty. */
+  /** The bucket of the highest priority (fast path); when the queue is empty, undefined or the one bucket kept. */
   private top: Bucket<T> | undefined;
   size = 0;
 
   private bucketFor(priority: number): Bucket<T> {
     let bucket = this.buckets.get(priority);
     if (bucket === undefined) {
+      // The bucket kept empty (see dropTop) is the only one: it goes, as any empty bucket.
+      if (this.top !== undefined && this.top.size === 0) this.dropTop();
       bucket = new Bucket<T>(priority);
       this.buckets.set(priority, bucket);
       heapPush(this.priorities, priority);
@@ -196,10 +201,13 @@ export class JobQueue<T extends QueueItem> {
   /** Removes and returns the head item, or undefined. */
   shift(): T | undefined {
     const top = this.top;
-    if (top === undefined) return undefined;
+    if (top === undefined || top.size === 0) return undefined;
     const item = top.shift()!;
     this.size--;
-    if (top.size === 0) this.dropTop();
+    // The last bucket, emptied, stays (with its priority in the heap and the map) while it is
+    // small: a valve that runs one job at a time (a valve group's key) would otherwise make and
+    // drop a bucket, a map entry and a heap slot for every job.
+    if (top.size === 0 && (this.priorities.length > 1 || top.items.length > KEEP_EMPTY)) this.dropTop();
     if (this.dead > 0 && !this.isLive(item)) this.dead--;
     return item;
   }
