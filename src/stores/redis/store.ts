@@ -288,7 +288,7 @@ class RedisStore implements Store {
         small(count),
         lease ? `${this.nonceBase}${(this.nonceSeq++).toString(36)}` : '',
         small(first),
-        ticket === undefined ? '' : String(ticket),
+        ticket === undefined ? '' : small(ticket),
         lease !== undefined,
         request.record !== undefined,
         ticket !== undefined,
