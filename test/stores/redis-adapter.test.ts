@@ -4,7 +4,7 @@
  * among them, into their prototype, so `client.constructor.Command` is not there), without
  * sending anything.
  */
-import { Command as IoCommand, Redis as IORedis } from 'ioredis';
+import { Redis as IORedis, Command as IoCommand } from 'ioredis';
 import IORedis6 from 'ioredis6';
 import Valkey from 'iovalkey';
 import { describe, expect, it } from 'vitest';

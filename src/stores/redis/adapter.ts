@@ -221,7 +221,9 @@ export function commandClass(client: object): unknown {
     };
     (p.evalsha as Fn).call(p, '0', '0');
     const proto = typeof made === 'function' ? (made as { prototype?: unknown }).prototype : undefined;
-    return typeof (proto as { toWritable?: unknown } | undefined)?.toWritable === 'function' ? made : undefined;
+    return typeof (proto as { toWritable?: unknown } | undefined)?.toWritable === 'function'
+      ? made
+      : undefined;
   } catch {
     return undefined;
   }
