@@ -250,14 +250,13 @@ export class Admission {
     // A second call carries only jobs of the first call's cost (see Line.mayPipeline).
     const firstCost = piped ? line.sentCall().uniform : Number.NaN;
     const max = Math.min(free, pace.ask);
-    const jobs = line.tail(piped);
     const costs = call.costs;
     let n = 0;
     let uniform = Number.NaN;
     while (n < max) {
       const job = waiting.take(now, firstCost);
       if (job === undefined) break;
-      jobs.push(job);
+      line.add(job, piped);
       costs[n] = job.cost;
       if (n === 0) uniform = job.cost;
       else if (job.cost !== uniform) uniform = Number.NaN;

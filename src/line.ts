@@ -97,13 +97,22 @@ export class Line {
    * not get keeps its place ahead of the second call's. When no call is left in flight, jobs
    * still in line go back to the queue (requeue).
    */
-  private entries: Job[] = [];
+  private entries: (Job | undefined)[] = [];
   /** Index of the line's front in `entries`. */
   private head = 0;
+  /**
+   * End of the line in `entries` (slots from it on are empty). The arrays here keep their
+   * length and are emptied slot by slot: setting an array's length to 0 drops its storage in
+   * V8, and the next job would allocate it again (a valve group's key empties its line at
+   * every answer).
+   */
+  private end = 0;
   /** A pipelined call's jobs, in queue order, until join() merges them into the line. Empty between rounds. */
-  private incoming: Job[] = [];
-  /** The array join() merges into, then swapped with `entries`. Empty between merges. */
-  private mergeBuffer: Job[] = [];
+  private incoming: (Job | undefined)[] = [];
+  /** Jobs in `incoming`. */
+  private incomingCount = 0;
+  /** The array join() merges into, then swapped with `entries`. Every slot empty between merges. */
+  private mergeBuffer: (Job | undefined)[] = [];
   /** The last answer granted every job it was asked for (the rules are not binding). */
   private lastFull = false;
 
@@ -132,7 +141,7 @@ export class Line {
 
   /** Jobs in line (they may all start). */
   get length(): number {
-    return this.entries.length - this.head;
+    return this.end - this.head;
   }
 
   /** The call to fill next: one that is not in flight. */
@@ -145,9 +154,10 @@ export class Line {
     return this.calls[0].state === CALL_SENT ? this.calls[0] : this.calls[1];
   }
 
-  /** Where a new call's jobs go, in queue order: the line itself, or (pipelined) a buffer that join() merges. */
-  tail(piped: boolean): Job[] {
-    return piped ? this.incoming : this.entries;
+  /** Adds a new call's job, in queue order: to the line itself, or (pipelined) to a buffer that join() merges. */
+  add(job: Job, piped: boolean): void {
+    if (piped) this.incoming[this.incomingCount++] = job;
+    else this.entries[this.end++] = job;
   }
 
   /**
@@ -172,26 +182,31 @@ export class Line {
   join(): void {
     const line = this.entries;
     const incoming = this.incoming;
-    if (line.length === this.head || !ranksAhead(incoming[0]!, line[line.length - 1]!)) {
+    const n = this.incomingCount;
+    const end = this.end;
+    if (end === this.head || !ranksAhead(incoming[0]!, line[end - 1]!)) {
       // The common case: nothing newer ranks ahead of the jobs already in line.
-      for (let i = 0; i < incoming.length; i++) line.push(incoming[i]!);
+      for (let i = 0; i < n; i++) line[this.end++] = incoming[i];
     } else {
       const merged = this.mergeBuffer;
+      let k = 0;
       let i = this.head;
       let j = 0;
-      while (i < line.length || j < incoming.length) {
-        if (j >= incoming.length || (i < line.length && !ranksAhead(incoming[j]!, line[i]!))) {
-          merged.push(line[i++]!);
+      while (i < end || j < n) {
+        if (j >= n || (i < end && !ranksAhead(incoming[j]!, line[i]!))) {
+          merged[k++] = line[i++];
         } else {
-          merged.push(incoming[j++]!);
+          merged[k++] = incoming[j++];
         }
       }
-      line.length = 0;
+      for (let x = this.head; x < end; x++) line[x] = undefined;
       this.mergeBuffer = line;
       this.entries = merged;
       this.head = 0;
+      this.end = k;
     }
-    incoming.length = 0;
+    for (let i = 0; i < n; i++) incoming[i] = undefined;
+    this.incomingCount = 0;
   }
 
   /** Marks `call` sent at `now`, remembering the pause epochs of that moment. */
@@ -218,25 +233,28 @@ export class Line {
    */
   start(count: number, leases: readonly Lease[] | undefined, sentAt: number, now: number): void {
     const line = this.entries;
-    for (let k = 0; k < count && this.head < line.length; k++) {
+    for (let k = 0; k < count && this.head < this.end; k++) {
       const job = line[this.head]!;
-      line[this.head++] = undefined as unknown as Job;
+      line[this.head++] = undefined;
       const lease = leases?.[k];
       if (job.state === INFLIGHT) this.jobs.start(job, lease, sentAt, now);
       else if (lease !== undefined) this.leases.releaseLater(lease.token); // cancelled in flight: lease freed
     }
+    // Every slot empty: the line starts again from the front of its array.
+    if (this.head === this.end) this.head = this.end = 0;
   }
 
   /** Jobs left in line go back to the queue, last first (each insert then lands at its front). */
   requeue(waiting: Waiting): void {
     const line = this.entries;
-    for (let i = line.length - 1; i >= this.head; i--) {
+    for (let i = this.end - 1; i >= this.head; i--) {
       const job = line[i]!;
+      line[i] = undefined;
       if (job.state !== INFLIGHT) continue; // ended meanwhile (cancelled, expired, closed)
       waiting.putBack(job);
     }
-    line.length = 0;
     this.head = 0;
+    this.end = 0;
   }
 
   /** The failed call's share of the line: the jobs a call still in flight cannot grant. */
@@ -248,22 +266,24 @@ export class Line {
   /** onStoreError 'throw': the last `share` jobs of the line end with `error`. */
   endTail(share: number, error: unknown): void {
     const line = this.entries;
-    const keep = line.length - share;
-    for (let i = keep; i < line.length; i++) {
+    const end = this.end;
+    const keep = end - share;
+    for (let i = keep; i < end; i++) {
       const job = line[i]!;
       if (job.state === INFLIGHT) this.jobs.end(job, error);
     }
-    line.length = keep;
+    for (let i = keep; i < end; i++) line[i] = undefined;
+    this.end = keep;
     if (keep === this.head) {
-      line.length = 0;
       this.head = 0;
+      this.end = 0;
     }
   }
 
   /** close() without drain: the jobs of the calls in flight, or of a batch being started, end with `error`. */
   endAll(error: unknown): void {
     const line = this.entries;
-    for (let i = this.head; i < line.length; i++) {
+    for (let i = this.head; i < this.end; i++) {
       const job = line[i];
       if (job !== undefined && job.state === INFLIGHT) this.jobs.end(job, error);
     }

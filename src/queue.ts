@@ -1,7 +1,7 @@
 /**
  * The local queue: jobs ordered by (priority desc, sequence asc).
  *
- * One FIFO ring buffer per distinct priority, plus a max-heap of the distinct
+ * One FIFO ring buffer per distinct priority, plus (with more than one) a max-heap of the distinct
  * priorities that currently have a bucket. Enqueue and dequeue are O(1) for a known
  * priority; a new priority costs O(log P) (P distinct priorities queued), so even
  * priorities that are all different (deadlines, timestamps) stay cheap. Items
@@ -26,7 +26,11 @@ class Bucket<T extends QueueItem> {
   size = 0;
   mask: number;
 
-  constructor(readonly priority: number) {
+  /** Its items' priority (the one bucket of a queue, emptied, takes the next item's). */
+  priority: number;
+
+  constructor(priority: number) {
+    this.priority = priority;
     // Small at first: a queue with many distinct priorities has many small buckets.
     this.items = new Array(2);
     this.mask = 1;
@@ -143,6 +147,9 @@ function heapPop(heap: number[]): number {
   return top;
 }
 
+/** The largest emptied bucket (its ring's capacity) a queue keeps for its next item. */
+const KEEP_EMPTY = 16;
+
 /**
  * The priority queue. `size` counts stored items, including cancelled ones not yet skipped.
  * The owner reports each item it cancels in place with {@link JobQueue.dropped}; once they
@@ -156,21 +163,47 @@ export class JobQueue<T extends QueueItem> {
   /** @param isLive tells a live item from a cancelled one, for compaction. */
   constructor(private readonly isLive: (item: T) => boolean = () => true) {}
 
-  /** Distinct priorities that have a bucket: a binary max-heap. */
-  private readonly priorities: number[] = [];
-  private readonly buckets = new Map<number, Bucket<T>>();
-  /** The bucket of the highest priority (fast path), or undefined when empty. */
+  /*
+   * With one priority stored (the common case), its bucket alone: `top`, and neither heap nor
+   * map. With more, every bucket in `buckets` by priority and its priority in `priorities` (a
+   * binary max-heap); back to the bucket alone when one is left. The one bucket, emptied, stays
+   * while it is small (KEEP_EMPTY), and takes the priority of the next item: a valve that runs
+   * one job at a time (a valve group's key) would otherwise make and drop a bucket for every job.
+   */
+  /** Distinct priorities that have a bucket: a binary max-heap; null with one bucket at most. */
+  private priorities: number[] | null = null;
+  /** The buckets by priority; null with one bucket at most. */
+  private buckets: Map<number, Bucket<T>> | null = null;
+  /** The bucket of the highest priority (fast path); when the queue is empty, undefined or the one bucket kept. */
   private top: Bucket<T> | undefined;
   size = 0;
 
   private bucketFor(priority: number): Bucket<T> {
-    let bucket = this.buckets.get(priority);
-    if (bucket === undefined) {
-      bucket = new Bucket<T>(priority);
-      this.buckets.set(priority, bucket);
-      heapPush(this.priorities, priority);
-      if (this.top === undefined || priority > this.top.priority) this.top = bucket;
+    const top = this.top;
+    if (top !== undefined && top.priority === priority) return top;
+    const buckets = this.buckets;
+    if (buckets !== null) return buckets.get(priority) ?? this.added(priority);
+    if (top === undefined) {
+      const bucket = new Bucket<T>(priority);
+      this.top = bucket;
+      return bucket;
     }
+    if (top.size === 0) {
+      top.priority = priority;
+      return top;
+    }
+    // A second priority: the map and the heap, the first bucket in them.
+    this.buckets = new Map([[top.priority, top]]);
+    this.priorities = [top.priority];
+    return this.added(priority);
+  }
+
+  /** A new bucket in the map and the heap. */
+  private added(priority: number): Bucket<T> {
+    const bucket = new Bucket<T>(priority);
+    this.buckets!.set(priority, bucket);
+    heapPush(this.priorities!, priority);
+    if (this.top === undefined || priority > this.top.priority) this.top = bucket;
     return bucket;
   }
 
@@ -196,10 +229,13 @@ export class JobQueue<T extends QueueItem> {
   /** Removes and returns the head item, or undefined. */
   shift(): T | undefined {
     const top = this.top;
-    if (top === undefined) return undefined;
+    if (top === undefined || top.size === 0) return undefined;
     const item = top.shift()!;
     this.size--;
-    if (top.size === 0) this.dropTop();
+    if (top.size === 0) {
+      if (this.buckets !== null) this.dropTop();
+      else if (top.items.length > KEEP_EMPTY) this.top = undefined;
+    }
     if (this.dead > 0 && !this.isLive(item)) this.dead--;
     return item;
   }
@@ -213,24 +249,44 @@ export class JobQueue<T extends QueueItem> {
   /** Removes every cancelled item in one pass. */
   compact(): void {
     const keep = this.isLive;
-    const ps = this.priorities;
+    const buckets = this.buckets;
+    if (buckets === null) {
+      if (this.top !== undefined) this.size -= this.top.filter(keep);
+      this.dead = 0;
+      return;
+    }
+    const ps = this.priorities!;
     const left: number[] = [];
     for (const p of ps) {
-      const bucket = this.buckets.get(p)!;
+      const bucket = buckets.get(p)!;
       this.size -= bucket.filter(keep);
-      if (bucket.size === 0) this.buckets.delete(p);
+      if (bucket.size === 0) buckets.delete(p);
       else left.push(p);
     }
-    ps.length = 0;
-    for (const p of left) heapPush(ps, p);
-    this.top = ps.length === 0 ? undefined : this.buckets.get(ps[0]!);
+    if (left.length <= 1) {
+      this.top = left.length === 0 ? undefined : buckets.get(left[0]!);
+      this.buckets = null;
+      this.priorities = null;
+    } else {
+      ps.length = 0;
+      for (const p of left) heapPush(ps, p);
+      this.top = buckets.get(ps[0]!);
+    }
     this.dead = 0;
   }
 
+  /** With several buckets: the emptied top one goes; with one left, it stays alone. */
   private dropTop(): void {
-    const ps = this.priorities;
-    this.buckets.delete(heapPop(ps));
-    this.top = ps.length === 0 ? undefined : this.buckets.get(ps[0]!);
+    const ps = this.priorities!;
+    const buckets = this.buckets!;
+    buckets.delete(heapPop(ps));
+    if (ps.length <= 1) {
+      this.top = ps.length === 0 ? undefined : buckets.get(ps[0]!);
+      this.buckets = null;
+      this.priorities = null;
+    } else {
+      this.top = buckets.get(ps[0]!);
+    }
   }
 
   /** Removes every item and returns them in queue order. */

@@ -236,10 +236,26 @@ function groupAdapter(name: string, useRedis: boolean): Adapter {
  */
 function countCalls(inner: GrantSource): unknown {
   const counted = Object.create(inner) as GrantSource;
-  counted.acquire = (request: unknown): unknown => {
+  const acquire = (request: unknown): unknown => {
     acquireStats.calls++;
     return inner.acquire(request);
   };
+  // The store's acquire may carry its callback form under a symbol (valve's internal
+  // ACQUIRE_WITH, which a valve uses instead of the promise when present): counted too, so
+  // that the wrapper does not send valve down the promise path a store passed as it is never
+  // takes (until 2026-12-02 it did: a promise, its reaction and a microtask more per call).
+  const own = inner.acquire as unknown as Record<symbol, unknown>;
+  for (const symbol of Object.getOwnPropertySymbols(own)) {
+    const form = own[symbol];
+    if (typeof form !== 'function') continue;
+    Object.defineProperty(acquire, symbol, {
+      value: function (this: unknown, ...args: unknown[]): unknown {
+        acquireStats.calls++;
+        return (form as (...a: unknown[]) => unknown).apply(this, args);
+      },
+    });
+  }
+  counted.acquire = acquire;
   return counted;
 }
 

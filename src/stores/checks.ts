@@ -187,6 +187,15 @@ export function checkRequest(request: unknown, distinct: (StoreRule | undefined)
   return n;
 }
 
+/**
+ * Empties the first `m` slots of a store's scratch array of distinct rules (see
+ * {@link checkRequest}), keeping its storage: an array's length set to 0 drops it in V8, and
+ * the next call would allocate it again.
+ */
+export function emptyRules(distinct: (StoreRule | undefined)[], m: number): void {
+  for (let r = 0; r < m; r++) distinct[r] = undefined;
+}
+
 /** The longest rule-set record (digests joined by ','). */
 const MAX_RECORD = 4096;
 /** The longest `recordTtl` (365 days, in ms). */

@@ -53,6 +53,36 @@ describe('JobQueue', () => {
     expect((cpu.user + cpu.system) / 1000).toBeLessThan(5000);
   });
 
+  it('a queue emptied one item at a time (its last bucket kept) takes any priority next', () => {
+    const q = new JobQueue<Item>();
+    let seq = 0;
+    // Small and large buckets (a large one is dropped when emptied), then other priorities.
+    for (const [priority, n] of [
+      [0, 1],
+      [0, 1],
+      [3, 40],
+      [-1, 2],
+      [-1, 1],
+      [2, 1],
+    ] as const) {
+      const items = Array.from({ length: n }, () => ({ priority, seq: seq++ }));
+      for (const item of items) q.push(item);
+      expect(q.peek()).toBe(items[0]);
+      expect(q.drain()).toEqual(items);
+      expect(q.size).toBe(0);
+      expect(q.peek()).toBeUndefined();
+      expect(q.shift()).toBeUndefined();
+    }
+    // An item put back into the emptied queue, then a higher and a lower priority.
+    const back = { priority: 2, seq: 0 };
+    q.insert(back);
+    const high = { priority: 9, seq: seq++ };
+    const low = { priority: -9, seq: seq++ };
+    q.push(low);
+    q.push(high);
+    expect(q.drain()).toEqual([high, back, low]);
+  });
+
   it('insert() puts items back by sequence', () => {
     const q = new JobQueue<Item>();
     for (let seq = 10; seq < 20; seq++) q.push({ priority: 0, seq });
@@ -96,6 +126,7 @@ describe('JobQueue', () => {
               for (const item of taken.reverse()) q.insert(item);
             }
             expect(q.size).toBe(model.length);
+            expect(q.peek()).toBe(model[0]);
           }
           expect(q.drain()).toEqual(model);
           model = [];

@@ -392,15 +392,14 @@ export class Acquires {
       if (typeof reply === 'number' && !req.leased) {
         // The short reply (acquire-many.lua): every job granted at `reply` µs (and with ticket
         // 0, no ticket held).
-        const result: AcquireResult = {
-          granted: Number(req.count),
-          retryAfter: 0,
-          blocked: null,
-          pausedUntil: null,
-          now: reply / 1000,
-        };
-        if (req.turned) result.turn = 0;
-        deliver(resolve, result);
+        const granted = Number(req.count);
+        const now = reply / 1000;
+        deliver(
+          resolve,
+          req.turned
+            ? { granted, retryAfter: 0, blocked: null, pausedUntil: null, now, turn: 0 }
+            : { granted, retryAfter: 0, blocked: null, pausedUntil: null, now },
+        );
         continue;
       }
       let result: AcquireResult;

@@ -173,7 +173,7 @@ const NO_ARGS: unknown[] = [];
  * no `Command` class or `sendCommand()` (then `evalsha()` is used).
  */
 function directEvalsha(client: object): ScriptCall | null {
-  const Command = (client.constructor as { Command?: unknown }).Command;
+  const Command = commandClass(client);
   const send = method(client, 'sendCommand');
   const options = (client as { options?: Record<string, unknown> }).options;
   if (
@@ -197,6 +197,36 @@ function directEvalsha(client: object): ScriptCall | null {
     command.args = args;
     return send.call(client, command) as Promise<unknown>;
   };
+}
+
+/**
+ * The client's `Command` class: its class's static `Command`, or (ioredis 5 and iovalkey, whose
+ * prototype gets EventEmitter's members mixed in, `constructor` among them, so that
+ * `client.constructor` is EventEmitter) the class of a command made by one of the client's
+ * pipelines, which is never executed: its sendCommand() only takes the command, nothing is
+ * queued or sent. Undefined when neither way finds one.
+ */
+export function commandClass(client: object): unknown {
+  const own = (client.constructor as { Command?: unknown } | undefined)?.Command;
+  if (typeof own === 'function') return own;
+  const pipeline = method(client, 'pipeline');
+  if (pipeline === undefined) return undefined;
+  try {
+    const p = pipeline.call(client) as { sendCommand?: unknown; evalsha?: unknown };
+    if (typeof p !== 'object' || p === null || typeof p.evalsha !== 'function') return undefined;
+    let made: unknown;
+    p.sendCommand = (command: unknown): unknown => {
+      made = (command as { constructor?: unknown } | null)?.constructor;
+      return undefined;
+    };
+    (p.evalsha as Fn).call(p, '0', '0');
+    const proto = typeof made === 'function' ? (made as { prototype?: unknown }).prototype : undefined;
+    return typeof (proto as { toWritable?: unknown } | undefined)?.toWritable === 'function'
+      ? made
+      : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** A reply element as a number (RESP2/RESP3: number, numeric string, bigint or Buffer). */
