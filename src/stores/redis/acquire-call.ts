@@ -182,6 +182,7 @@ export function shapeOf(
     // acquire-many.lua's short form (see its header): no leases, GCRA and fixed-window rules only.
     let short = m > 0 && !lease;
     for (let r = 0; r < m && short; r++) short = distinct[r]!.algorithm !== 'sliding-window';
+    const shortKeys = short ? [keys.pause, ...keyList.slice(3, 3 + m), keys.rules] : null;
     shape = {
       owner,
       id,
@@ -195,8 +196,9 @@ export function shapeOf(
       tail,
       spec,
       specKey: spec.join(' '),
-      shortKeys: short ? [keys.pause, ...keyList.slice(3, 3 + m), keys.rules] : null,
-      shortLinedKeys: short ? [keys.pause, ...keyList.slice(3, 3 + m), keys.rules, keyList[4 + m]!] : null,
+      shortKeys,
+      // With ticket 0 the line's key follows (the last of keyList).
+      shortLinedKeys: shortKeys && [...shortKeys, keyList[4 + m]!],
     };
   }
   if (previous === undefined) cache.set(request.rules, shape);
