@@ -169,13 +169,19 @@ export class Reader {
    * Tightens a coarse window reset with what the valve's earlier responses said of the same
    * window (windows.ts): the wait until the tightest upper bound known, or `waitMs` itself
    * without window bounds or for a precise value.
+   *
+   * The fleet's record (see()) gets this response's own bound, not the tightened one: this
+   * process tells windows apart by its own counts, which are a part of the fleet's, so an answer
+   * of the next window can pass here for one of the window before (its count no higher than the
+   * lowest this process saw, before that window's bound) and take its earlier reset. The record
+   * tells windows apart by send numbers and intersects the bounds of every process's answers.
    */
   tightened(key: string, remaining: number, waitMs: number, precisionMs: number): number {
     const bound =
       this.windows === undefined || precisionMs < 1000
         ? waitMs
         : this.windows.tighten(key, remaining, waitMs, this.now);
-    this.see(key, remaining, bound);
+    this.see(key, remaining, waitMs);
     return bound;
   }
 

@@ -124,7 +124,7 @@ export interface WindowSeen {
   /** The lower-case header that gave the reset. */
   readonly header: string;
   readonly remaining: number;
-  /** The reset's upper bound (ms from the response), tightened by earlier responses of this process. */
+  /** The reset's upper bound (ms from the response) that this response stated (the fleet's record intersects them). */
   readonly waitMs: number;
 }
 

@@ -89,6 +89,22 @@ describe('readBag with the requests in flight and the window bounds', () => {
     });
   }
 
+  it("the fleet's record gets each response's own bound, not one tightened by this process's earlier answers", () => {
+    // This process saw a window's answer early (reset ≤ T + 1000) and one with 3 left. The
+    // provider's window reset at T + 500 (other processes spent it); the next one opened then.
+    const windows = new WindowBounds();
+    readBag(express(5, 1), { now: T, maxPause: MAX, windows });
+    readBag(express(3, 1), { now: T + 100, maxPause: MAX, windows });
+    // An answer of the next window, whose count (2) is no higher than the lowest seen here and
+    // which came before the earlier bound: read here as the same window, its reset would be
+    // T + 1000, before the true one (T + 1500 at most, from this answer itself).
+    const next = readBag(express(2, 1), { now: T + 600, maxPause: MAX, windows });
+    expect(next.window).toMatchObject({ remaining: 2, waitMs: 1000 });
+    // The spent count of that window: the fleet gets this answer's bound (T + 1900 at most).
+    const spent = readBag(express(0, 1), { now: T + 900, maxPause: MAX, windows });
+    expect(spent.window).toMatchObject({ remaining: 0, waitMs: 1000 });
+  });
+
   it("a 429's Retry-After: 1 stating the same rounded reset as the window's header takes the window's tighter bound", () => {
     const windows = new WindowBounds();
     readBag(fastify(19, 1), { now: T, maxPause: MAX, windows });
