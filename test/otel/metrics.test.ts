@@ -9,6 +9,8 @@ import { createValveGroup } from '../../src/group.js';
 import { OBSERVE, type ValveObserver } from '../../src/observer.js';
 import { errorType } from '../../src/otel/instruments.js';
 import { instrument, instrumentStore } from '../../src/otel.js';
+import { memoryStore } from '../../src/stores/memory.js';
+import { ACQUIRE_WITH, type AcquireRequest, type AcquireWith, type Store } from '../../src/stores/store.js';
 import type { Valve } from '../../src/types.js';
 import { createValve } from '../../src/valve.js';
 import { FakeClock, flushMicrotasks } from '../helpers/fake-clock.js';
@@ -328,6 +330,51 @@ describe('instrument(group)', () => {
     expect((await collect(own.reader)).value('valve.job.started')).toBe(1);
     expect((await collect(shared.reader)).value('valve.job.started')).toBe(1);
     await group.close();
+  });
+});
+
+describe('instrumentStore() of a store with a callback form of acquire (the Redis store)', () => {
+  it('keeps that form: the valve calls it through the wrapper, each call timed, failures with error.type', async () => {
+    const { reader, meter, provider } = meterSetup();
+    cleanup.push(() => provider.shutdown());
+    const inner = memoryStore();
+    const calls = { promise: 0, callback: 0 };
+    let failNext = 0;
+    const acquire = (request: AcquireRequest) => {
+      calls.promise++;
+      return inner.acquire(request);
+    };
+    const acquireWith: AcquireWith = (request, onAnswer, onFail) => {
+      calls.callback++;
+      if (failNext > 0) {
+        failNext--;
+        queueMicrotask(() => onFail(new StoreDown('down')));
+        return;
+      }
+      Promise.resolve(inner.acquire(request)).then(onAnswer, onFail);
+    };
+    Object.defineProperty(acquire, ACQUIRE_WITH, { value: acquireWith });
+    const store = instrumentStore({ ...inner, acquire, pause: inner.pause.bind(inner) } as Store, { meter });
+    expect(typeof (store.acquire as { [ACQUIRE_WITH]?: unknown })[ACQUIRE_WITH]).toBe('function');
+    const valve = createValve({
+      id: 'cb',
+      rules: { limit: 1000, interval: '1s', burst: 1000 },
+      store,
+      onStoreError: 'throw',
+    });
+    cleanup.push(() => valve.close());
+    valve.on('store-error', quiet);
+    for (let i = 0; i < 5; i++) await valve.run(() => i);
+    failNext = 1;
+    await expect(valve.run(() => 'x')).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' });
+    expect(calls.promise).toBe(0);
+    expect(calls.callback).toBe(6);
+    const m = await collect(reader);
+    const op = { 'valve.store.operation.name': 'acquire' };
+    expect(m.value<Histogram>('valve.store.operation.duration', op)).toMatchObject({ count: 5 });
+    expect(
+      m.value<Histogram>('valve.store.operation.duration', { ...op, 'error.type': 'StoreDown' }),
+    ).toMatchObject({ count: 1 });
   });
 });
 
