@@ -7,6 +7,7 @@ import { Redis as IORedis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createValve, redisStore, type Store } from '../../src/index.js';
 import { instrument, instrumentStore } from '../../src/otel.js';
+import { ACQUIRE_WITH } from '../../src/stores/store.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 import { collect, type Histogram, meterSetup } from './reader.js';
 
@@ -93,6 +94,41 @@ describe('instrumentStore(redisStore)', () => {
     ).toBe(storeErrors.length);
     expect(m.value('valve.job.started')).toBe(10);
     expect(m.value('valve.job.rejected', { 'error.type': 'STORE_UNAVAILABLE' })).toBe(2);
+    await valve.close();
+    await provider.shutdown();
+  });
+  it("keeps the Redis store's callback form of acquire: jobs run through it and every call is timed", async () => {
+    const { reader, meter, provider } = meterSetup();
+    const { host, port } = sharedRedis();
+    const client = new IORedis({ host, port });
+    clients.push(client);
+    client.on('error', () => {});
+    const inner = redisStore({ client, prefix: uniquePrefix('otel-cb') });
+    const store = instrumentStore(inner, { meter });
+    const callbackForm = (store.acquire as { [ACQUIRE_WITH]?: unknown })[ACQUIRE_WITH];
+    expect(typeof callbackForm).toBe('function');
+    // The promise form of the wrapper is not what the valve calls.
+    let promised = 0;
+    const plain = store.acquire;
+    const acquire = (r: Parameters<Store['acquire']>[0]) => {
+      promised++;
+      return plain(r);
+    };
+    Object.defineProperty(acquire, ACQUIRE_WITH, { value: callbackForm });
+    const valve = createValve({
+      id: 'cb',
+      rules: { limit: 100, interval: '1s', burst: 100 },
+      store: { ...store, acquire },
+    });
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => valve.run(() => i)));
+    expect(results).toHaveLength(20);
+    expect(promised).toBe(0);
+    const m = await collect(reader);
+    const timed = m.value<Histogram>('valve.store.operation.duration', {
+      'valve.store.operation.name': 'acquire',
+    });
+    expect(timed!.count).toBeGreaterThan(0);
+    expect(timed!.sum).toBeGreaterThan(0);
     await valve.close();
     await provider.shutdown();
   });
