@@ -354,7 +354,14 @@ describe('instrumentStore() of a store with a callback form of acquire (the Redi
       Promise.resolve(inner.acquire(request)).then(onAnswer, onFail);
     };
     Object.defineProperty(acquire, ACQUIRE_WITH, { value: acquireWith });
-    const store = instrumentStore({ ...inner, acquire, pause: inner.pause.bind(inner) } as Store, { meter });
+    const withBoth: Store = {
+      acquire,
+      pause: (id, ms) => inner.pause(id, ms),
+      resume: (id) => inner.resume(id),
+      renew: (id, tokens, ttl) => inner.renew(id, tokens, ttl),
+      release: (id, tokens) => inner.release(id, tokens),
+    };
+    const store = instrumentStore(withBoth, { meter });
     expect(typeof (store.acquire as { [ACQUIRE_WITH]?: unknown })[ACQUIRE_WITH]).toBe('function');
     const valve = createValve({
       id: 'cb',

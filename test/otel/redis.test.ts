@@ -97,6 +97,7 @@ describe('instrumentStore(redisStore)', () => {
     await valve.close();
     await provider.shutdown();
   });
+
   it("keeps the Redis store's callback form of acquire: jobs run through it and every call is timed", async () => {
     const { reader, meter, provider } = meterSetup();
     const { host, port } = sharedRedis();
