@@ -31,6 +31,8 @@ export interface FleetResult {
   /** With FleetOptions.steady: the starts (by their start times) in that window, and its length. */
   readonly steady?: { readonly started: number; readonly ms: number };
   readonly redis: RedisCounters;
+  /** Wall time between the two Redis counter readings that `redis` is the difference of, ms. */
+  readonly counterMs: number;
   /** Keys and used memory sampled halfway through the run (keys with a TTL may be gone at the end). */
   readonly mid: { readonly keys: number; readonly usedMemoryDelta: number };
 }
@@ -129,12 +131,14 @@ export async function runFleet(o: FleetOptions): Promise<FleetResult> {
     });
     await Promise.all(ready);
     const before = await readCounters(admin);
+    const countedFrom = nowMs();
     const done = children.map((c) => waitFor(c, 'done'));
     const at = nowMs() + 300;
     for (const c of children) c.send({ type: 'go', at });
     await new Promise((r) => setTimeout(r, Math.max(0, at + o.durationMs / 2 - nowMs())));
     const midway = await readCounters(admin);
     const results = await Promise.all(done);
+    const countedTo = nowMs();
     const after = await readCounters(admin);
     const exited = children.map((c) => new Promise((r) => c.once('exit', r)));
     for (const c of children) c.send({ type: 'exit' });
@@ -160,6 +164,7 @@ export async function runFleet(o: FleetOptions): Promise<FleetResult> {
           }
         : {}),
       redis: diffCounters(before, after, 2),
+      counterMs: countedTo - countedFrom,
       mid: { keys: midway.keys, usedMemoryDelta: midway.usedMemory - before.usedMemory },
     };
   } finally {

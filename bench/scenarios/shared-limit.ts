@@ -9,7 +9,12 @@
  * per job (INFO commandstats and used_cpu deltas, as in redis-throughput.ts).
  * Cases: "burst B, P processes" for B in 1, 20 and P in 4, 16 (10 s each, 3 s with --quick);
  * `--peer valve-redis-spin` runs valve with precision: 'spin' in any of them.
+ * `--background N`: the Redis also serves N other commands a second during the run (GET and SET
+ * from another client, bench/lib/background.ts); Redis CPU and commands per job are then the
+ * peer's marginal cost (the run's minus the background's own, measured alone for 3 s before
+ * and after the run), and `backgroundCpuPct` is what the background alone costs the server.
  */
+import { type Background, startBackground } from '../lib/background.js';
 import { emit, parseScenarioArgs, round, windowStats } from '../lib/common.js';
 import { runFleet } from '../lib/fleet.js';
 import { startRedis } from '../lib/redis-server.js';
@@ -39,10 +44,20 @@ const args = parseScenarioArgs();
 const durationMs = args.quick ? 3000 : 10_000;
 const limit = 2000;
 const intervalMs = 1000;
+const bgAt = process.argv.indexOf('--background');
+const background = bgAt >= 0 ? Number(process.argv[bgAt + 1]) : 0;
+if (!(background >= 0))
+  throw new RangeError(`--background: expected commands per second, got ${process.argv[bgAt + 1]}`);
 
 async function measure(peer: string, name: string, burst: number, processes: number): Promise<void> {
   const server = await startRedis();
+  let bg: Background | undefined;
   try {
+    let bgBefore = { cpuSecPerMs: 0, commandsPerMs: 0 };
+    if (background > 0) {
+      bg = await startBackground(server.port, background);
+      bgBefore = await bg.alone(3000);
+    }
     const isValve = peer.startsWith('valve') || peer === 'ref-redis-poll';
     const r = await runFleet({
       processes,
@@ -61,6 +76,17 @@ async function measure(peer: string, name: string, burst: number, processes: num
     const observed = windowStats(r.starts, intervalMs, bound);
     const granted = isValve ? windowStats(r.grants, intervalMs, bound) : undefined;
     const jobs = Math.max(1, r.started);
+    let redisCpuSec = r.redis.cpuSec;
+    let commands = r.redis.commands;
+    let bgCpuPct: number | null = null;
+    if (bg) {
+      const bgAfter = await bg.alone(3000);
+      const cpuPerMs = (bgBefore.cpuSecPerMs + bgAfter.cpuSecPerMs) / 2;
+      redisCpuSec -= cpuPerMs * r.counterMs;
+      commands -= ((bgBefore.commandsPerMs + bgAfter.commandsPerMs) / 2) * r.counterMs;
+      bgCpuPct = round(cpuPerMs * 1000 * 100, 1);
+      if (bg.errors > 0) throw new Error(`background: ${bg.errors} commands failed`);
+    }
     emit({
       scenario: 'shared-limit',
       case: name,
@@ -74,13 +100,16 @@ async function measure(peer: string, name: string, burst: number, processes: num
         grantMaxIn1s: granted ? granted.maxInWindow : null,
         jobsPerCall: isValve && r.calls > 0 ? round(r.grants.length / r.calls, 2) : null,
         callsPerGrantedJob: isValve && r.grants.length > 0 ? round(r.calls / r.grants.length, 3) : null,
-        commandsPerJob: round(r.redis.commands / jobs, 2),
-        redisCpuUsPerJob: round((r.redis.cpuSec * 1e6) / jobs, 2),
+        commandsPerJob: round(commands / jobs, 2),
+        redisCpuUsPerJob: round((redisCpuSec * 1e6) / jobs, 2),
         clientCpuPctPerProcess: round((r.clientCpuMs / processes / r.elapsedMs) * 100, 1),
         emptyCallsPct: isValve && r.calls > 0 ? round((r.emptyCalls / r.calls) * 100, 1) : null,
+        backgroundPerSec: background,
+        backgroundCpuPct: bgCpuPct,
       },
     });
   } finally {
+    await bg?.stop();
     await server.stop();
   }
 }
