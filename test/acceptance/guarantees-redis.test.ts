@@ -55,8 +55,12 @@ describe('"With a Redis subscriber, pause, resume, and slot release wake waiting
     };
     const b = createValve({ id: 'w', concurrency, store: counted });
     let releasedAt = 0;
+    // The holder keeps the slot until b is listening: were it released while b still polled
+    // (a busy machine can take longer to confirm a subscription), b would take the slot, go
+    // idle and stop following wake-ups before this test saw it listening.
+    let release = () => {};
     const holder = a.run(async () => {
-      await sleep(400);
+      await new Promise<void>((resolve) => (release = resolve));
       releasedAt = performance.now();
     });
     await sleep(50);
@@ -66,6 +70,7 @@ describe('"With a Redis subscriber, pause, resume, and slot release wake waiting
     await vi.waitFor(() => expect(bStore.listening!('w')).toBe(true), { timeout: 10_000, interval: 5 });
     await sleep(100); // b is now blocked on concurrency and sleeping on its (1 s) recheck
     const before = bAcquires;
+    release();
     await holder;
     const startedAt = await waiter;
     // Without the wake-up it would sleep until its 1 s recheck.
