@@ -59,25 +59,32 @@ describe('"With a Redis subscriber, pause, resume, and slot release wake waiting
     // (a busy machine can take longer to confirm a subscription), b would take the slot, go
     // idle and stop following wake-ups before this test saw it listening.
     let release = () => {};
+    let holding = () => {};
+    const held = new Promise<void>((resolve) => (holding = resolve));
     const holder = a.run(async () => {
+      holding();
       await new Promise<void>((resolve) => (release = resolve));
       releasedAt = performance.now();
     });
-    await sleep(50);
-    // b subscribes at its acquisition (a valve follows wake-ups while it has work) and polls
-    // until the server confirmed the subscription; then it trusts the wake-ups.
-    const waiter = b.run(() => performance.now());
-    await vi.waitFor(() => expect(bStore.listening!('w')).toBe(true), { timeout: 10_000, interval: 5 });
-    await sleep(100); // b is now blocked on concurrency and sleeping on its (1 s) recheck
-    const before = bAcquires;
-    release();
-    await holder;
-    const startedAt = await waiter;
-    // Without the wake-up it would sleep until its 1 s recheck.
-    expect(startedAt - releasedAt).toBeLessThan(500);
-    // Woken, not polling: the acquisition after the wake-up (and at most one recheck).
-    expect(bAcquires - before).toBeLessThanOrEqual(2);
-    await Promise.all([a.close(), b.close()]);
+    try {
+      await held;
+      // b subscribes at its acquisition (a valve follows wake-ups while it has work) and polls
+      // until the server confirmed the subscription; then it trusts the wake-ups.
+      const waiter = b.run(() => performance.now());
+      await vi.waitFor(() => expect(bStore.listening!('w')).toBe(true), { timeout: 10_000, interval: 5 });
+      await sleep(100); // b is now blocked on concurrency and sleeping on its (1 s) recheck
+      const before = bAcquires;
+      release();
+      await holder;
+      const startedAt = await waiter;
+      // Without the wake-up it would sleep until its 1 s recheck.
+      expect(startedAt - releasedAt).toBeLessThan(500);
+      // Woken, not polling: the acquisition after the wake-up (and at most one recheck).
+      expect(bAcquires - before).toBeLessThanOrEqual(2);
+    } finally {
+      release();
+      await Promise.all([a.close(), b.close()]);
+    }
   });
 
   it("pause and resume: another process hears the pause at once ('remote'), and its held job starts on resume", async () => {
