@@ -1,8 +1,8 @@
 /**
  * Other traffic on the benchmark's Redis: a client that sends `perSecond` single GET and SET
  * commands a second (alternating, over 1,000 small keys), as an application's cache traffic
- * would. A Redis in production rarely serves one limiter alone, and a server that is busy
- * between a limiter's calls charges each call less CPU than one that sleeps between them, so a
+ * would. A Redis in production rarely serves one limiter alone, and what a call costs the
+ * server depends on what else it does between calls (an idle server wakes for each), so a
  * scenario can measure a peer's *marginal* cost: the server's CPU during the run minus the
  * background's own CPU over the same time, measured alone before and after the run.
  */
