@@ -36,8 +36,8 @@ export interface FleetWorkerReport {
   name: string;
   /** Final status of each request. */
   statuses: number[];
-  /** Tickets granted: send number, whether it is a probe, local epoch ms. */
-  tickets: { seq: number; probe: boolean; at: number }[];
+  /** Tickets granted: send number, whether it is a probe, local epoch ms when asked for and when granted. */
+  tickets: { seq: number; probe: boolean; asked: number; at: number }[];
   /**
    * Reports: send number, remaining count reported, the wait the store returned (> 0: the window's
    * count is spent), local epoch ms when sent to the store and when it answered.
