@@ -302,7 +302,10 @@ describe(`a batch at the cap (${MAX_BATCH} jobs of mixed costs) on every client 
     it(family, async () => {
       const c = await connectClient(family, sharedRedis());
       try {
-        const store = redisStore({ client: c.client, prefix: uniquePrefix('cap') });
+        // 201,000 tokens in one renew and one release: 0.15-0.35 s each here on a quiet machine,
+        // several times that beside the fault tests. This checks their arguments, not their
+        // speed, so the store's deadline is far above the default 2 s.
+        const store = redisStore({ client: c.client, prefix: uniquePrefix('cap'), timeout: 20_000 });
         const rule = normalizeRule({ limit: 1_000_000, interval: '1h', burst: 10_000 }, 'r');
         const costs = Array.from({ length: MAX_BATCH }, (_, i) => 1 + (i % 3));
         const r = await store.acquire({
