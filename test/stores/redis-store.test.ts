@@ -628,6 +628,55 @@ describe('subscriber: a subscription refused while disconnected is retried on re
   });
 });
 
+describe('subscriber: a subscription made during the connection handshake', () => {
+  // ioredis 5.8.2 and later write a SUBSCRIBE made in status 'connect' at once; the ready check's
+  // INFO then fails in subscriber mode, an 'error' is emitted and the connection reconnects
+  // (ioredis issue #2037). The store holds such a subscription until 'ready'.
+  const ctors = {
+    ioredis: async () => (await import('ioredis')).Redis,
+    ioredis6: async () => (await import('ioredis6')).Redis,
+    iovalkey: async () => (await import('iovalkey')).default,
+  };
+  for (const [family, load] of Object.entries(ctors)) {
+    it(`no error, no reconnect, and wake-ups arrive (${family})`, async () => {
+      const Ctor = (await load()) as unknown as new (
+        url: string,
+      ) => {
+        on(e: string, f: (arg?: unknown) => void): void;
+        once(e: string, f: () => void): void;
+        disconnect(): void;
+      };
+      const { url } = sharedRedis();
+      const client = new Ctor(url);
+      const subscriber = new Ctor(url);
+      const errors: string[] = [];
+      let reconnects = 0;
+      subscriber.on('error', (err) => errors.push((err as Error).message));
+      subscriber.on('reconnecting', () => reconnects++);
+      const prefix = uniquePrefix('handshake');
+      try {
+        const store = redisStore({ client, subscriber, prefix });
+        const other = redisStore({ client, prefix });
+        const events: WakeEvent[] = [];
+        let subscribed = false;
+        subscriber.once('connect', () => {
+          store.subscribe!('h', (e) => events.push(e));
+          subscribed = true;
+        });
+        await waitFor(() => store.notifies === true);
+        expect(subscribed).toBe(true);
+        await other.pause('h', 1000);
+        await waitFor(() => events.length === 1);
+        expect(events[0]!.type).toBe('pause');
+        expect({ errors, reconnects }).toEqual({ errors: [], reconnects: 0 });
+      } finally {
+        client.disconnect();
+        subscriber.disconnect();
+      }
+    });
+  }
+});
+
 describe('a cluster client may serve as its own subscriber', () => {
   for (const family of ['ioredis', 'redis'] as const) {
     it(family, async () => {

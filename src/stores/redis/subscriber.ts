@@ -116,6 +116,13 @@ export class WakeHub {
   private readonly failed = new Set<string>();
   /** Subscribe commands sent and not yet confirmed: wake-ups may be missed until they are. */
   private pending = 0;
+  /**
+   * Channels whose SUBSCRIBE waits for the connection's 'ready': ioredis 5.8.2 and later write a
+   * SUBSCRIBE sent during the handshake (status 'connect') at once, and the ready check's INFO
+   * that follows it fails in subscriber mode, so the connection reports an error and reconnects
+   * (ioredis issue #2037).
+   */
+  private readonly deferred = new Set<string>();
 
   constructor(
     private readonly sub: object,
@@ -146,7 +153,7 @@ export class WakeHub {
 
   /** True while wake-ups are being delivered: supported, connected, and no failed subscription. */
   get live(): boolean {
-    if (!this.supported || this.failed.size > 0 || this.pending > 0) return false;
+    if (!this.supported || this.failed.size > 0 || this.pending > 0 || this.deferred.size > 0) return false;
     for (const entry of this.channels.values()) if (!entry.confirmed) return false;
     return this.connected();
   }
@@ -186,7 +193,8 @@ export class WakeHub {
     call(this.sub, 'on', 'ready', () => {
       for (const [name, entry] of this.channels) {
         this.unconfirm(entry);
-        if (this.resubscribeAll || this.failed.has(name)) this.send(name, true);
+        const deferred = this.deferred.delete(name);
+        if (deferred || this.resubscribeAll || this.failed.has(name)) this.send(name, true);
         // The client resubscribes by itself, but may not have: check with a probe.
         else this.startProbe(name, entry);
       }
@@ -264,6 +272,10 @@ export class WakeHub {
     let result: unknown;
     try {
       if (this.family === 'ioredis') {
+        if (subscribe && (this.sub as { status?: unknown }).status === 'connect') {
+          this.deferred.add(name); // sent by the 'ready' listener
+          return;
+        }
         const command =
           this.mode === 'sharded'
             ? subscribe
@@ -385,6 +397,7 @@ export class WakeHub {
     this.send(name, false);
     this.channels.delete(name);
     this.failed.delete(name);
+    this.deferred.delete(name);
   }
 }
 
