@@ -112,17 +112,14 @@ export class WakeHub {
   readonly supported: boolean;
   /** The store warned once that this connection cannot follow its pub/sub flavour. */
   warned = false;
-  /** Channels whose last subscribe command failed (e.g. sent while disconnected, or refused by an ACL). */
-  private readonly failed = new Set<string>();
+  /**
+   * Channels to subscribe on the next 'ready' (or, after a failure, the retry timer's): their
+   * last subscribe command failed (e.g. sent while disconnected, or refused by an ACL), or was
+   * held during an ioredis handshake (see send()).
+   */
+  private readonly unsent = new Set<string>();
   /** Subscribe commands sent and not yet confirmed: wake-ups may be missed until they are. */
   private pending = 0;
-  /**
-   * Channels whose SUBSCRIBE waits for the connection's 'ready': ioredis 5.8.2 and later write a
-   * SUBSCRIBE sent during the handshake (status 'connect') at once, and the ready check's INFO
-   * that follows it fails in subscriber mode, so the connection reports an error and reconnects
-   * (ioredis issue #2037).
-   */
-  private readonly deferred = new Set<string>();
 
   constructor(
     private readonly sub: object,
@@ -151,9 +148,9 @@ export class WakeHub {
     if (this.supported) this.listenReady();
   }
 
-  /** True while wake-ups are being delivered: supported, connected, and no failed subscription. */
+  /** True while wake-ups are being delivered: supported, connected, and every subscription sent and confirmed. */
   get live(): boolean {
-    if (!this.supported || this.failed.size > 0 || this.pending > 0 || this.deferred.size > 0) return false;
+    if (!this.supported || this.unsent.size > 0 || this.pending > 0) return false;
     for (const entry of this.channels.values()) if (!entry.confirmed) return false;
     return this.connected();
   }
@@ -184,8 +181,8 @@ export class WakeHub {
 
   /**
    * On every (re)connection: resubscribe when a subscribe command failed (e.g. it was refused
-   * while the connection was down, so the client does not know the channel), or when the
-   * client does not resubscribe by itself.
+   * while the connection was down, so the client does not know the channel) or was held during
+   * the handshake, or when the client does not resubscribe by itself.
    */
   private listenReady(): void {
     const on = (this.sub as { on?: unknown }).on;
@@ -193,8 +190,7 @@ export class WakeHub {
     call(this.sub, 'on', 'ready', () => {
       for (const [name, entry] of this.channels) {
         this.unconfirm(entry);
-        const deferred = this.deferred.delete(name);
-        if (deferred || this.resubscribeAll || this.failed.has(name)) this.send(name, true);
+        if (this.resubscribeAll || this.unsent.has(name)) this.send(name, true);
         // The client resubscribes by itself, but may not have: check with a probe.
         else this.startProbe(name, entry);
       }
@@ -272,8 +268,11 @@ export class WakeHub {
     let result: unknown;
     try {
       if (this.family === 'ioredis') {
+        // ioredis 5.8.2 and later write a SUBSCRIBE made during the handshake (status
+        // 'connect') at once; the ready check's INFO after it then fails in subscriber mode, and
+        // the connection reports an error and reconnects (ioredis issue #2037). Held for 'ready'.
         if (subscribe && (this.sub as { status?: unknown }).status === 'connect') {
-          this.deferred.add(name); // sent by the 'ready' listener
+          this.unsent.add(name);
           return;
         }
         const command =
@@ -309,7 +308,7 @@ export class WakeHub {
     Promise.resolve(result).then(
       () => {
         this.pending--;
-        this.failed.delete(name);
+        this.unsent.delete(name);
         // The client says subscribed; count it only once a probe comes back.
         const current = this.channels.get(name);
         if (current !== undefined && current === entry) this.startProbe(name, current);
@@ -325,7 +324,7 @@ export class WakeHub {
   private refused(name: string, err: unknown): void {
     const entry = this.channels.get(name);
     if (entry === undefined) return;
-    this.failed.add(name);
+    this.unsent.add(name);
     if (!entry.reported && isRefusal(err)) {
       entry.reported = true;
       for (const fn of [...entry.statusListeners]) tell(fn, { listening: false, error: err });
@@ -333,7 +332,7 @@ export class WakeHub {
     if (entry.timer !== undefined) clearTimeout(entry.timer);
     entry.timer = setTimeout(() => {
       entry.timer = undefined;
-      if (this.channels.get(name) !== entry || !this.failed.has(name) || !this.connected()) return;
+      if (this.channels.get(name) !== entry || !this.unsent.has(name) || !this.connected()) return;
       entry.wait = Math.min(PROBE_WAIT_MAX, entry.wait * 2);
       this.send(name, true);
     }, entry.wait);
@@ -396,8 +395,7 @@ export class WakeHub {
     entry.timer = undefined;
     this.send(name, false);
     this.channels.delete(name);
-    this.failed.delete(name);
-    this.deferred.delete(name);
+    this.unsent.delete(name);
   }
 }
 
