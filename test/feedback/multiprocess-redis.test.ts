@@ -140,10 +140,15 @@ function check(reports: FetchWorkerReport[], subscriber: boolean): Checked {
   // The store's clock (Redis TIME) and the processes' clocks agree: each acquisition's store time
   // falls between its local send and receive (a few ms of slack), so times compare across them.
   expect(reports.every((r) => r.acquires.length > 0)).toBe(true);
-  const skew = Math.max(
-    ...reports.flatMap((r) => r.acquires.map((a) => Math.max(a.sentAt - a.now, a.now - a.at, 0))),
+  const skewOf = (a: FetchWorkerReport['acquires'][number]) => Math.max(a.sentAt - a.now, a.now - a.at, 0);
+  const skew = Math.max(...reports.flatMap((r) => r.acquires.map(skewOf)));
+  const worst = reports.flatMap((r) =>
+    r.acquires.filter((a) => skewOf(a) >= 5).map((a) => ({ worker: r.name, ...a })),
   );
-  expect(skew).toBeLessThan(5);
+  expect(
+    skew,
+    `store times outside their call's local send and receive: ${JSON.stringify(worst)}`,
+  ).toBeLessThan(5);
 
   // The pause writes, on the store's clock. For a write that extended the pause, until - ms is
   // the store's time of that write; for one that did not, it is later than the pause's start.
