@@ -362,7 +362,14 @@ function checkOverrides(value: unknown, key: string): ValveOverrides {
     );
   }
   checkKnownKeys(value, OVERRIDES, `options(${JSON.stringify(key)})`);
-  return value as ValveOverrides;
+  // An override left undefined keeps the group's own (`{ rules: special.get(key) }` for an
+  // ordinary key must not drop the group's rules).
+  const own: Record<string, unknown> = {};
+  for (const name of OVERRIDES) {
+    const v = (value as Record<string, unknown>)[name];
+    if (v !== undefined) own[name] = v;
+  }
+  return own as ValveOverrides;
 }
 
 /** A TypeError/RangeError from a key's overrides, naming the key. */

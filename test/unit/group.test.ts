@@ -98,6 +98,28 @@ describe('createValveGroup: per-key overrides', () => {
     await g.close();
   });
 
+  it('an override left undefined keeps the group’s own (rules, concurrency, maxWait)', async () => {
+    const special = new Map([['vip', { limit: 3, interval: '1h', algorithm: 'fixed-window' as const }]]);
+    const { group: g, clock } = group({
+      rules: { limit: 1, interval: '1h', algorithm: 'fixed-window' },
+      concurrency: 1,
+      maxWait: '1s',
+      options: (key) => ({ rules: special.get(key), concurrency: undefined, maxWait: undefined }),
+    });
+    const runs = (key: string) => Array.from({ length: 4 }, () => track(g.run(key, () => undefined)));
+    const plain = runs('plain');
+    const vip = runs('vip');
+    await flushMicrotasks();
+    // The group's 1 per hour for the plain key, the override's 3 for vip.
+    expect(plain.filter((r) => r.ok).length).toBe(1);
+    expect(vip.filter((r) => r.ok).length).toBe(3);
+    // The group's maxWait (1 s) still applies to both.
+    await clock.tickAsync(1001);
+    expect(plain[1]!.error).toMatchObject({ code: 'MAX_WAIT' });
+    expect(vip[3]!.error).toMatchObject({ code: 'MAX_WAIT' });
+    await g.close();
+  });
+
   it('a bad override is a TypeError/RangeError naming the key and the option, thrown where the valve is created', async () => {
     const { group: g } = group({
       rules: { limit: 10, interval: '1s' },
