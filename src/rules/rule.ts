@@ -1,5 +1,5 @@
 import { describe, parseDuration } from '../duration.js';
-import { checkKnownKeys } from '../stores/checks.js';
+import { checkKnownKeys, msToUs } from '../stores/checks.js';
 
 const RULE_KEYS = ['limit', 'interval', 'algorithm', 'burst'];
 
@@ -113,7 +113,9 @@ export function normalizeRule(rule: unknown, path: string): StoreRule {
     }
     burst = positiveInteger(r.burst, `${path}.burst`);
   }
-  const intervalUs = Math.max(1, Math.round(intervalMs * 1000));
+  // Rounded up to whole µs (a float's error below 1e-6 µs aside), like every duration: a
+  // shorter interval would let a GCRA or sliding-window rule admit more than stated.
+  const intervalUs = Math.max(1, msToUs(intervalMs));
   if (!Number.isSafeInteger(intervalUs) || intervalUs > MAX_SPAN_US) {
     throw new RangeError(`Expected \`${path}.interval\` to be at most 365 days, got ${String(r.interval)}`);
   }

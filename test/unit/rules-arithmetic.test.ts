@@ -19,6 +19,17 @@ describe('GCRA arithmetic', () => {
     expect(gcraIncrement(0.1, 3)).toBe(1); // 0.30000000000000004 → 1
   });
 
+  it('an interval is rounded up to whole µs, never down (a shorter one would admit more)', () => {
+    expect(normalizeRule({ limit: 1, interval: 1.0004 }, 'rules').intervalUs).toBe(1001);
+    expect(normalizeRule({ limit: 1, interval: 1000 / 3 }, 'rules').intervalUs).toBe(333_334);
+    expect(normalizeRule({ limit: 1, interval: 0.0001 }, 'rules').intervalUs).toBe(1);
+    // Whole µs stay as they are, float error aside.
+    expect(normalizeRule({ limit: 3, interval: 0.1 + 0.2 }, 'rules').intervalUs).toBe(300);
+    expect(normalizeRule({ limit: 2, interval: 1.001 }, 'rules').intervalUs).toBe(1001);
+    expect(normalizeRule({ limit: 10, interval: '1.5s' }, 'rules').digest).toBe('g10.1500000.1');
+    expect(normalizeRule({ limit: 1, interval: 1.0004, algorithm: 'sliding-window' }, 'rules').intervalUs).toBe(1001);
+  });
+
   it('next tat starts from max(tat, now)', () => {
     expect(gcraNext(0, 1000, 10)).toBe(1010); // fresh / expired state counts as now
     expect(gcraNext(1500, 1000, 10)).toBe(1510);
