@@ -416,7 +416,7 @@ export function memoryStore(options?: MemoryStoreOptions): Store {
     throw new TypeError(`Expected \`options\` to be an object, got ${describe(options)}`);
   }
   if (options !== undefined) checkKnownKeys(options, ['clock'], 'memoryStore()');
-  const clock = options?.clock ?? systemClock;
+  const clock = options?.clock === undefined ? systemClock : options.clock;
   if (typeof clock !== 'object' || clock === null || typeof clock.now !== 'function') {
     throw new TypeError(`Expected \`options.clock\` to be a Clock with now(), got ${describe(clock)}`);
   }

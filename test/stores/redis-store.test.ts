@@ -56,6 +56,10 @@ describe('redisStore options', () => {
       expect(() => redisStore({ client: c.client, prefix: glob })).toThrow(/`prefix`.*glob/);
     }
     expect(() => redisStore({ client: c.client, pubsub: 'x' as 'classic' })).toThrow(/`pubsub`/);
+    expect(() => redisStore({ client: c.client, pubsub: null as never })).toThrow(/`pubsub`.*got null/);
+    expect(() => redisStore({ client: c.client, unsafeTestClock: null as never })).toThrow(
+      /`unsafeTestClock` to be a Clock with now\(\), got null/,
+    );
     expect(() => redisStore({ client: c.client, ttl: 1 } as unknown as { client: object })).toThrow(
       /Unknown option `ttl`/,
     );

@@ -254,6 +254,8 @@ describe('API contract: store options are validated like createValve options', (
     expect(() => memoryStore({ clok: new FakeClock() } as never)).toThrow(TypeError);
     expect(() => memoryStore({ clok: new FakeClock() } as never)).toThrow(/`clok`/);
     expect(() => memoryStore({ clock: new FakeClock() })).not.toThrow();
+    // null is not "the default" (docs/errors.md).
+    expect(() => memoryStore({ clock: null as never })).toThrow(/`options.clock` to be a Clock with now\(\), got null/);
     expect(() => memoryStore({})).not.toThrow();
     expect(() => memoryStore()).not.toThrow();
   });

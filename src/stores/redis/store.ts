@@ -144,9 +144,9 @@ class RedisStore implements Store {
                 'behind calls the server did not answer',
         ),
     );
-    const mode = options.pubsub ?? (this.cmd.cluster ? 'sharded' : 'classic');
+    const mode = options.pubsub === undefined ? (this.cmd.cluster ? 'sharded' : 'classic') : options.pubsub;
     if (mode !== 'classic' && mode !== 'sharded') {
-      throw new TypeError(`Expected \`pubsub\` to be 'classic' or 'sharded', got ${String(mode)}`);
+      throw new TypeError(`Expected \`pubsub\` to be 'classic' or 'sharded', got ${describe(mode)}`);
     }
     this.publish = mode === 'sharded' ? 's' : 'p';
     if (options.subscriber !== undefined) {
@@ -188,8 +188,8 @@ class RedisStore implements Store {
       }
     }
     const clock = options.unsafeTestClock;
-    if (clock !== undefined && (typeof clock !== 'object' || typeof clock.now !== 'function')) {
-      throw new TypeError('Expected `unsafeTestClock` to be a Clock');
+    if (clock !== undefined && (typeof clock !== 'object' || clock === null || typeof clock.now !== 'function')) {
+      throw new TypeError(`Expected \`unsafeTestClock\` to be a Clock with now(), got ${describe(clock)}`);
     }
     this.testClock = clock;
   }
