@@ -180,6 +180,11 @@ class ValveImpl implements Valve {
     if (typeof fn !== 'function') {
       throw new TypeError(`Expected \`fn\` to be a function, got ${describe(fn)}`);
     }
+    if (options !== undefined) {
+      // Checked now, like wrapFetch()'s (each call checks them again: they may be getters).
+      const error = readRunOptions(options, this.maxWait, new RunArgs());
+      if (error !== undefined) throw error;
+    }
     return (...args: A) => this.run(() => fn(...args), options) as Promise<Awaited<R>>;
   }
 

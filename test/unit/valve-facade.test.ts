@@ -45,19 +45,21 @@ describe('run()', () => {
 
   it('refuses fractional costs: cost units are whole (a RangeError quoting the value, nothing spent)', async () => {
     const { valve, store } = setup({ rules: { limit: 1, interval: 1000 } });
-    const wrapped = valve.wrap(() => 1, { cost: 1.5 });
+    // wrap() checks its options when it wraps (a programming error, thrown at once).
+    expect(() => valve.wrap(() => 1, { cost: 1.5 })).toThrow(
+      new RangeError('Expected `cost` to be a positive integer, got 1.5'),
+    );
     for (const [call, value] of [
       [() => valve.run(() => 1, { cost: 0.5 }), '0.5'],
       [() => valve.run(() => 1, { cost: 1 + 2 ** -52 }), String(1 + 2 ** -52)],
       [() => valve.run(() => 1, { cost: 2 ** 53 }), String(2 ** 53)],
-      [() => wrapped(), '1.5'],
     ] as const) {
       const error = await call().catch((e: unknown) => e);
       expect(error).toBeInstanceOf(RangeError);
       expect((error as Error).message).toBe(`Expected \`cost\` to be a positive integer, got ${value}`);
     }
     expect(count(store, 'acquire')).toBe(0);
-    expect(valve.stats()).toMatchObject({ started: 0, rejected: 4 });
+    expect(valve.stats()).toMatchObject({ started: 0, rejected: 3 });
   });
 
   describe('bad per-call arguments reject (never throw) with TypeError/RangeError', () => {
@@ -257,6 +259,18 @@ describe('wrap()', () => {
     expect(await Promise.all(results)).toEqual([3, 7]);
     expect(valve.stats().started).toBe(2);
     expect(() => valve.wrap(5 as never)).toThrow(TypeError);
+  });
+
+  it('checks its options when it wraps, as docs/errors.md says, not at each call', () => {
+    const { valve } = setup({ rules: { limit: 1, interval: 100 } });
+    const fn = () => 1;
+    expect(() => valve.wrap(fn, { cost: -1 })).toThrow(RangeError);
+    expect(() => valve.wrap(fn, { cost: -1 })).toThrow(/`cost`.*got -1/);
+    expect(() => valve.wrap(fn, { priority: '1' as never })).toThrow(TypeError);
+    expect(() => valve.wrap(fn, { maxWait: 'soon' as never })).toThrow(/`maxWait`/);
+    expect(() => valve.wrap(fn, { coast: 1 } as never)).toThrow(/Unknown option `coast`/);
+    expect(() => valve.wrap(fn, null as never)).toThrow(TypeError);
+    expect(typeof valve.wrap(fn, { cost: 1, priority: 2, maxWait: '1s' })).toBe('function');
   });
 });
 
