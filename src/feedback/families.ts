@@ -34,7 +34,8 @@ function retryAfter(r: Reader): void {
   const raw = r.get(name);
   if (raw === undefined) return;
   let best: { waitMs: number; precisionMs: number; relative: boolean } | undefined;
-  for (const v of r.list(name) ?? []) {
+  // Each value, and each item of a value a Headers object joined (dates kept whole).
+  for (const v of r.values(name)) {
     const date = parseHttpDate(v);
     if (date !== undefined) {
       const serverNow = r.serverDate();
@@ -48,14 +49,11 @@ function retryAfter(r: Reader): void {
       }
       continue;
     }
-    const parts = v.includes(',') ? v.split(',') : [v];
-    const nums = r.numbers(name, raw, parts);
+    const nums = r.numbers(name, raw, [v]);
     if (nums === undefined) return;
-    for (let i = 0; i < nums.length; i++) {
-      const wait = nums[i]! * 1000;
-      if (best === undefined || wait > best.waitMs) {
-        best = { waitMs: wait, precisionMs: secondsPrecision(parts[i]!), relative: true };
-      }
+    const wait = nums[0]! * 1000;
+    if (best === undefined || wait > best.waitMs) {
+      best = { waitMs: wait, precisionMs: secondsPrecision(v), relative: true };
     }
   }
   if (best !== undefined && best.waitMs > 0) {
@@ -329,12 +327,14 @@ function hubspot(r: Reader): void {
     const raw = r.get(name);
     if (raw === undefined) r.ignore(rem, r.get(rem) ?? '', 'no-reset');
     else {
-      const nums = r.numbers(name, raw, [raw]);
-      // The whole rolling interval is an upper bound: HubSpot does not say when the oldest request leaves it.
-      if (nums !== undefined && nums[0]! > 0) {
+      const nums = r.numbers(name, raw, r.values(name));
+      // The whole rolling interval is an upper bound: HubSpot does not say when the oldest
+      // request leaves it. Repeated values: the longest wins.
+      const interval = nums === undefined ? 0 : Math.max(...nums);
+      if (interval > 0) {
         r.offer({
-          waitMs: nums[0]!,
-          precisionMs: nums[0]!,
+          waitMs: interval,
+          precisionMs: interval,
           relative: true,
           limit: 'hubspot',
           model: 'window',

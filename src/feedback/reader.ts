@@ -6,6 +6,7 @@ import {
   parseNumber,
   readGoDuration,
   readRfc3339,
+  splitJoined,
 } from './values.js';
 import type { WindowBounds } from './windows.js';
 
@@ -90,18 +91,15 @@ export class Reader {
 
   /**
    * Values of a single-valued header. A Headers object joins repeated values with ", ",
-   * so a value with commas is split again, unless it is one HTTP date ("Wed, 21 Oct …").
+   * so a value with commas is split again, keeping HTTP dates ("Wed, 21 Oct …") whole.
    */
   values(name: string): string[] {
     const list = this.list(name) ?? [];
     const out: string[] = [];
     for (const v of list) {
-      if (v.includes(',') && parseHttpDate(v) === undefined) {
-        // Every value parser ignores the whitespace around a value.
-        for (const part of v.split(',')) out.push(part);
-      } else {
-        out.push(v);
-      }
+      // Every value parser ignores the whitespace around a value.
+      if (v.includes(',')) for (const part of splitJoined(v)) out.push(part);
+      else out.push(v);
     }
     return out;
   }

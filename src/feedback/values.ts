@@ -78,6 +78,8 @@ const MAX_DATE_LENGTH = 64;
 /** A day name (or month, for asctime), then an optional comma and a space. */
 const DATE_START = /^[A-Za-z]{3,9},?\s/;
 const DATE_TIME = /\d:\d\d:\d\d/;
+/** A day name alone (before the comma of an IMF-fixdate or RFC 850 date). */
+const DAY_NAME = /^\s*[A-Za-z]{3,9}$/;
 const LINE_BREAK = /[\n\r\u2028\u2029]/;
 const DATE_ZONE = /\b(?:GMT|UTC|UT)\b|[+-]\d{4}$/i;
 const RFC3339 =
@@ -92,6 +94,29 @@ export function parseHttpDate(text: string): number | undefined {
   // asctime carries no zone; HTTP dates are always GMT.
   const t = Date.parse(DATE_ZONE.test(trimmed) ? trimmed : `${trimmed} GMT`);
   return Number.isFinite(t) ? t : undefined;
+}
+
+/**
+ * The items of a header value that a Headers object joined (", "), split again at every comma
+ * except the one inside an HTTP date ("Wed, 21 Oct 2015 07:28:00 GMT, 120" is two items).
+ * Linear: each date check sees at most MAX_DATE_LENGTH characters.
+ */
+export function splitJoined(value: string): string[] {
+  const parts = value.split(',');
+  const out: string[] = [];
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i]!;
+    if (i + 1 < parts.length && DAY_NAME.test(part)) {
+      const date = `${part},${parts[i + 1]}`;
+      if (parseHttpDate(date) !== undefined) {
+        out.push(date);
+        i++;
+        continue;
+      }
+    }
+    out.push(part);
+  }
+  return out;
 }
 
 /** An RFC 3339 timestamp (`2024-05-01T12:00:30Z`, fractional seconds and offsets allowed), in epoch ms. */

@@ -508,4 +508,36 @@ describe('repeated values joined by Headers', () => {
     });
     expect(readFeedback({ status: 200, headers: d }, opts).reading?.waitMs).toBe(5000);
   });
+
+  it('splits joined HTTP dates and mixed dates and seconds in Retry-After: the longest wait wins', () => {
+    const dates = new Headers();
+    dates.append('retry-after', new Date(NOW + 60_000).toUTCString());
+    dates.append('retry-after', new Date(NOW + 120_000).toUTCString());
+    const two = readFeedback({ status: 429, headers: dates }, opts);
+    expect(two.ignored).toEqual([]);
+    expect(two.reading).toMatchObject({ source: 'retry-after', waitMs: 120_000 });
+    const mixed = new Headers();
+    mixed.append('retry-after', '200');
+    mixed.append('retry-after', new Date(NOW + 60_000).toUTCString());
+    expect(readFeedback({ status: 429, headers: mixed }, opts).reading?.waitMs).toBe(200_000);
+    // The same values given as an array read the same.
+    const list = [new Date(NOW + 60_000).toUTCString(), new Date(NOW + 120_000).toUTCString()];
+    expect(read(429, { 'retry-after': list }).reading?.waitMs).toBe(120_000);
+  });
+
+  it('reads a repeated HubSpot interval: a spent budget still pauses for the longest', () => {
+    const h = new Headers();
+    h.append('x-hubspot-ratelimit-remaining', '0');
+    h.append('x-hubspot-ratelimit-interval-milliseconds', '10000');
+    h.append('x-hubspot-ratelimit-interval-milliseconds', '10000');
+    const r = readFeedback({ status: 200, headers: h }, opts);
+    expect(r.ignored).toEqual([]);
+    expect(r.reading?.waitMs).toBe(10_000);
+    expect(
+      read(200, {
+        'x-hubspot-ratelimit-remaining': '0',
+        'x-hubspot-ratelimit-interval-milliseconds': ['5000', '10000'],
+      }).reading?.waitMs,
+    ).toBe(10_000);
+  });
 });
