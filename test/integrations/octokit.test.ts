@@ -8,7 +8,7 @@ import { createAppAuth } from '@octokit/auth-app';
 import { Octokit } from '@octokit/core';
 import { Octokit as RestOctokit } from '@octokit/rest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { throttling } from '../../src/integrations/octokit/index.js';
+import { type ThrottleControl, throttling } from '../../src/integrations/octokit/index.js';
 import { classify } from '../../src/integrations/octokit/limits.js';
 import { memoryStore } from '../../src/stores/memory.js';
 import {
@@ -427,6 +427,41 @@ describe('what valve adds', () => {
     setTimeout(() => d.abort(new Error('budget still paused')), 150);
     await expect(next).rejects.toThrow('budget still paused');
     expect(github.log).toHaveLength(3);
+  });
+
+  it('a secondary limit asking for a year, or for 1e12 s, pauses at most an hour, with a warning', async () => {
+    const warnings: string[] = [];
+    const paused = async (retryAfter: string) => {
+      const store = memoryStore();
+      const id = freshId();
+      const octokit = new ThrottledOctokit({
+        baseUrl: github.url,
+        log: { ...quiet, warn: (m: string) => warnings.push(String(m)) },
+        throttle: { id, store, onRateLimit: () => false, onSecondaryRateLimit: () => false },
+      });
+      github.script(secondaryAnswer(403, retryAfter));
+      await expect(octokit.request('GET /repos/o/r')).rejects.toMatchObject({ status: 403 });
+      // The pause is written in the background: the store holds it once that write is done.
+      let answer = { pausedUntil: null as number | null };
+      for (let i = 0; i < 50 && answer.pausedUntil === null; i++) {
+        await new Promise((r) => setTimeout(r, 5));
+        answer = store.acquire({ id, rules: [], costs: [1], count: 1 }) as typeof answer;
+      }
+      await (octokit as unknown as { throttle: ThrottleControl }).throttle.close();
+      return (answer.pausedUntil ?? 0) - Date.now();
+    };
+    const year = await paused(String(365 * 86_400));
+    expect(year).toBeGreaterThan(3_590_000);
+    expect(year).toBeLessThanOrEqual(3_600_000);
+    expect(warnings.filter((w) => w.includes('valve/octokit'))).toEqual([
+      expect.stringMatching(
+        /asked for a 31536000000 ms wait \(retry-after\); the budget pauses for 3600000 ms/,
+      ),
+    ]);
+    // Not a plain decimal: read as absent, so fallbackSecondaryRateRetryAfter (60 s) applies.
+    const odd = await paused('1e12');
+    expect(odd).toBeGreaterThan(59_000);
+    expect(odd).toBeLessThanOrEqual(60_000);
   });
 
   it('holds at most `concurrency` requests in flight', async () => {

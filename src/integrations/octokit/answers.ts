@@ -1,3 +1,4 @@
+import { parseNumber } from '../../feedback/values.js';
 import { laneOfResource, type RateLane } from './limits.js';
 
 /*
@@ -94,9 +95,9 @@ export function readAnswer(
   return undefined;
 }
 
-/** A Retry-After in seconds (0 when absent or not a non-negative number). */
+/** A Retry-After in seconds (0 when absent or not a plain positive decimal: no '1e12', '0x10'). */
 function secondsOf(value: string | undefined): number {
   if (value === undefined) return 0;
-  const n = Number(value);
-  return Number.isFinite(n) && n > 0 ? n : 0;
+  const n = parseNumber(value);
+  return n !== undefined && n > 0 ? n : 0;
 }

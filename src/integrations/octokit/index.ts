@@ -238,19 +238,37 @@ class Throttle {
   ): void {
     let ms = Math.ceil(answer.retryAfter * this.settings.retryAfterBaseValue);
     const detail = { status: input.status, kind: answer.kind, retryAfter: answer.retryAfter };
+    let valve: ValveInternals;
+    let name: string;
     if (answer.kind === 'secondary') {
-      if (ms > 0) internals(this.lanes.all.valve(budget)).pauseInBackground(ms, 'retry-after', detail);
-      return;
+      valve = internals(this.lanes.all.valve(budget));
+      name = 'retry-after';
+    } else {
+      const reset = Number(header(input.headers, 'x-ratelimit-reset')) * 1000;
+      if (reset > now) ms = Math.min(ms, reset - now);
+      const lane: RateLane = answer.lane ?? klass.primary;
+      valve = internals(this.lanes.group(lane).valve(Lanes.id(budget, lane)));
+      name = 'x-ratelimit-reset';
     }
-    const reset = Number(header(input.headers, 'x-ratelimit-reset')) * 1000;
-    if (reset > now) ms = Math.min(ms, reset - now);
-    if (ms <= 0) return;
-    const lane: RateLane = answer.lane ?? klass.primary;
-    internals(this.lanes.group(lane).valve(Lanes.id(budget, lane))).pauseInBackground(
-      ms,
-      'ratelimit-header',
-      detail,
-    );
+    if (!(ms > 0)) return;
+    // Nonsense (a year, 1e12 s) never pauses longer than the valve's feedback.maxPause, as
+    // observe() caps a header's wait: reported, not thrown.
+    const maxPause = valve.feedback.maxPause;
+    if (ms > maxPause) {
+      valve.emit('feedback-ignored', {
+        header: name,
+        value: (header(input.headers, name) ?? String(answer.retryAfter)).slice(0, 200),
+        reason: 'capped',
+        status: input.status,
+        cappedTo: maxPause,
+        requestedMs: ms,
+      });
+      this.octokit.log?.warn?.(
+        `valve/octokit: GitHub asked for a ${ms} ms wait (${name}); the budget pauses for ${maxPause} ms, the most it pauses`,
+      );
+      ms = maxPause;
+    }
+    valve.pauseInBackground(ms, name === 'retry-after' ? 'retry-after' : 'ratelimit-header', detail);
   }
 
   /** The handler's decision; a handler that throws is logged and means no retry. */
