@@ -145,6 +145,13 @@ describe('drop-in for @octokit/plugin-throttling', () => {
     ).toThrow(RangeError);
     // plugin-throttling's Redis TTL is accepted (and has nothing to do).
     expect(() => new ThrottledOctokit({ throttle: { ...handlers, timeout: 1000 } })).not.toThrow();
+    // The id is checked at construction, naming `throttle.id`, with room for the lanes' suffixes.
+    const withId = (id: unknown) => () => new ThrottledOctokit({ throttle: { ...handlers, id } as never });
+    expect(withId('')).toThrow(/`throttle.id` to be 1 to 200 characters long, got 0/);
+    expect(withId('a{b}')).toThrow(/`throttle.id` to contain no '\{' or '\}'/);
+    expect(withId(null)).toThrow(/`throttle.id`.*got null/);
+    expect(withId('x'.repeat(189))).toThrow(/`throttle.id` to be at most 188 characters long.*got 189/);
+    expect(withId('x'.repeat(188))).not.toThrow();
   });
 
   it('enabled: false sends requests as they come, and never retries', async () => {

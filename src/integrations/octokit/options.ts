@@ -1,7 +1,7 @@
 import { describe } from '../../duration.js';
-import { checkKnownKeys } from '../../stores/checks.js';
+import { checkId, checkKnownKeys, MAX_ID_CHARACTERS } from '../../stores/checks.js';
 import type { Store } from '../../stores/store.js';
-import type { GitHubLimits } from './limits.js';
+import { type GitHubLimits, LANE_SUFFIX } from './limits.js';
 
 /** The request options a handler receives (Octokit's endpoint options; `request.retryCount` counts retries). */
 export interface ThrottledRequestOptions {
@@ -139,9 +139,16 @@ export function readSettings(throttle: unknown): Settings {
     }
   }
   checkKnownKeys(t, KNOWN, 'throttle');
-  const id = t.id ?? 'github';
-  if (typeof id !== 'string')
-    throw new TypeError(`Expected \`throttle.id\` to be a string, got ${describe(id)}`);
+  const id = t.id === undefined ? 'github' : t.id;
+  checkId(id, 'throttle.id');
+  // The rate lanes' valves are named `<id>:<lane>` (`:code_search` the longest): checked here,
+  // not at the first request.
+  const longest = `${id}:${LANE_SUFFIX.codeSearch}`;
+  if ([...longest].length > MAX_ID_CHARACTERS) {
+    throw new TypeError(
+      `Expected \`throttle.id\` to be at most ${MAX_ID_CHARACTERS - LANE_SUFFIX.codeSearch.length - 1} characters long (valve/octokit appends ':${LANE_SUFFIX.codeSearch}' and the like), got ${[...(id as string)].length} characters`,
+    );
+  }
   if (t.key !== undefined && typeof t.key !== 'function') {
     throw new TypeError(
       `Expected \`throttle.key\` to be a function of the request options returning a string, got ${describe(t.key)}`,
