@@ -1,6 +1,5 @@
 import type { ValveError } from './errors.js';
 import type { LeaseHolder, Leases } from './leases.js';
-import { isThenable } from './maybe-promise.js';
 import type { ValveObserver } from './observer.js';
 import { DeadlineHeap } from './queue.js';
 import type { SignalWatch } from './signals.js';
@@ -248,17 +247,25 @@ export class Jobs {
       this.finish(job, ctx, false, err);
       return;
     }
-    if (isThenable(result)) {
-      try {
-        result.then(
-          (value) => this.finish(job, ctx, true, value),
-          (err: unknown) => this.finish(job, ctx, false, err),
-        );
-      } catch (err) {
-        this.finish(job, ctx, false, err);
-      }
-    } else {
+    if (result === null || (typeof result !== 'object' && typeof result !== 'function')) {
       this.finish(job, ctx, true, result);
+      return;
+    }
+    // `then` is read once, inside the try: a getter that throws (or a revoked Proxy) rejects the
+    // job with its error, as a promise resolved with that object would.
+    try {
+      const then = (result as { then?: unknown }).then;
+      if (typeof then !== 'function') {
+        this.finish(job, ctx, true, result);
+        return;
+      }
+      then.call(
+        result,
+        (value: unknown) => this.finish(job, ctx, true, value),
+        (err: unknown) => this.finish(job, ctx, false, err),
+      );
+    } catch (err) {
+      this.finish(job, ctx, false, err);
     }
   }
 

@@ -309,7 +309,14 @@ class ValveImpl implements Valve {
     let maxWait = this.maxWait;
     if (options !== undefined) {
       const args = this.runArgs;
-      const error = readRunOptions(options, maxWait, args);
+      let error: unknown;
+      try {
+        error = readRunOptions(options, maxWait, args);
+      } catch (err) {
+        // A getter that throws, a revoked Proxy: run() never throws.
+        args.signal = null;
+        return jobs.refuse(err);
+      }
       if (error !== undefined) return jobs.refuse(error);
       cost = args.cost;
       priority = args.priority;

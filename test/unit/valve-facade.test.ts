@@ -62,6 +62,48 @@ describe('run()', () => {
     expect(valve.stats()).toMatchObject({ started: 0, rejected: 3 });
   });
 
+  it('a job result whose `then` cannot be read rejects the job with that error; close() still resolves', async () => {
+    const { valve, clock } = setup({ rules: { limit: 100, interval: '1s' } });
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    const boom = new Error('then getter');
+    const hostile = {
+      get then() {
+        throw boom;
+      },
+    };
+    const a = track(valve.run(() => proxy));
+    const b = track(valve.run(() => hostile));
+    const c = track(valve.run(() => ({ then: 5 }))); // a `then` that is no function: a plain value
+    await clock.tickAsync(100);
+    expect(a.error).toBeInstanceOf(TypeError);
+    expect(b.error).toBe(boom);
+    expect(c.value).toEqual({ then: 5 });
+    expect(valve.stats()).toMatchObject({ running: 0, failed: 2, succeeded: 1 });
+    const closed = track(valve.close());
+    await flushMicrotasks();
+    expect(closed.done).toBe(true);
+  });
+
+  it('options whose reading throws (a getter, a revoked Proxy) reject: run() never throws', async () => {
+    const { valve } = setup({ rules: { limit: 100, interval: '1s' } });
+    const getter = new Error('getter');
+    const options = {
+      get cost(): number {
+        throw getter;
+      },
+    };
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    let run!: Promise<unknown>;
+    expect(() => {
+      run = valve.run(() => 1, options);
+    }).not.toThrow();
+    await expect(run).rejects.toBe(getter);
+    await expect(valve.run(() => 1, proxy as never)).rejects.toThrow(TypeError);
+    expect(valve.stats()).toMatchObject({ started: 0, rejected: 2 });
+  });
+
   describe('bad per-call arguments reject (never throw) with TypeError/RangeError', () => {
     const cases: [string, () => Promise<unknown>, ErrorConstructor, RegExp][] = [];
     const { valve } = setup({ rules: { limit: 10, interval: '1s' } });
