@@ -50,6 +50,10 @@ export class Leases {
   private renewAt = Number.POSITIVE_INFINITY;
   /** A renewal call is in flight (there is at most one). */
   private renewing = false;
+  /** When the renewal in flight was sent (local clock). */
+  private renewSentAt = 0;
+  /** Numbers the renewals: an answer to one given up on (see onTimer) is ignored. */
+  private renewGen = 0;
   /** At most the earliest leaseExpiry in `leased` (exact after each renewal and expiry); Infinity when none. */
   private minLeaseExpiry = Number.POSITIVE_INFINITY;
   /** Tokens of settled jobs waiting for the next batched release call. */
@@ -107,13 +111,24 @@ export class Leases {
   /** When the timer must wake for leases (renewal or expiry); Infinity when nothing is leased. */
   nextDue(): number {
     if (this.leased.size === 0) return Number.POSITIVE_INFINITY;
-    return this.renewing ? this.minLeaseExpiry : Math.min(this.renewAt, this.minLeaseExpiry);
+    // While a renewal is in flight: also when it stops mattering (see onTimer).
+    return this.renewing
+      ? Math.min(this.minLeaseExpiry, this.renewSentAt + this.ttl)
+      : Math.min(this.renewAt, this.minLeaseExpiry);
   }
 
   /** The timer fired: expires overdue leases and sends a renewal that is due. */
   onTimer(now: number): void {
     if (this.leased.size === 0) return;
     if (this.minLeaseExpiry <= now) this.expire(now);
+    if (this.renewing && this.renewSentAt + this.ttl <= now) {
+      // A renewal that has not answered in a whole TTL can no longer keep any lease (its answer
+      // would count from its send time): given up, so that the leases taken since are renewed.
+      // (A custom store may never answer; redisStore's own timeout fails it sooner.)
+      this.renewing = false;
+      this.renewGen++;
+      this.renewAt = now;
+    }
     if (!this.renewing && this.renewAt <= now) this.renew();
   }
 
@@ -122,6 +137,8 @@ export class Leases {
     const tokens = holders.map((holder) => holder.heldLease!.token);
     const sentAt = this.clock.now();
     this.renewing = true;
+    this.renewSentAt = sentAt;
+    const gen = ++this.renewGen;
     let result: unknown;
     try {
       result = this.store.renew(this.id, tokens, this.ttl);
@@ -129,13 +146,25 @@ export class Leases {
       this.renewFailed(holders, sentAt, err);
       return;
     }
-    if (isThenable(result)) {
-      result.then(
+    let later: boolean;
+    try {
+      later = isThenable(result);
+    } catch (err) {
+      // A `then` getter that throws: a failed renewal, not an uncaught exception.
+      this.renewFailed(holders, sentAt, err);
+      return;
+    }
+    if (later) {
+      // Promise.resolve: a custom thenable whose then() throws rejects instead (a native
+      // promise is used as it is).
+      Promise.resolve(result).then(
         (held) => {
+          if (gen !== this.renewGen) return;
           this.renewed(holders, sentAt, held);
           this.host.renewalAnswered();
         },
         (err: unknown) => {
+          if (gen !== this.renewGen) return;
           this.renewFailed(holders, sentAt, err);
           this.host.renewalAnswered();
         },
@@ -241,7 +270,15 @@ export class Leases {
       this.releaseFailed(err);
       return;
     }
-    if (isThenable(result)) result.then(this.released, this.releaseFailed);
+    let later: boolean;
+    try {
+      later = isThenable(result);
+    } catch (err) {
+      this.releaseFailed(err);
+      return;
+    }
+    // Promise.resolve: a custom thenable whose then() throws rejects instead.
+    if (later) Promise.resolve(result).then(this.released, this.releaseFailed);
     else this.released();
   };
 

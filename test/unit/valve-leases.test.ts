@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { isValveError } from '../../src/errors.js';
 import { memoryStore } from '../../src/stores/memory.js';
-import type { AcquireResult } from '../../src/stores/store.js';
+import type { AcquireResult, Store } from '../../src/stores/store.js';
 import type { JobContext } from '../../src/valve.js';
 import { createValve } from '../../src/valve.js';
 import { count, spyStore } from '../helpers/spy-store.js';
@@ -236,5 +236,93 @@ describe('global concurrency', () => {
     expect(jobs.every((j) => j.value === 'done')).toBe(true);
     const released = store.calls.filter((c) => c.op === 'release').flatMap((c) => c.args[1] as string[]);
     expect(released.sort()).toEqual(h.contexts.map((c) => c.lease!.token).sort());
+  });
+});
+
+describe('global concurrency: a custom store that misbehaves', () => {
+  /** A valve over a memory store whose renew or release a test replaces. */
+  function overStore(over: Partial<Store>, leaseTtl = 3000) {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const store: Store = {
+      acquire: (r) => inner.acquire(r),
+      pause: (id, ms, by) => inner.pause(id, ms, by),
+      resume: (id) => inner.resume(id),
+      renew: (id, t, ttl) => inner.renew(id, t, ttl),
+      release: (id, t) => inner.release(id, t),
+      ...over,
+    };
+    const errors: unknown[][] = [];
+    const valve = createValve({
+      id: 'g',
+      clock,
+      store,
+      concurrency: { limit: 5, scope: 'global', leaseTtl },
+    });
+    valve.on('store-error', (...args) => errors.push(args));
+    return { clock, inner, valve, errors };
+  }
+  const throwingThen = (err: Error) => ({
+    // biome-ignore lint/suspicious/noThenProperty: a hostile thenable on purpose
+    then() {
+      throw err;
+    },
+  });
+
+  it('a renewal that never answers is given up after a TTL: leases taken since are renewed, not lost', async () => {
+    let hang = true;
+    const { clock, inner, valve } = overStore({
+      renew: (id, t, ttl) => (hang ? new Promise<boolean[]>(() => {}) : inner.renew(id, t, ttl)),
+    });
+    const lost: unknown[] = [];
+    valve.on('lease-lost', (e) => lost.push(e));
+    const first = holder();
+    const a = track(valve.run(first.job));
+    await clock.tickAsync(1000); // the renewal is sent, and never answers
+    await clock.tickAsync(2000); // the lease expires
+    expect(lost).toHaveLength(1);
+    first.gates[0]!();
+    await flushMicrotasks();
+    expect(isValveError(a.error, 'LEASE_LOST')).toBe(true);
+    hang = false;
+    const second = holder();
+    const b = track(valve.run(second.job));
+    await clock.tickAsync(10_000); // three TTLs: renewed all along
+    expect(lost).toHaveLength(1);
+    expect(second.contexts[0]!.signal.aborted).toBe(false);
+    second.gates[0]!();
+    await flushMicrotasks();
+    expect(b.value).toBe('done');
+    await valve.close();
+  });
+
+  it('a renew() or release() whose thenable throws is a store error, never an uncaught exception', async () => {
+    const renewBoom = new Error('renew then');
+    const releaseBoom = new Error('release then');
+    const { clock, valve, errors } = overStore({
+      renew: () => throwingThen(renewBoom) as never,
+      release: () => throwingThen(releaseBoom) as never,
+    });
+    const uncaught = vi.fn();
+    process.on('uncaughtException', uncaught);
+    try {
+      const h = holder();
+      const job = track(valve.run(h.job));
+      await clock.tickAsync(1000);
+      expect(h.contexts[0]!.signal.aborted).toBe(true);
+      h.gates[0]!();
+      await clock.tickAsync(0);
+      expect(isValveError(job.error, 'LEASE_LOST')).toBe(true);
+      const closed = track(valve.close());
+      await clock.tickAsync(0);
+      expect(closed.done).toBe(true);
+      expect(errors.map(([err, ctx]) => [err, (ctx as { operation: string }).operation])).toEqual([
+        [renewBoom, 'renew'],
+        [releaseBoom, 'release'],
+      ]);
+      expect(uncaught).not.toHaveBeenCalled();
+    } finally {
+      process.off('uncaughtException', uncaught);
+    }
   });
 });
