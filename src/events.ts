@@ -173,6 +173,20 @@ export class Emitter {
       );
   }
 
+  /** Emits an event of two arguments ('store-error'), both passed even when the first is undefined. */
+  emit2(event: string, a: unknown, b: unknown): void {
+    const list = this.listeners.get(event);
+    if (list === undefined) return;
+    for (const listener of list) {
+      try {
+        const result: unknown = listener(a, b);
+        if (result !== undefined) catchRejection(event, result);
+      } catch (err) {
+        reportListenerError(event, err);
+      }
+    }
+  }
+
   emit(event: string, a?: unknown, b?: unknown): void {
     const list = this.listeners.get(event);
     if (list === undefined) return;

@@ -185,6 +185,18 @@ export class Pauses {
     }
   }
 
+  /**
+   * A 'pause' wake-up: another valve wrote a pause ending at `storeUntil` (store clock). A time
+   * that is not finite, or further ahead than any pause valve writes (365 days, a day of slack
+   * for clocks), is not valve's: ignored, so a forged message cannot hold admission for good
+   * (the next store answer tells the real pause).
+   */
+  heard(storeUntil: unknown): void {
+    if (typeof storeUntil !== 'number' || !Number.isFinite(storeUntil)) return;
+    if (storeUntil - this.offset - this.clock.now() > MAX_DURATION_MS + 86_400_000) return;
+    this.learn(storeUntil, false);
+  }
+
   /** A 'resume' wake-up: another valve deleted the pause. */
   resumedRemotely(): void {
     // Answers already on the wire may predate this resume: they report, but do not re-cache, a pause.

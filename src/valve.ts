@@ -367,7 +367,8 @@ class ValveImpl implements Valve {
     action: StoreErrorContext['action'],
   ): void {
     this.storeErrors++;
-    this.events.emit('store-error', err, { operation, id: this.id, action });
+    // emit2: a store that fails with undefined (Promise.reject()) still gives the context.
+    this.events.emit2('store-error', err, { operation, id: this.id, action });
   }
 
   /** close() without drain: queued and in-flight jobs reject CLOSED; running jobs see ctx.signal abort. */

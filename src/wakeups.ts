@@ -133,7 +133,7 @@ export class Wakeups {
     if (this.unsubscribe === null || !this.host.listening()) return;
     if (typeof event !== 'object' || event === null) return;
     if (event.type === 'pause') {
-      if (typeof event.until === 'number') this.pauses.learn(event.until, false);
+      this.pauses.heard(event.until);
     } else if (event.type === 'resume') {
       this.pauses.resumedRemotely();
     } else if (event.type === 'release') {

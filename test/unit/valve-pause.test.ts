@@ -140,6 +140,44 @@ describe('pause() and resume()', () => {
     expect(busy.done).toBe(true);
   });
 
+  it('a pause wake-up whose end is not finite, or beyond any pause valve writes, is ignored', async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    let wake: ((e: unknown) => void) | undefined;
+    const store = {
+      ...spyStore(inner, clock),
+      notifies: true,
+      subscribe: (_id: string, onWake: (e: unknown) => void, onStatus?: (s: unknown) => void) => {
+        wake = onWake;
+        queueMicrotask(() => onStatus?.({ listening: true }));
+        return () => {};
+      },
+    };
+    const valve = createValve({ id: 'forged', clock, store, rules: { limit: 1, interval: 100 } });
+    const events: unknown[] = [];
+    valve.on('pause', (e) => events.push(e));
+    const first = track(valve.run(() => 1));
+    const second = track(valve.run(() => 2)); // waits 100 ms for the rule, following wake-ups
+    await flushMicrotasks();
+    expect(first.value).toBe(1);
+    for (const until of [Number.POSITIVE_INFINITY, Number.NaN, clock.now() + 400 * 86_400_000, '1e99']) {
+      wake!({ type: 'pause', until });
+    }
+    await clock.tickAsync(100);
+    expect(second.value).toBe(2);
+    expect(events).toEqual([]);
+    // A real one is still heard (while the valve has work, so it follows wake-ups).
+    let finish = () => {};
+    const busy = track(valve.run(() => new Promise<void>((resolve) => (finish = resolve))));
+    await clock.tickAsync(100);
+    wake!({ type: 'pause', until: clock.now() + 5000 });
+    expect(events).toEqual([{ until: clock.now() + 5000, source: 'remote' }]);
+    finish();
+    await flushMicrotasks();
+    expect(busy.done).toBe(true);
+    await valve.close();
+  });
+
   it("its own pause's wake-up arriving before the store's reply is not reported as a remote pause", async () => {
     const clock = new FakeClock();
     const inner = memoryStore({ clock });

@@ -1,5 +1,8 @@
 import { describe, expect, it, vi } from 'vitest';
 import { isValveError } from '../../src/errors.js';
+import { createValveGroup } from '../../src/group.js';
+import { memoryStore } from '../../src/stores/memory.js';
+import type { Store } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
 import { count, spyMemoryStore } from '../helpers/spy-store.js';
 import { FakeClock, setup, track } from './harness.js';
@@ -161,5 +164,41 @@ describe('store answers', () => {
     // send time (t0), the next call goes at +1000, is decided at +1100 (the slot) and starts.
     expect(starts[0]).toBe(100);
     expect(starts[1]).toBe(1100); // 1200 if the hint counted from the answer
+  });
+});
+
+describe('store-error arguments', () => {
+  it('a store that fails with undefined still passes the context (valve and group listeners)', async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    let fail = true;
+    const store: Store = {
+      acquire: (r) => (fail ? Promise.reject(undefined) : inner.acquire(r)),
+      pause: (id, ms, by) => inner.pause(id, ms, by),
+      resume: (id) => inner.resume(id),
+      renew: (id, t, ttl) => inner.renew(id, t, ttl),
+      release: (id, t) => inner.release(id, t),
+    };
+    const valve = createValve({ id: 'u', clock, store });
+    const args: unknown[][] = [];
+    valve.on('store-error', (...a) => args.push(a));
+    const job = track(valve.run(() => 'ok'));
+    await clock.tickAsync(0);
+    expect(args[0]).toEqual([undefined, { operation: 'acquire', id: 'u', action: 'wait' }]);
+    fail = false;
+    await clock.tickAsync(1000);
+    expect(job.value).toBe('ok');
+
+    fail = true;
+    const group = createValveGroup({ clock, store });
+    const groupArgs: unknown[][] = [];
+    group.on('store-error', (...a) => groupArgs.push(a));
+    const g = track(group.run('k', () => 'g'));
+    await clock.tickAsync(0);
+    expect(groupArgs[0]).toEqual([undefined, { operation: 'acquire', id: 'k', action: 'wait' }, 'k']);
+    fail = false;
+    await clock.tickAsync(1000);
+    expect(g.value).toBe('g');
+    await Promise.all([valve.close(), group.close()]);
   });
 });
