@@ -1,5 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../src/stores/memory.js';
+import type { WakeEvent, WakeStatus } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
 import { count, spyStore } from '../helpers/spy-store.js';
 import { FakeClock, flushMicrotasks, setup, track } from './harness.js';
@@ -147,8 +148,8 @@ describe('pause() and resume()', () => {
     const store = {
       ...spyStore(inner, clock),
       notifies: true,
-      subscribe: (_id: string, onWake: (e: unknown) => void, onStatus?: (s: unknown) => void) => {
-        wake = onWake;
+      subscribe: (_id: string, onWake: (e: WakeEvent) => void, onStatus?: (s: WakeStatus) => void) => {
+        wake = onWake as (e: unknown) => void;
         queueMicrotask(() => onStatus?.({ listening: true }));
         return () => {};
       },
