@@ -98,7 +98,7 @@ class ValveImpl implements Valve {
   /** The promise every close() returns; null until the first close(). */
   private closePromise: Promise<void> | null = null;
   /** Resolves closePromise; null before close() and once it resolved. */
-  private closeResolve: (() => void) | null = null;
+  private closeResolve: ((value: PromiseLike<void>) => void) | null = null;
 
   constructor(o: NormalizedOptions) {
     this.id = o.id;
@@ -400,9 +400,13 @@ class ValveImpl implements Valve {
     const resolve = this.closeResolve;
     this.closeResolve = null;
     this.admission.shutDown();
-    resolve();
+    // Through a settled promise, as jobs reject (job.ts rejectWith: two microtask steps), so
+    // that the handlers of every job's promise run before `await close()` goes on.
+    resolve(SETTLED);
   }
 }
+
+const SETTLED = Promise.resolve();
 
 /** Handed to admission.cancel() by a valve closed with nothing pending: no job ever receives it. */
 const NOTHING_PENDING = new ValveError('CLOSED', 'The valve was closed before the job started');

@@ -152,6 +152,40 @@ describe('run()', () => {
 });
 
 describe('close()', () => {
+  it('resolves after the handlers of every job it ended: queued (CLOSED), running, and in a race', async () => {
+    const { valve, clock } = setup({ rules: { limit: 1, interval: '1h' } });
+    await clock.tickAsync(0);
+    const log: string[] = [];
+    await valve.run(() => 1);
+    valve.run(() => 2).catch(() => log.push('queued job'));
+    valve
+      .run(() => 3)
+      .then(
+        () => log.push('never'),
+        () => log.push('second queued job'),
+      );
+    const raced = valve
+      .run(() => 4)
+      .then(
+        () => 'job',
+        () => 'job',
+      );
+    const running = createValve({ id: 'running', clock, rules: { limit: 10, interval: '1s' } });
+    running
+      .run(
+        (ctx) =>
+          new Promise((_, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason))),
+      )
+      .catch(() => log.push('running job'));
+    await clock.tickAsync(0);
+    const first = Promise.race([raced, valve.close().then(() => 'close')]);
+    await running.close();
+    log.push('running closed');
+    expect(await first).toBe('job');
+    log.push('closed');
+    expect(log).toEqual(['queued job', 'second queued job', 'running job', 'running closed', 'closed']);
+  });
+
   it('rejects queued jobs with CLOSED, aborts running ones, and resolves when they settle', async () => {
     const { valve, clock } = setup({ rules: { limit: 1, interval: 1000 } });
     let reason: unknown;
