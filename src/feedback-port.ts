@@ -36,6 +36,8 @@ export interface ValveInternals {
   ): Promise<T>;
   /** Writes a shared pause of `ms` in the background; emits 'pause' with `source`; failures emit 'store-error'. */
   pauseInBackground(ms: number, source: PauseSource, detail?: unknown): void;
+  /** close() was called: a wrapped fetch returns its last answer instead of retrying. */
+  isClosed(): boolean;
   /** End of the shared pause this process knows (valve clock, epoch ms; 0 or past: none). */
   knownPauseEnd(): number;
   /** Emits a typed event of the valve (e.g. 'retry', 'feedback-ignored'). */

@@ -158,6 +158,7 @@ class ValveImpl implements Valve {
       // observe() reaches the pause directly: feedback → pauses → store.
       pauseInBackground: (ms, source, detail) => pauses.pauseInBackground(ms, source, detail),
       knownPauseEnd: () => pauses.until,
+      isClosed: () => this.closed,
       emit: (event, payload) => {
         if (event !== 'error') events.emit(event, payload);
       },

@@ -260,7 +260,9 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
       const status = (response as { status?: unknown } | null)?.status;
       const retryable =
         status === 429 || (status === 503 && reading !== undefined && hasRetryAfter(response));
-      if (!retryable || attempt >= retries || !plan.replayable) return response;
+      // After close() (draining or not) no new attempt starts: the answer goes to the caller
+      // as fetch would return it, never a CLOSED for a request that was sent.
+      if (!retryable || attempt >= retries || !plan.replayable || valve.isClosed()) return response;
       discard(response);
       const event: FetchRetryEvent = {
         attempt: attempt + 1,

@@ -56,6 +56,13 @@ export class FakeInternals implements ValveInternals {
     return this.pausedUntil;
   }
 
+  /** Set by a test: close() was called. */
+  closed = false;
+
+  isClosed(): boolean {
+    return this.closed;
+  }
+
   eventsOf(name: string): unknown[] {
     return this.events.filter((e) => e.event === name).map((e) => e.payload);
   }

@@ -1,6 +1,8 @@
 import { describe, expect, expectTypeOf, it } from 'vitest';
 import type { FetchRetryEvent } from '../../src/events.js';
 import { wrapFetch } from '../../src/feedback/fetch.js';
+import { memoryStore } from '../../src/stores/memory.js';
+import { createValve } from '../../src/valve.js';
 import { FakeClock, flushMicrotasks } from '../helpers/fake-clock.js';
 import { FakeInternals } from './fake-internals.js';
 
@@ -430,4 +432,32 @@ describe('wrapFetch: types', () => {
       new Response(`${input}${init?.method}`);
     expectTypeOf(wrapFetch(valve, custom)).toEqualTypeOf<typeof custom>();
   });
+});
+
+describe('wrapFetch: close()', () => {
+  for (const drain of [true, false]) {
+    it(`a request answered 429 after close({ drain: ${drain} }) returns that answer, body intact, and is not retried`, async () => {
+      const clock = new FakeClock(NOW);
+      const valve = createValve({ id: `closing-${drain}`, clock, store: memoryStore({ clock }) });
+      let answer!: (r: Response) => void;
+      let calls = 0;
+      const fetchFn = (async () => {
+        calls++;
+        return new Promise<Response>((resolve) => (answer = resolve));
+      }) as typeof fetch;
+      const wrapped = valve.wrapFetch(fetchFn);
+      const response = wrapped('https://api.example.com/x');
+      await flushMicrotasks();
+      expect(calls).toBe(1);
+      let closed = false;
+      const closing = valve.close({ drain }).then(() => (closed = true));
+      answer(new Response('slow down', { status: 429, headers: { 'retry-after': '1' } }));
+      const r = await response;
+      expect(r.status).toBe(429);
+      expect(await r.text()).toBe('slow down');
+      await closing;
+      expect(closed).toBe(true);
+      expect(calls).toBe(1);
+    });
+  }
 });
