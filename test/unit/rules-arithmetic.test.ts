@@ -27,7 +27,9 @@ describe('GCRA arithmetic', () => {
     expect(normalizeRule({ limit: 3, interval: 0.1 + 0.2 }, 'rules').intervalUs).toBe(300);
     expect(normalizeRule({ limit: 2, interval: 1.001 }, 'rules').intervalUs).toBe(1001);
     expect(normalizeRule({ limit: 10, interval: '1.5s' }, 'rules').digest).toBe('g10.1500000.1');
-    expect(normalizeRule({ limit: 1, interval: 1.0004, algorithm: 'sliding-window' }, 'rules').intervalUs).toBe(1001);
+    expect(
+      normalizeRule({ limit: 1, interval: 1.0004, algorithm: 'sliding-window' }, 'rules').intervalUs,
+    ).toBe(1001);
   });
 
   it('next tat starts from max(tat, now)', () => {

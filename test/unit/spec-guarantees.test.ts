@@ -255,7 +255,9 @@ describe('API contract: store options are validated like createValve options', (
     expect(() => memoryStore({ clok: new FakeClock() } as never)).toThrow(/`clok`/);
     expect(() => memoryStore({ clock: new FakeClock() })).not.toThrow();
     // null is not "the default" (docs/errors.md).
-    expect(() => memoryStore({ clock: null as never })).toThrow(/`options.clock` to be a Clock with now\(\), got null/);
+    expect(() => memoryStore({ clock: null as never })).toThrow(
+      /`options.clock` to be a Clock with now\(\), got null/,
+    );
     expect(() => memoryStore({})).not.toThrow();
     expect(() => memoryStore()).not.toThrow();
   });

@@ -188,7 +188,10 @@ class RedisStore implements Store {
       }
     }
     const clock = options.unsafeTestClock;
-    if (clock !== undefined && (typeof clock !== 'object' || clock === null || typeof clock.now !== 'function')) {
+    if (
+      clock !== undefined &&
+      (typeof clock !== 'object' || clock === null || typeof clock.now !== 'function')
+    ) {
       throw new TypeError(`Expected \`unsafeTestClock\` to be a Clock with now(), got ${describe(clock)}`);
     }
     this.testClock = clock;
