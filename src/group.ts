@@ -19,7 +19,7 @@ import { checkId, checkKnownKeys, MAX_DURATION_MS } from './stores/checks.js';
 import { memoryStore } from './stores/memory.js';
 import type { Store } from './stores/store.js';
 import type { JobContext, RunOptions, Valve, ValveStats } from './types.js';
-import { createGroupValve } from './valve.js';
+import { createGroupValve, internalsOf } from './valve.js';
 
 export type { ValveGroupListener } from './group-events.js';
 export type {
@@ -60,11 +60,15 @@ const RECORD_TTL_MS = 60_000;
 class Entry extends IdleEntry {
   /** The valve's forwarders of the group's events (null until the group has a listener). */
   forwarders: Forwarders | null = null;
+  /** Whether close() was called on the valve (by the group, or by hand). */
+  readonly isClosed: () => boolean;
   constructor(
     readonly key: string,
     readonly valve: Valve,
   ) {
     super();
+    const internals = internalsOf(valve);
+    this.isClosed = internals === undefined ? () => false : internals.isClosed;
   }
 }
 
@@ -139,7 +143,7 @@ class ValveGroupImpl implements ValveGroup {
 
   valve(key: string): Valve {
     if (this.closePromise !== null) throw closedError();
-    const entry = this.entries.get(key);
+    const entry = this.live(key);
     if (entry === undefined) return this.create(key).valve;
     this.idle.touch(entry);
     return entry.valve;
@@ -152,7 +156,7 @@ class ValveGroupImpl implements ValveGroup {
   ): Promise<Awaited<T>> {
     if (this.closePromise !== null) return Promise.reject(closedError());
     // No touch: a valve with work is never evicted, and its 'idle' event marks its activity.
-    let entry = this.entries.get(key);
+    let entry = this.live(key);
     if (entry === undefined) {
       try {
         entry = this.create(key);
@@ -187,7 +191,7 @@ class ValveGroupImpl implements ValveGroup {
       try {
         const key = keyOf(input, init);
         if (this.closePromise !== null) throw closedError();
-        valve = this.entries.get(key)?.valve ?? this.create(checkId(key, 'key')).valve;
+        valve = this.live(key)?.valve ?? this.create(checkId(key, 'key')).valve;
       } catch (err) {
         return Promise.reject(err);
       }
@@ -307,6 +311,27 @@ class ValveGroupImpl implements ValveGroup {
     this.idle.touch(entry);
     this.watcher?.added(key, valve);
     return entry;
+  }
+
+  /**
+   * The key's entry. A valve closed by hand (`group.valve(key).close()`) is dropped once it has
+   * no work left, so the key's next job gets a new valve; while it still drains, its runs
+   * reject CLOSED.
+   */
+  private live(key: string): Entry | undefined {
+    const entry = this.entries.get(key);
+    if (entry === undefined || !entry.isClosed()) return entry;
+    const s = entry.valve.stats();
+    if (s.queued + s.running > 0) return entry;
+    this.idle.unlink(entry);
+    this.entries.delete(key);
+    this.retire(s);
+    this.watcher?.removed(key, entry.valve);
+    // Its close() may still be releasing leases: the group's close() waits for it too.
+    const closing = entry.valve.close();
+    this.closing.add(closing);
+    void closing.then(() => this.closing.delete(closing));
+    return undefined;
   }
 
   /** The entry's idleTimeout passed since its last activity: evict it, unless it has work. */

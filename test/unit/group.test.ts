@@ -71,6 +71,34 @@ describe('createValveGroup: creation and reuse', () => {
   });
 });
 
+describe('createValveGroup: a valve closed by hand', () => {
+  it('is dropped once its work is done: the key gets a new valve, the counters carry over', async () => {
+    const { group: g, clock } = group({ rules: { limit: 10, interval: '1s' } });
+    const first = g.valve('k');
+    let finish = () => {};
+    const running = track(g.run('k', () => new Promise<string>((r) => (finish = () => r('done')))));
+    await clock.tickAsync(0);
+    expect(first.stats().running).toBe(1);
+    const closing = track(first.close({ drain: true }));
+    // While it drains, the key's runs reject CLOSED (its valve is closing).
+    await expect(g.run('k', () => 'late')).rejects.toMatchObject({ code: 'CLOSED' });
+    expect(g.valve('k')).toBe(first);
+    finish();
+    await clock.tickAsync(0);
+    expect(running.value).toBe('done');
+    expect(closing.done).toBe(true);
+    // Done: the next use creates a new valve for the key.
+    const again = track(g.run('k', () => 'again'));
+    await clock.tickAsync(100); // the same id's budget: 100 ms after the first start
+    expect(again.value).toBe('again');
+    const second = g.valve('k');
+    expect(second).not.toBe(first);
+    expect(g.size).toBe(1);
+    expect(g.stats()).toMatchObject({ size: 1, started: 2, succeeded: 2 });
+    await g.close();
+  });
+});
+
 describe('createValveGroup: per-key overrides', () => {
   it('options(key) replaces rules, concurrency and maxWait for that key, asked once per valve', async () => {
     const asked: string[] = [];
