@@ -14,6 +14,7 @@ import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { checked } from '../../examples/api/declarations.js';
 import { isValveError, RedisStoreTimeoutError, ValveError } from '../../src/index.js';
+import { CODE_LANGS, docBlocks } from '../helpers/doc-blocks.js';
 import { runExample } from '../helpers/run-example.js';
 
 const root = resolve(import.meta.dirname, '../..');
@@ -21,30 +22,6 @@ const PAGE = 'docs/api.md';
 const DECLARATIONS = 'examples/api/declarations.ts';
 const IMPORT = 'examples/api/import.ts';
 const USAGE = 'examples/api/usage.ts';
-const CODE = new Set(['ts', 'js', 'mjs', 'cjs', 'typescript', 'javascript']);
-
-interface Block {
-  line: number;
-  lang: string;
-  source: string | null;
-}
-
-/** The page's fenced blocks and their markers, parsed as docs-snippets.test.ts does. */
-function blocks(doc: string): Block[] {
-  const lines = readFileSync(join(root, doc), 'utf8').split('\n');
-  const out: Block[] = [];
-  for (let i = 0; i < lines.length; i++) {
-    const open = /^```(\w*)\s*$/.exec(lines[i]!);
-    if (!open) continue;
-    const start = i;
-    let end = i + 1;
-    while (end < lines.length && lines[end] !== '```') end++;
-    const marker = /^<!-- snippet: (\S+) -->$/.exec(lines[start - 1] ?? '');
-    out.push({ line: start + 1, lang: open[1] ?? '', source: marker?.[1] ?? null });
-    i = end;
-  }
-  return out;
-}
 
 /** The names of a file's `// #region <name>` lines. */
 function regions(file: string): string[] {
@@ -52,7 +29,7 @@ function regions(file: string): string[] {
   return [...new Set([...text.matchAll(/^\s*\/\/ #region (\S+)\s*$/gm)].map((m) => m[1]!))];
 }
 
-const code = blocks(PAGE).filter((b) => CODE.has(b.lang));
+const code = docBlocks(root, PAGE).filter((b) => CODE_LANGS.has(b.lang));
 
 describe(`${PAGE}: every code block comes from a checked file`, () => {
   it('has ts/js blocks', () => {

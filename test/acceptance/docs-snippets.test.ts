@@ -12,9 +12,9 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { CODE_LANGS, docBlocks } from '../helpers/doc-blocks.js';
 
 const root = resolve(import.meta.dirname, '../..');
-const CODE = new Set(['ts', 'js', 'mjs', 'cjs', 'typescript', 'javascript']);
 
 const docs = [
   'README.md',
@@ -25,36 +25,6 @@ const docs = [
 // Every page (docs/api.md's declarations come from examples/api/, type-checked against the
 // real types by test/acceptance/api-docs.test.ts and `npm run typecheck`).
 const FULLY_CHECKED = docs;
-
-interface Block {
-  doc: string;
-  line: number;
-  lang: string;
-  code: string;
-  source: string | null;
-}
-
-function blocks(doc: string): Block[] {
-  const lines = readFileSync(join(root, doc), 'utf8').split('\n');
-  const out: Block[] = [];
-  for (let i = 0; i < lines.length; i++) {
-    const open = /^```(\w*)\s*$/.exec(lines[i]!);
-    if (!open) continue;
-    const start = i;
-    let end = i + 1;
-    while (end < lines.length && lines[end] !== '```') end++;
-    const marker = /^<!-- snippet: (\S+) -->$/.exec(lines[start - 1] ?? '');
-    out.push({
-      doc,
-      line: start + 1,
-      lang: open[1] ?? '',
-      code: lines.slice(start + 1, end).join('\n'),
-      source: marker?.[1] ?? null,
-    });
-    i = end;
-  }
-  return out;
-}
 
 /** The parts of `file` the snippet names, as the docs show them. */
 function extract(source: string): string {
@@ -100,7 +70,7 @@ function testSources(dir = join(root, 'test')): string {
   return text;
 }
 
-const all = docs.flatMap(blocks);
+const all = docs.flatMap((doc) => docBlocks(root, doc));
 const marked = all.filter((b) => b.source !== null);
 
 describe('docs snippets', () => {
@@ -124,7 +94,7 @@ describe('docs snippets', () => {
 
   it(`every code block of ${FULLY_CHECKED.join(', ')} comes from a file`, () => {
     const bare = all
-      .filter((b) => FULLY_CHECKED.includes(b.doc) && CODE.has(b.lang) && b.source === null)
+      .filter((b) => FULLY_CHECKED.includes(b.doc) && CODE_LANGS.has(b.lang) && b.source === null)
       .map((b) => `${b.doc}:${b.line}`);
     expect(bare).toEqual([]);
   });
