@@ -48,6 +48,7 @@ import { startCluster, startRedis } from '../helpers/servers.js';
 // #endregion private-servers
 // #region shared-servers
 import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { expectStoreWorks } from '../helpers/store-smoke.js';
 
 // #endregion shared-servers
 
@@ -503,14 +504,8 @@ describe("examples/redis-store.ts: docs/redis.md, on the suite's Redis", () => {
     const subscriber = client.duplicate();
     const store = storeWithOptions(client, subscriber, 'classic');
     const id = `example-options-${uniquePrefix('x').slice(4)}`;
-    const a = createValve({ id, store, concurrency: { limit: 1, scope: 'global', leaseTtl: 5000 } });
-    const b = createValve({ id, store, concurrency: { limit: 1, scope: 'global', leaseTtl: 5000 } });
-    expect(await Promise.all([a.run(() => 'a'), b.run(() => 'b')])).toEqual(['a', 'b']);
-    const until = Date.now() + 5000;
-    while (store.notifies !== true && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
-    expect(store.notifies).toBe(true);
+    await expectStoreWorks(store, id);
     expect(await client.exists(`valve:{${id}}:fence`)).toBe(1); // prefix 'valve'
-    await Promise.all([a.close(), b.close()]);
     await subscriber.quit();
   });
 

@@ -7,10 +7,11 @@ import { setup as iovalkey } from '../../examples/redis-clients/iovalkey.js';
 import { setup as iovalkeyCluster } from '../../examples/redis-clients/iovalkey-cluster.js';
 import { setup as nodeRedis } from '../../examples/redis-clients/node-redis.js';
 import { setup as nodeRedisCluster } from '../../examples/redis-clients/node-redis-cluster.js';
-import { createValve, type Store } from '../../src/index.js';
+import type { Store } from '../../src/index.js';
 import { type FakeApiKind, startFakeApi } from '../helpers/fake-apis.js';
 import { runExample } from '../helpers/run-example.js';
 import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { expectStoreWorks } from '../helpers/store-smoke.js';
 
 let api: Server;
 const seen: string[] = [];
@@ -52,15 +53,8 @@ describe('examples/redis-clients: the set-ups of docs/redis.md', () => {
   ];
   it.each(setups)('%s', async (_, setup) => {
     const { store, close } = await setup();
-    const id = uniquePrefix('example').replace(/:/g, '-');
-    const a = createValve({ id, store, concurrency: { limit: 1, scope: 'global', leaseTtl: 5000 } });
-    const b = createValve({ id, store, concurrency: { limit: 1, scope: 'global', leaseTtl: 5000 } });
-    expect(await Promise.all([a.run(() => 'a'), b.run(() => 'b')])).toEqual(['a', 'b']);
     // The subscriber follows the store's channels (notifies: every subscription confirmed).
-    const until = Date.now() + 5000;
-    while (store.notifies !== true && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
-    expect(store.notifies).toBe(true);
-    await Promise.all([a.close(), b.close()]);
+    await expectStoreWorks(store, uniquePrefix('example').replace(/:/g, '-'));
     await close();
   });
 });
