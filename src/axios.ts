@@ -78,7 +78,7 @@ function settle(config: InternalAxiosRequestConfig, response: AxiosResponse): Ax
   if (!response.status || !validate || validate(response.status)) return response;
   throw new AxiosError(
     `Request failed with status code ${response.status}`,
-    response.status < 500 ? AxiosError.ERR_BAD_REQUEST : AxiosError.ERR_BAD_RESPONSE,
+    response.status >= 400 && response.status < 500 ? AxiosError.ERR_BAD_REQUEST : AxiosError.ERR_BAD_RESPONSE,
     config,
     response.request,
     response,
@@ -115,7 +115,15 @@ export function valveAdapter(options: ValveAdapterOptions): AxiosAdapter {
       signal: init.signal,
       cancelToken: undefined,
     } as unknown as InternalAxiosRequestConfig;
-    const response = await adapter(attemptConfig);
+    let response: AxiosResponse;
+    try {
+      response = await adapter(attemptConfig);
+    } catch (err) {
+      // The caller's config, not the attempt's (whose validateStatus, signal and cancelToken
+      // are valve's): `api.request(err.config)` must resend what the caller sent.
+      if (err instanceof AxiosError && err.config === attemptConfig) err.config = config;
+      throw err;
+    }
     const headers = response.headers as { toJSON?: () => Record<string, unknown> } | undefined;
     return {
       status: response.status,

@@ -130,7 +130,7 @@ export function instrumentStore(store: Store, options?: InstrumentStoreOptions):
       (r: AcquireRequest) => store.acquire(r),
       (r) => r.id,
     ),
-    pause: timed('pause', (id: string, ms: number) => store.pause(id, ms), byId),
+    pause: timed('pause', (id: string, ms: number, by?: string) => store.pause(id, ms, by), byId),
     resume: timed('resume', (id: string) => store.resume(id), byId),
     renew: timed(
       'renew',
@@ -163,6 +163,11 @@ export function instrumentStore(store: Store, options?: InstrumentStoreOptions):
       );
     };
     Object.defineProperty(wrapped.acquire, ACQUIRE_WITH, { value: timedWith });
+  }
+  // The fleet window (wrapFetch uses it only when a store has both): passed through, untimed.
+  if (typeof store.windowSend === 'function' && typeof store.windowReport === 'function') {
+    wrapped.windowSend = store.windowSend.bind(store);
+    wrapped.windowReport = store.windowReport.bind(store);
   }
   if (typeof store.subscribe === 'function') wrapped.subscribe = store.subscribe.bind(store);
   if (typeof store.listening === 'function') wrapped.listening = store.listening.bind(store);

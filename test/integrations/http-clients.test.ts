@@ -416,6 +416,20 @@ describe('valve/axios (examples/axios.ts)', () => {
       .catch((e: unknown) => e);
     expect(missing).toBeInstanceOf(AxiosError);
     expect(missing).toMatchObject({ code: 'ECONNREFUSED' });
+    // The error carries the caller's config (resending it behaves as the first call), not
+    // valve's attempt config (validateStatus null, valve's signal).
+    expect((missing as AxiosError).config?.validateStatus).toBeTypeOf('function');
+    expect((missing as AxiosError).config?.signal).toBeUndefined();
+  });
+
+  it("names a refused status as axios's settle() does: ERR_BAD_REQUEST only for 4xx", async () => {
+    const api = await fake();
+    const refused = (client: ReturnType<typeof axios.create>) =>
+      client.get('/items/1', { validateStatus: (s) => s === 201 }).catch((e: unknown) => e);
+    const plain = await refused(axios.create({ baseURL: api.url }));
+    const through = await refused(createAxios(valve(), api.url));
+    expect(plain).toMatchObject({ code: 'ERR_BAD_RESPONSE', response: { status: 200 } });
+    expect(through).toMatchObject({ code: 'ERR_BAD_RESPONSE', response: { status: 200 } });
   });
 
   it('a 404 is returned at once (one request), as axios rejects it', async () => {

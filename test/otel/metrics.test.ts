@@ -329,6 +329,10 @@ describe('instrument(group)', () => {
     await group.run('other', () => 1);
     expect((await collect(own.reader)).value('valve.job.started')).toBe(1);
     expect((await collect(shared.reader)).value('valve.job.started')).toBe(1);
+    // The other way round (documented): the group's instrumentation already counts it.
+    expect(() => instrument(group.valve('other'), { meter: own.meter })).toThrow(
+      /The valve 'other' is already instrumented: stop\(\) the first instrumentation first/,
+    );
     await group.close();
   });
 });
@@ -382,6 +386,41 @@ describe('instrumentStore() of a store with a callback form of acquire (the Redi
     expect(
       m.value<Histogram>('valve.store.operation.duration', { ...op, 'error.type': 'StoreDown' }),
     ).toMatchObject({ count: 1 });
+  });
+});
+
+describe('instrumentStore() keeps what the store offers besides the timed calls', () => {
+  it("passes pause's `by` on, and keeps the fleet window (windowSend, windowReport)", async () => {
+    const { meter, provider } = meterSetup();
+    cleanup.push(() => provider.shutdown());
+    const inner = memoryStore();
+    const pauses: unknown[][] = [];
+    const spied: Store = {
+      acquire: (r) => inner.acquire(r),
+      pause: (...args) => {
+        pauses.push(args);
+        return inner.pause(...args);
+      },
+      resume: (id) => inner.resume(id),
+      renew: (id, tokens, ttl) => inner.renew(id, tokens, ttl),
+      release: (id, tokens) => inner.release(id, tokens),
+      windowSend: (id, probeTtl) => inner.windowSend!(id, probeTtl),
+      windowReport: (id, seq, remaining, resetMs) => inner.windowReport!(id, seq, remaining, resetMs),
+    };
+    const store = instrumentStore(spied, { meter });
+    const valve = createValve({ id: 'by', store });
+    cleanup.push(() => valve.close());
+    await valve.pause('1m');
+    expect(pauses).toEqual([['by', 60_000, 'manual']]);
+    expect(typeof store.windowSend).toBe('function');
+    expect(typeof store.windowReport).toBe('function');
+    const ticket = await store.windowSend!('w', 1000);
+    expect(ticket).toMatchObject({ seq: expect.any(Number), probe: expect.any(Boolean) });
+    // Without both, neither (wrapFetch uses the window only when a store has both).
+    const { windowSend: _s, windowReport: _r, ...plain } = spied;
+    const bare = instrumentStore(plain, { meter });
+    expect(bare.windowSend).toBeUndefined();
+    expect(bare.windowReport).toBeUndefined();
   });
 });
 
