@@ -52,6 +52,7 @@ export function statusLines(s: IdStatus): string[] {
       ? `pause     PAUSED until ${iso(s.pause.until)} (${human(s.pause.in)} left) by ${s.pause.by ?? 'an unnamed source'}; every valve with this id waits`
       : 'pause     none',
   );
+  for (const problem of s.problems) lines.push(`problem   ${problem}`);
   if (s.leases.length === 0) {
     lines.push(`leases    none held${s.fence !== null ? ` (last fence ${s.fence})` : ''}`);
   } else {

@@ -7,7 +7,9 @@
 import { readFileSync } from 'node:fs';
 import { hostname, userInfo } from 'node:os';
 import { parseArgs } from 'node:util';
+import { MAX_TIMER_DELAY_MS } from '../clock.js';
 import { parseDuration } from '../duration.js';
+import { MAX_DURATION_MS } from '../stores/checks.js';
 import { redisStore } from '../stores/redis/index.js';
 import { validatePrefix } from '../stores/redis/keys.js';
 import { CLIENT_NAMES, type ClientName, type Conn, connect, type Target, within } from './connect.js';
@@ -100,7 +102,11 @@ function parse(argv: string[], environment: CliIo['env']): Parsed {
       throw usageError(`--prefix: ${oneLine(err).replace('Expected `prefix` to be', 'expected')}`);
     }
   }
-  const timeout = values.timeout === undefined ? 5000 : duration(values.timeout as string, '--timeout');
+  // Node's timers take at most 2^31 − 1 ms (24.8 days).
+  const timeout =
+    values.timeout === undefined
+      ? 5000
+      : duration(values.timeout as string, '--timeout', MAX_TIMER_DELAY_MS, '24 days (2147483647 ms)');
   let count = Number.POSITIVE_INFINITY;
   if (values.count !== undefined) {
     count = Number(values.count);
@@ -138,15 +144,18 @@ function parse(argv: string[], environment: CliIo['env']): Parsed {
 }
 
 /** A duration option or argument in ms: '30s', '5m', '1.5h', or a number of ms. */
-function duration(text: string, name: string): number {
+function duration(text: string, name: string, max: number, maxText: string): number {
   const value = /^\d+(\.\d+)?$/.test(text) ? Number(text) : text;
+  let ms: number;
   try {
-    return parseDuration(value, name);
+    ms = parseDuration(value, name);
   } catch {
     throw usageError(
       `${name}: expected a duration such as 250ms, 30s, 5m, 1h or 1d, got ${JSON.stringify(text)}`,
     );
   }
+  if (ms > max) throw usageError(`${name}: expected at most ${maxText}, got ${JSON.stringify(text)}`);
+  return ms;
 }
 
 function expectArgs(p: Parsed, names: string[]): void {
@@ -188,13 +197,15 @@ async function run(p: Parsed, io: CliIo): Promise<number> {
     throw usageError(`unknown command ${JSON.stringify(p.command)}: expected one of ${commands.join(', ')}`);
   }
   expectArgs(p, p.command === 'pause' ? ['id', 'duration'] : p.command === 'doctor' ? [] : ['id']);
-  const ms = p.command === 'pause' ? duration(p.args[1]!, '<duration>') : 0;
+  const ms = p.command === 'pause' ? duration(p.args[1]!, '<duration>', MAX_DURATION_MS, '365 days') : 0;
   const conn = await connect(p.target);
   const t = p.target.timeout;
   try {
     if (p.command === 'status' || p.command === 'watch') {
       const status = await within(readStatus(conn, p.prefix, p.args[0]!), t, 'status');
       if (status.unknown) {
+        // --json: the object still (its `unknown` is true), then the one line and exit code 3.
+        if (p.json && p.command === 'status') print(JSON.stringify(status, null, 2));
         throw new CliError(
           EXIT.unknownId,
           `unknown id ${JSON.stringify(status.id)}: no rules, pause or leases recorded under prefix ${p.prefix} (check --prefix and the id)`,

@@ -69,9 +69,17 @@ export interface IdStatus {
   leases: LeaseStatus[];
   /** The last fencing number handed out, or null. */
   fence: number | null;
+  /**
+   * Keys of the id that hold what valve never writes (a value of another type, a malformed or
+   * impossible time): valve's scripts refuse to use them (VALVE_CORRUPT_STATE) until deleted.
+   */
+  problems: string[];
   /** True when the store holds nothing for this id. */
   unknown: boolean;
 }
+
+/** Beyond this, a pause end is not valve's (it writes at most 365 days ahead; a day of slack). */
+const AHEAD_MS = 366 * 86_400_000;
 
 const us = (ms: number) => Math.round(ms * 1000) / 1000;
 
@@ -156,7 +164,19 @@ export async function readStatus(
   const states = replyArray(reply[5], 'status');
   const pauseBy = replyString(reply[6], 'status');
 
-  const pauseUntil = /^\d+(\.\d+)?$/.test(pauseRaw) ? Number(pauseRaw) : null;
+  const problems: string[] = [];
+  const corrupt = (key: string, raw: string, expected: string) =>
+    problems.push(
+      `${key} holds ${raw === '!type' ? 'a value of another type' : JSON.stringify(raw.slice(0, 64))}, not ${expected} (valve never writes that; delete the key)`,
+    );
+  let pauseUntil = /^\d+(\.\d+)?$/.test(pauseRaw) ? Number(pauseRaw) : null;
+  if (pauseRaw !== '' && (pauseUntil === null || pauseUntil > now + AHEAD_MS)) {
+    corrupt(keys.pause, pauseRaw, 'a pause end in epoch ms at most 365 days ahead');
+    pauseUntil = null;
+  }
+  if (!Array.isArray(leaseReply) && replyString(leaseReply, 'status') === '!type')
+    corrupt(keys.leases, '!type', 'a sorted set of leases');
+  if (fenceRaw !== '' && !/^\d+$/.test(fenceRaw)) corrupt(keys.fence, fenceRaw, 'a fencing number');
   const leases: LeaseStatus[] = [];
   if (Array.isArray(leaseReply)) {
     for (let i = 0; i + 1 < leaseReply.length; i += 2) {
@@ -180,7 +200,8 @@ export async function readStatus(
     found.length === 0 &&
     pauseRaw === '' &&
     fenceRaw === '' &&
-    leases.length === 0;
+    leases.length === 0 &&
+    problems.length === 0;
   const mismatch: IdStatus['mismatch'] = {
     checked,
     digests: recorded === null ? [] : live.map((r) => r.digest),
@@ -204,6 +225,7 @@ export async function readStatus(
         : null,
     leases: leases.sort((a, b) => a.expiresAt - b.expiresAt),
     fence: /^\d+$/.test(fenceRaw) ? Number(fenceRaw) : null,
+    problems,
     unknown,
   };
 }

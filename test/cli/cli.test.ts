@@ -149,6 +149,8 @@ describe.concurrent('usage and one-line failures', () => {
       [['status'], /missing <id>: valve status <id>/],
       [['status', 'a', 'b', '--redis', url], /too many arguments/],
       [['pause', 'a', 'soon', '--redis', url], /<duration>: expected a duration/],
+      [['pause', 'a', '400d', '--redis', url], /<duration>: expected at most 365 days, got "400d"/],
+      [['status', 'a', '--timeout', '30d', '--redis', url], /--timeout: expected at most 24 days/],
       [['status', 'a{b}', '--redis', url], /no '\{' or '\}'/],
       [['status', 'a', '--redis', 'http://x'], /expected a redis:\/\/ or rediss:\/\/ URL/],
       [['status', 'a', '--prefix', 'a b', '--redis', url], /--prefix/],
@@ -177,6 +179,51 @@ describe.concurrent('usage and one-line failures', () => {
     expectOneLine(unknown, /unknown id "nobody"/);
     expect(fromEnv.code).toBe(3);
     expectOneLine(fromEnv, /unknown id "nobody"/);
+    // --json: the object still, `unknown: true`, and exit code 3 with the one line.
+    const asJson = await valve([
+      'status',
+      'nobody',
+      '--json',
+      '--prefix',
+      uniquePrefix('cli'),
+      '--redis',
+      sharedRedis().url,
+    ]);
+    expect(asJson.code).toBe(3);
+    expect(JSON.parse(asJson.stdout)).toMatchObject({ id: 'nobody', unknown: true, problems: [] });
+    expectOneLine(asJson, /unknown id "nobody"/);
+  });
+
+  it('status reports keys that hold what valve never writes, and does not take them for an unknown id', async () => {
+    const prefix = uniquePrefix('cli');
+    const client = new Redis(sharedRedis().url);
+    try {
+      await client.hset(`${prefix}:{c1}:pause`, 'a', '1');
+      await client.set(`${prefix}:{c1}:leases`, 'x');
+      await client.set(`${prefix}:{c2}:pause`, '9'.repeat(25));
+      await client.set(`${prefix}:{c2}:fence`, 'abc');
+      const [c1, c2, c2json] = await Promise.all([
+        valve(['status', 'c1', '--prefix', prefix, '--redis', sharedRedis().url]),
+        valve(['status', 'c2', '--prefix', prefix, '--redis', sharedRedis().url]),
+        valve(['status', 'c2', '--json', '--prefix', prefix, '--redis', sharedRedis().url]),
+      ]);
+      expect(c1.code, c1.stderr).toBe(0);
+      expect(c1.stdout).toMatch(/problem {3}\S+:\{c1\}:pause holds a value of another type/);
+      expect(c1.stdout).toMatch(
+        /problem {3}\S+:\{c1\}:leases holds a value of another type, not a sorted set/,
+      );
+      expect(c2.code, c2.stderr).toBe(0);
+      expect(c2.stdout).toMatch(/problem {3}\S+:\{c2\}:pause holds "9{25}", not a pause end/);
+      expect(c2.stdout).toMatch(/problem {3}\S+:\{c2\}:fence holds "abc"/);
+      expect(c2.stdout).toMatch(/pause {5}none/);
+      expect(json<{ problems: string[]; pause: null; unknown: boolean }>(c2json)).toMatchObject({
+        pause: null,
+        unknown: false,
+        problems: [expect.stringMatching(/:pause holds/), expect.stringMatching(/:fence holds/)],
+      });
+    } finally {
+      client.disconnect();
+    }
   });
 
   it('names the packages to install when no Redis client is installed', async () => {

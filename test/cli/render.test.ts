@@ -54,6 +54,7 @@ describe('the live view', () => {
     recorded: { digests: ['w100.60000000'], until: Date.UTC(2026, 0, 1, 1) },
     rules: [fixed(75, 0)],
     mismatch: { checked: true, digests: [] },
+    problems: [],
     pause: { until: Date.UTC(2026, 0, 1) + 30_000, in: 30_000, by: 'retry-after (retry-after)' },
     leases: [{ token: 'a.7', fence: 7, expiresAt: 0, ttl: 12_000 }],
     fence: 7,
