@@ -48,9 +48,9 @@ import { startCluster, startRedis } from '../helpers/servers.js';
 // #endregion private-servers
 // #region shared-servers
 import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
-import { expectStoreWorks } from '../helpers/store-smoke.js';
 
 // #endregion shared-servers
+import { expectStoreWorks } from '../helpers/store-smoke.js';
 
 const HOUR = 3_600_000;
 
