@@ -22,7 +22,7 @@ import {
 } from './stores/store.js';
 import { Timer } from './timer.js';
 import type { Waiting } from './waiting.js';
-import { PAUSE_RECHECK, Wakeups } from './wakeups.js';
+import { PAUSE_RECHECK, PAUSE_TRUST, Wakeups } from './wakeups.js';
 
 /*
  * The admission room: the store calls that ask for the start of waiting jobs (taken from the
@@ -434,7 +434,9 @@ export class Admission {
     if (this.recheck) return 0;
     if (until > this.lastSentAt + PAUSE_RECHECK && this.wakeups.polling)
       return this.lastSentAt + PAUSE_RECHECK;
-    return until;
+    // Confirmed wake-ups: still asked at least every PAUSE_TRUST after the pause was last heard of.
+    const trustedUntil = Math.max(this.lastSentAt, this.pauses.heardAt) + PAUSE_TRUST;
+    return until > trustedUntil ? trustedUntil : until;
   }
 
   private readonly onTimer = (): void => {

@@ -3,7 +3,7 @@ import { ValveError } from './errors.js';
 import type { StoreErrorMode } from './options.js';
 import type { StoreRule } from './rules/rule.js';
 import type { AcquireResult } from './stores/store.js';
-import { PAUSE_RECHECK, type Wakeups } from './wakeups.js';
+import { PAUSE_RECHECK, PAUSE_TRUST, type Wakeups } from './wakeups.js';
 
 /*
  * The pace of admission: when the valve may ask the store next, and for how many jobs, from the
@@ -224,9 +224,10 @@ export class Pace {
       // opens on it, however long the answer took to process (a process descheduled meanwhile
       // does not lose that time as well).
       this.nextAt = (sync ? syncBase(r.now, sentAt, now) : sentAt) + hint;
-      // Unconfirmed wake-ups may miss the resume: recheck the pause at least once a second.
-      if (this.blocked === 'pause' && this.wakeups.polling) {
-        this.nextAt = Math.min(this.nextAt, now + PAUSE_RECHECK);
+      // Unconfirmed wake-ups may miss the resume: recheck the pause at least once a second
+      // (confirmed ones, at least every PAUSE_TRUST).
+      if (this.blocked === 'pause') {
+        this.nextAt = Math.min(this.nextAt, now + (this.wakeups.polling ? PAUSE_RECHECK : PAUSE_TRUST));
       }
     }
     // Never ask again at the same instant for nothing (a zero hint, or one lost in float

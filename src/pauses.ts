@@ -61,6 +61,8 @@ const REMOTE: PauseCause = { source: 'remote', header: undefined, model: undefin
 export class Pauses {
   /** End of the known shared pause on the local clock (an estimate); 0 after a resume or an answer that reports none. */
   private localUntil = 0;
+  /** When (local clock) the known pause was last raised or confirmed (see `heardAt`). */
+  private lastHeard = 0;
   /** The same end as the store reported it (store clock); the largest seen since the pause was last cleared. */
   private storeUntil = 0;
   /** Bumped whenever this process raises localUntil: an acquisition sent before cannot clear it. */
@@ -90,6 +92,11 @@ export class Pauses {
   /** End of the known shared pause on the local clock (0 or past: none). */
   get until(): number {
     return this.localUntil;
+  }
+
+  /** When (local clock) this process last applied, wrote or learnt the known pause. */
+  get heardAt(): number {
+    return this.lastHeard;
   }
 
   /** What produced the known pause (see `until`), or null. */
@@ -173,6 +180,7 @@ export class Pauses {
   /** Records a pause the store reported (store-clock epoch ms). Emits a 'remote' pause event for one this valve did not write. */
   learn(storeUntil: number, own: boolean): void {
     const local = storeUntil - this.offset;
+    this.lastHeard = this.clock.now();
     const isNew = storeUntil > this.storeUntil;
     if (isNew) this.storeUntil = storeUntil;
     if (local > this.localUntil) {
@@ -251,6 +259,7 @@ export class Pauses {
     confirm: boolean,
   ): Promise<void> | undefined {
     const now = this.clock.now();
+    this.lastHeard = now;
     if (now + ms > this.localUntil) {
       this.localUntil = now + ms;
       this.raises++;

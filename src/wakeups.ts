@@ -19,6 +19,12 @@ const POLL_JITTER = 25;
 const NOTIFIED_RECHECK = 1000;
 /** While wake-ups are not confirmed, a cached pause is checked with the store at least this often (ms). */
 export const PAUSE_RECHECK = 1000;
+/**
+ * Even while wake-ups are confirmed, a cached pause is checked with the store at least this
+ * often (ms): pub/sub delivers at most once, and a subscription can end without the client
+ * noticing (a cluster slot migration), so a missed resume costs at most this long.
+ */
+export const PAUSE_TRUST = 30_000;
 
 /** What the wake-ups may call above them (the admission room). */
 export interface WakeupsHost {

@@ -3,12 +3,17 @@
  * (the commands valve and the clients use, keys `~<prefix>:*`, channels `&<prefix>:*`), through
  * every client family. A command outside the rule would fail with NOPERM.
  */
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { Redis as IORedis } from 'ioredis';
+import { createCluster } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore } from '../../src/stores/redis/index.js';
 import { storeContract } from '../contract/store-contract.js';
 import { CLIENT_FAMILIES, type Connected, connectClient } from '../helpers/redis-clients.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
+import { sharedCluster } from '../helpers/shared-servers.js';
+import { expectStoreWorks } from '../helpers/store-smoke.js';
 
 /** The ACL rule of docs/redis.md, for prefix `valve-acl`. Keep the two in sync. */
 const ACL_RULE = [
@@ -49,6 +54,7 @@ const ACL_RULE = [
   '+client|setname',
   '+cluster|slots',
   '+cluster|shards',
+  '+cluster|info',
 ];
 
 it('docs/redis.md gives exactly this rule (for the default prefix)', () => {
@@ -97,3 +103,52 @@ for (const kind of ['redis', 'valkey'] as const) {
     }
   });
 }
+
+describe("least-privilege ACL user on a cluster (the suite's shared cluster, a user of its own)", () => {
+  const user = `valve-acl-${randomBytes(4).toString('hex')}`;
+  const password = 'valve-secret';
+  beforeAll(async () => {
+    for (const node of sharedCluster().nodes) {
+      const admin = new IORedis({ host: node.host, port: node.port, lazyConnect: true });
+      await admin.connect();
+      await admin.call('ACL', 'SETUSER', user, 'on', `>${password}`, ...ACL_RULE);
+      admin.disconnect();
+    }
+  });
+  afterAll(async () => {
+    for (const node of sharedCluster().nodes) {
+      const admin = new IORedis({ host: node.host, port: node.port, lazyConnect: true });
+      await admin.connect();
+      await admin.call('ACL', 'DELUSER', user);
+      admin.disconnect();
+    }
+  });
+
+  it('an ioredis Cluster connects (its ready check sends CLUSTER INFO), runs jobs and confirms wake-ups', async () => {
+    const seeds = sharedCluster().nodes.map((n) => ({ host: n.host, port: n.port }));
+    const redisOptions = { username: user, password, maxRetriesPerRequest: 2 };
+    const client = new IORedis.Cluster(seeds, { redisOptions });
+    const subscriber = new IORedis.Cluster(seeds, { redisOptions, shardedSubscribers: true });
+    try {
+      const store = redisStore({ client, subscriber, prefix: 'valve-acl' });
+      await expectStoreWorks(store, `acl-${randomBytes(4).toString('hex')}`);
+    } finally {
+      client.disconnect();
+      subscriber.disconnect();
+    }
+  });
+
+  it('a node-redis cluster runs jobs and confirms wake-ups', async () => {
+    const rootNodes = sharedCluster().nodes.map((n) => ({ url: `redis://${n.host}:${n.port}` }));
+    const make = () => createCluster({ rootNodes, defaults: { username: user, password } });
+    const client = make();
+    const subscriber = make();
+    await Promise.all([client.connect(), subscriber.connect()]);
+    try {
+      const store = redisStore({ client, subscriber, prefix: 'valve-acl' });
+      await expectStoreWorks(store, `acl-${randomBytes(4).toString('hex')}`);
+    } finally {
+      await Promise.all([client.quit(), subscriber.quit()]);
+    }
+  });
+});

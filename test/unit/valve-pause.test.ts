@@ -141,6 +141,34 @@ describe('pause() and resume()', () => {
     expect(busy.done).toBe(true);
   });
 
+  it('with wake-ups confirmed, a cached pause is still checked with the store every 30 s (a lost resume costs at most that)', async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    // Wake-ups confirmed, but none ever delivered (a subscription the server dropped).
+    const store = {
+      ...spyStore(inner, clock),
+      notifies: true,
+      subscribe: (_id: string, _onWake: (e: WakeEvent) => void, onStatus?: (s: WakeStatus) => void) => {
+        queueMicrotask(() => onStatus?.({ listening: true }));
+        return () => {};
+      },
+    };
+    const valve = createValve({ id: 'lost', clock, store });
+    await valve.pause('10m');
+    const job = track(valve.run(() => 'ran'));
+    await clock.tickAsync(1);
+    // One call before the subscription was confirmed (it learns the pause), then no polling.
+    expect(count(store, 'acquire')).toBe(1);
+    await inner.resume('lost'); // no wake-up reaches the valve
+    await clock.tickAsync(29_990);
+    expect(count(store, 'acquire')).toBe(1);
+    expect(job.done).toBe(false);
+    await clock.tickAsync(20);
+    expect(job.value).toBe('ran');
+    expect(count(store, 'acquire')).toBe(2);
+    await valve.close();
+  });
+
   it('a pause wake-up whose end is not finite, or beyond any pause valve writes, is ignored', async () => {
     const clock = new FakeClock();
     const inner = memoryStore({ clock });
