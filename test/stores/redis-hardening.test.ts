@@ -99,7 +99,16 @@ describe('keys holding what valve never writes: an error naming the key, never a
     });
   }
 
-  for (const value of ['abc', '5:3:1700000000000000:500', '1:2:1700000000000000:0', '1:2:-5:500', '1:2:3']) {
+  // The last: a head turn now, but 1e11 tickets of 2 s each (a wait and a TTL of 6,000 years).
+  const farLine = `1:99999999999:${Date.now() * 1000 + 500_000}:2000000`;
+  for (const value of [
+    'abc',
+    '5:3:1700000000000000:500',
+    '1:2:1700000000000000:0',
+    '1:2:-5:500',
+    '1:2:3',
+    farLine,
+  ]) {
     it(`a line key holding ${JSON.stringify(value)}: refused before anything is spent`, async () => {
       const { store, id, key } = await setup();
       const k = key(`line:${gcra.digest}`);
@@ -114,6 +123,28 @@ describe('keys holding what valve never writes: an error naming the key, never a
       );
       expect(await redis().exists(key(`r:${gcra.digest}`))).toBe(0);
       expect(await redis().get(k)).toBe(value);
+    });
+  }
+
+  // A sliding-window log: the sum, then entry times (µs) and costs. A time beyond any valve
+  // writes, at the head (read first) or the newest (extended by the write), before any write.
+  const sliding = normalizeRule({ limit: 5, interval: '1s', algorithm: 'sliding-window' }, 'rules[0]');
+  for (const [name, log] of [
+    ['only entry', () => ['1', '1e300', '1']],
+    ['newest entry', () => ['2', String(Date.now() * 1000), '1', '1e300', '1']],
+  ] as const) {
+    it(`a sliding-window log whose ${name} lies centuries ahead: refused before anything is written`, async () => {
+      const { store, id, key } = await setup();
+      const k = key(`r:${sliding.digest}`);
+      const entries = log();
+      await redis().rpush(k, ...entries);
+      await redis().pexpire(k, 60_000);
+      const lease = { limit: 2, ttl: 5000 };
+      await expect(
+        store.acquire({ id, rules: [gcra, sliding], costs: [1], count: 1, lease }),
+      ).rejects.toThrow(corrupt(k));
+      expect(await redis().lrange(k, 0, -1)).toEqual(entries);
+      expect(await redis().exists(key(`r:${gcra.digest}`), key('leases'))).toBe(0);
     });
   }
 

@@ -289,7 +289,7 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
         local live = 0
         for i = 2, #all - 1, 2 do
           local tn, cn = tonumber(all[i]), tonumber(all[i + 1])
-          if not (tn and tn >= 0 and tn < math.huge and cn and cn > 0 and cn < math.huge) then
+          if not (tn and tn >= 0 and tn <= now + AHEAD and cn and cn > 0 and cn < math.huge) then
             return corrupt(key, tostring(all[i]) .. ' ' .. tostring(all[i + 1]),
               'a sliding-window log (a sum, then times in epoch µs and costs)')
           end
@@ -434,7 +434,9 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
       if raw_line then
         local h, t, a, s = match(raw_line, '^(%d+):(%d+):(%d+):(%d+)$')
         h, t, a, s = tonumber(h), tonumber(t), tonumber(a), tonumber(s)
-        if not h or h >= t or s < 1 or a > now + AHEAD or s > AHEAD then
+        -- The last ticket's turn too (a + (t - h - 1) gaps): a wait or a TTL beyond it is not valve's.
+        if not h or h >= t or s < 1 or a > now + AHEAD or s > AHEAD
+            or a + (t - h - 1) * (s + (s < 800 and floor(s / 8) or 100)) > now + AHEAD then
           return corrupt(KEYS[5 + m], raw_line, 'a line "<head>:<tail>:<turn µs>:<step µs>" with head < tail')
         end
         local gap = s + (s < 800 and floor(s / 8) or 100)
@@ -512,7 +514,7 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
           else
             local tn, cn = tonumber(t), tonumber(part[i + 1])
             -- State this script did not write (NaN fails every comparison) is refused, naming the key.
-            if not (sum and sum >= 0 and sum < math.huge and tn and tn >= 0 and tn < math.huge
+            if not (sum and sum >= 0 and sum < math.huge and tn and tn >= 0 and tn <= now + AHEAD
                 and cn and cn > 0 and cn < math.huge) then
               return corrupt(key, tostring(part[1]) .. ' ' .. tostring(t) .. ' ' .. tostring(part[i + 1]),
                 'a sliding-window log (a sum, then times in epoch µs and costs)')
@@ -528,6 +530,14 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
         end
         if left == 0 then
           sum = 0
+        else
+          -- The newest entry too (the write below extends it or appends after it), before
+          -- anything is written: a time ahead of any valve writes is refused.
+          local newest = tonumber(rcall('LINDEX', key, -2))
+          if not (newest and newest >= 0 and newest <= now + AHEAD) then
+            return corrupt(key, tostring(rcall('LINDEX', key, -2)),
+              'a sliding-window log (a sum, then times in epoch µs and costs)')
+          end
         end
       end
       sl[r] = { sum, drop, left }
@@ -730,7 +740,7 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
             local part = rcall('LRANGE', key, from, from + span - 1)
             for i = 1, #part - 1, 2 do
               local tn, cn = tonumber(part[i]), tonumber(part[i + 1])
-              if not (tn and tn >= 0 and tn < math.huge and cn and cn > 0 and cn < math.huge) then
+              if not (tn and tn >= 0 and tn <= now + AHEAD and cn and cn > 0 and cn < math.huge) then
                 return corrupt(key, tostring(part[i]) .. ' ' .. tostring(part[i + 1]),
                   'a sliding-window log (a sum, then times in epoch µs and costs)')
               end
@@ -776,7 +786,7 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
       local newest = now
       if v[3] == 1 then
         newest = tonumber(rcall('LINDEX', key, -2))
-        if not (newest and newest < math.huge) then
+        if not (newest and newest >= 0 and newest <= now + AHEAD) then
           return corrupt(key, tostring(rcall('LINDEX', key, -2)),
             'a sliding-window log (a sum, then times in epoch µs and costs)')
         end
