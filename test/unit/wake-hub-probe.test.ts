@@ -57,8 +57,8 @@ describe('the subscription probe on a busy machine', () => {
     sub.emit('message', 'v:{a}:wake', probes[0]);
     expect(hub.listening('v:{a}:wake')).toBe(true);
     expect(statuses).toEqual([true]);
-    // Nothing is resent later: the pending wait was cancelled.
-    await vi.advanceTimersByTimeAsync(60_000);
+    // Nothing is resent later (before the periodic recheck at 30 s): the pending wait was cancelled.
+    await vi.advanceTimersByTimeAsync(25_000);
     expect(sub.subscribes).toBe(2);
   });
 
@@ -96,5 +96,43 @@ describe('the subscription probe on a busy machine', () => {
     await vi.advanceTimersByTimeAsync(0);
     sub.emit('message', 'v:{c}:wake', 'probe:000000000000');
     expect(hub.listening('v:{c}:wake')).toBe(false);
+  });
+
+  it('a confirmed channel is probed again every 30 s: a subscription the server dropped is noticed and resent', async () => {
+    const sub = new FakeSubscriber();
+    const hub = new WakeHub(sub, 'classic');
+    const probes: string[] = [];
+    let delivering = true;
+    const statuses: boolean[] = [];
+    hub.subscribe(
+      'v:{c}:wake',
+      () => {},
+      async (message) => {
+        probes.push(message);
+        if (delivering) queueMicrotask(() => sub.emit('message', 'v:{c}:wake', message));
+        return 1;
+      },
+      (s) => statuses.push(s.listening),
+    );
+    await vi.advanceTimersByTimeAsync(0);
+    expect(hub.listening('v:{c}:wake')).toBe(true);
+    // Still delivered at the recheck: nothing changes.
+    await vi.advanceTimersByTimeAsync(30_000);
+    expect(probes).toHaveLength(2);
+    expect(hub.listening('v:{c}:wake')).toBe(true);
+    expect(sub.subscribes).toBe(1);
+    // The server drops the subscription (a slot migration): the next recheck notices.
+    delivering = false;
+    await vi.advanceTimersByTimeAsync(30_000);
+    expect(probes).toHaveLength(3);
+    expect(hub.listening('v:{c}:wake')).toBe(true); // its probe's wait (1 s) has not run out
+    await vi.advanceTimersByTimeAsync(1001);
+    expect(hub.listening('v:{c}:wake')).toBe(false);
+    expect(sub.subscribes).toBe(2); // resent
+    // Delivered again: the next probe (after a doubled wait) confirms it.
+    delivering = true;
+    await vi.advanceTimersByTimeAsync(5000);
+    expect(hub.listening('v:{c}:wake')).toBe(true);
+    expect(statuses).toEqual([true, false, true]);
   });
 });

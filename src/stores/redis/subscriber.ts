@@ -24,6 +24,12 @@ export type Probe = (message: string) => Promise<unknown>;
 const PROBE_WAIT_MIN = 1000;
 const PROBE_WAIT_MAX = 30_000;
 /**
+ * How often a confirmed channel with listeners is probed again (ms). A subscription can end
+ * without the client noticing (a Redis Cluster slot migration drops the shard channels of the
+ * slot); a probe that does not come back unconfirms the channel and resends the subscription.
+ */
+const RECHECK_EVERY = 30_000;
+/**
  * A channel whose last listener left stays subscribed this long (ms), holding no listener: a
  * valve that goes idle between jobs then finds it confirmed again without a SUBSCRIBE and a probe.
  */
@@ -225,7 +231,9 @@ export class WakeHub {
       setImmediate(() => {
         if (entry.timer !== timer) return; // confirmed, or another probe started meanwhile
         entry.timer = undefined;
-        if (entry.confirmed || this.channels.get(name) !== entry) return;
+        if (this.channels.get(name) !== entry) return;
+        // Not delivered: a confirmed channel (probed again, see recheck) no longer is.
+        this.unconfirm(entry);
         entry.wait = Math.min(PROBE_WAIT_MAX, entry.wait * 2);
         this.send(name, true);
       });
@@ -344,6 +352,29 @@ export class WakeHub {
    * the channel through a command connection; `onStatus` hears when the channel becomes
    * confirmed, stops being so, or its subscription is refused.
    */
+  /** The one timer that probes confirmed channels again; set while any channel is kept. */
+  private recheckTimer: ReturnType<typeof setInterval> | undefined = undefined;
+
+  private startRecheck(): void {
+    if (this.recheckTimer !== undefined) return;
+    this.recheckTimer = setInterval(() => this.recheck(), RECHECK_EVERY);
+    this.recheckTimer.unref?.();
+  }
+
+  /** Probes every confirmed channel someone listens to; stops once no channel is kept. */
+  private recheck(): void {
+    if (this.channels.size === 0) {
+      clearInterval(this.recheckTimer);
+      this.recheckTimer = undefined;
+      return;
+    }
+    for (const [name, entry] of this.channels) {
+      if (entry.confirmed && entry.listeners.size > 0 && entry.timer === undefined) {
+        this.startProbe(name, entry);
+      }
+    }
+  }
+
   subscribe(name: string, listener: Listener, probe?: Probe, onStatus?: StatusListener): () => void {
     if (!this.supported) return () => {};
     let entry = this.channels.get(name);
@@ -365,6 +396,7 @@ export class WakeHub {
       entry.listeners.add(listener);
       if (onStatus) entry.statusListeners.add(onStatus);
       this.send(name, true);
+      this.startRecheck();
     } else {
       if (entry.linger !== undefined) clearTimeout(entry.linger);
       entry.linger = undefined;
