@@ -22,6 +22,7 @@ import {
   getAdapter,
   type InternalAxiosRequestConfig,
 } from 'axios';
+import { describe } from './duration.js';
 import {
   type AttemptResponse,
   headerMap,
@@ -72,13 +73,29 @@ function hrefOf(config: InternalAxiosRequestConfig): string {
   return `${config.baseURL.replace(/\/+$/, '')}/${url.replace(/^\/+/, '')}`;
 }
 
+/** axios's adapter names (its `adapter` option takes these, a function, or a list of them). */
+const ADAPTER_NAMES = ['xhr', 'http', 'fetch'];
+
+/** Checks `adapter` at once, as axios would at the first request. */
+function checkAdapter(adapter: unknown): void {
+  if (adapter === undefined) return;
+  const ok = (a: unknown) =>
+    typeof a === 'function' || (typeof a === 'string' && ADAPTER_NAMES.includes(a.toLowerCase()));
+  if (Array.isArray(adapter) ? adapter.length > 0 && adapter.every(ok) : ok(adapter)) return;
+  throw new TypeError(
+    `Expected \`adapter\` to be one of 'xhr', 'http', 'fetch', an adapter function, or a list of them, got ${describe(adapter)}`,
+  );
+}
+
 /** As axios's settle(): a status `validateStatus` refuses becomes an AxiosError carrying the response. */
 function settle(config: InternalAxiosRequestConfig, response: AxiosResponse): AxiosResponse {
   const validate = config.validateStatus;
   if (!response.status || !validate || validate(response.status)) return response;
   throw new AxiosError(
     `Request failed with status code ${response.status}`,
-    response.status >= 400 && response.status < 500 ? AxiosError.ERR_BAD_REQUEST : AxiosError.ERR_BAD_RESPONSE,
+    response.status >= 400 && response.status < 500
+      ? AxiosError.ERR_BAD_REQUEST
+      : AxiosError.ERR_BAD_RESPONSE,
     config,
     response.request,
     response,
@@ -101,6 +118,7 @@ function settle(config: InternalAxiosRequestConfig, response: AxiosResponse): Ax
 export function valveAdapter(options: ValveAdapterOptions): AxiosAdapter {
   const { adapter: inner, ...target } =
     options !== null && typeof options === 'object' ? options : ({} as ValveAdapterOptions);
+  checkAdapter(inner);
   const send = async (
     outgoing: Outgoing<InternalAxiosRequestConfig>,
     init: { signal: AbortSignal },

@@ -114,6 +114,7 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
   const { name, makeStore } = options;
   let seq = 0;
   const run = Math.random().toString(36).slice(2, 8);
+  const idName = name.replace(/[^A-Za-z0-9_.:-]/g, '_').slice(0, 40);
   const missing = (what: string): Error =>
     new Error(`storeContract(${JSON.stringify(name)}): the store was declared with ${what} but has none`);
 
@@ -123,6 +124,17 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
     check: (s: CaseContext) => void,
   ): Promise<void> {
     const made = await makeStore();
+    if (
+      typeof made !== 'object' ||
+      made === null ||
+      typeof made.store !== 'object' ||
+      made.store === null ||
+      typeof made.store.acquire !== 'function'
+    ) {
+      throw new TypeError(
+        `storeContract(${JSON.stringify(name)}): makeStore() must return { store } with a valve Store, got ${describeMade(made)}`,
+      );
+    }
     const deferred: (() => MaybePromise<void>)[] = [];
     const { store, advance } = made;
     const s: CaseContext = {
@@ -232,9 +244,17 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
     },
     itWindow: (title, body) => windowCase(title, body, false),
     itWindowClock: (title, body) => windowCase(title, body, true),
-    newId: () => `contract:${name}:${run}:${++seq}`,
+    // The name as it may stand in an id (no braces, at most 40 characters): any name works.
+    newId: () => `contract:${idName}:${run}:${++seq}`,
     controlledClock: options.controlledClock,
     wakeUps: options.wakeUps,
     turns: options.turns && options.controlledClock,
   };
+}
+
+/** What makeStore() returned, for the message of a wrong one. */
+function describeMade(made: unknown): string {
+  if (typeof made !== 'object' || made === null) return String(made);
+  const store = (made as { store?: unknown }).store;
+  return store === undefined ? 'an object without `store`' : `{ store: ${typeof store} }`;
 }

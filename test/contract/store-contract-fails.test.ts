@@ -19,10 +19,11 @@ interface Collected {
 function collect(
   makeStore: () => StoreUnderTest | Promise<StoreUnderTest>,
   options: { controlledClock?: boolean; wakeUps?: boolean; window?: boolean } = {},
+  name = 'probe',
 ): Collected[] {
   const cases: Collected[] = [];
   const path: string[] = [];
-  storeContract('probe', makeStore, {
+  storeContract(name, makeStore, {
     describe: (name, body) => {
       path.push(name);
       body();
@@ -265,6 +266,29 @@ describe('the conformance suite fails stores that break the contract', () => {
     expect(() => storeContract('x', make, { ...run, window: 1 } as never)).toThrow(/`window`.*1/);
     expect(() => storeContract('x', make, { ...run, clock: true } as never)).toThrow(
       /Unknown option `clock`/,
+    );
+  });
+});
+
+describe('the suite with any name, and a makeStore() that returns no store', () => {
+  it('a name with braces or of 190 characters: a correct store passes every case', async () => {
+    const make = () => {
+      const clock = new FakeClock();
+      return { store: memoryStore({ clock }), advance: (ms: number) => clock.advance(ms) };
+    };
+    for (const name of ['memory {a}', 'm'.repeat(190)]) {
+      const cases = collect(make, { controlledClock: true }, name);
+      expect(cases.length).toBeGreaterThan(20);
+      expect(await failing(cases)).toEqual([]);
+    }
+  });
+
+  it('makeStore() returning {} fails each case with a TypeError saying so', async () => {
+    const cases = collect(() => ({}) as never);
+    const error = await cases[0]!.run().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TypeError);
+    expect((error as Error).message).toMatch(
+      /makeStore\(\) must return \{ store \} with a valve Store, got an object without `store`/,
     );
   });
 });

@@ -489,6 +489,12 @@ describe('valve/axios (examples/axios.ts)', () => {
     expect(() => valveAdapter({} as never)).toThrow(/either `valve`/);
     expect(() => valveAdapter({ valve: valve(), priority: Number.NaN })).toThrow(RangeError);
     expect(() => valveAdapter({ group: group(), key: 'x' } as never)).toThrow(/`key`/);
+    // The inner adapter is checked at once too, not at each request.
+    expect(() => valveAdapter({ valve: valve(), adapter: 'nonexistent' as never })).toThrow(
+      /`adapter` to be one of 'xhr', 'http', 'fetch'.*got "nonexistent"/,
+    );
+    expect(() => valveAdapter({ valve: valve(), adapter: [] as never })).toThrow(TypeError);
+    expect(() => valveAdapter({ valve: valve(), adapter: ['fetch', 'HTTP'] })).not.toThrow();
   });
 });
 
