@@ -30,6 +30,33 @@ export function isAsyncIterable(body: unknown): body is AsyncIterable<unknown> {
   );
 }
 
+/**
+ * The iterator's next chunk, or the signal's reason as soon as it aborts (a body that stalls
+ * must not hold an aborted request): the iterator is then closed (a stream is destroyed).
+ */
+function nextOrAbort(
+  iterator: AsyncIterator<unknown>,
+  signal: AbortSignal,
+): Promise<IteratorResult<unknown>> {
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      void iterator.return?.()?.catch?.(() => {});
+      reject(signal.reason);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    iterator.next().then(
+      (result) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(result);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err);
+      },
+    );
+  });
+}
+
 /** A streamed body read whole (up to `max` bytes), or, beyond that, a stream of what was read and the rest. */
 export async function readBody(
   body: AsyncIterable<unknown>,
@@ -44,7 +71,7 @@ export async function readBody(
       void iterator.return?.()?.catch?.(() => {});
       throw signal.reason;
     }
-    const next = await iterator.next();
+    const next = await nextOrAbort(iterator, signal);
     if (next.done) return { body: Buffer.concat(chunks), whole: true };
     const chunk = Buffer.isBuffer(next.value)
       ? next.value

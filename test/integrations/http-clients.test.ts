@@ -8,7 +8,7 @@
  * own), and a call aborted while queued rejects at once without reaching the server. Then what
  * each keeps of its client's semantics (errors, bodies, cancellation).
  */
-import { Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import axios, { AxiosError, getAdapter, type InternalAxiosRequestConfig } from 'axios';
 import { HTTPError } from 'ky';
 import OpenAI from 'openai';
@@ -343,6 +343,34 @@ describe('valve/undici (examples/undici.ts)', () => {
     expect(await viaFetch).toMatchObject({ name: 'AbortError' });
     expect(await viaRequest).toMatchObject({ name: 'AbortError' });
     expect(v.stats().queued).toBe(0);
+    expect(api.log).toEqual([]);
+  });
+
+  it('a request aborted while its streamed body is read (a producer that stalls) rejects at once', async () => {
+    const api = await fake();
+    const v = valve();
+    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    const body = new PassThrough();
+    body.write('partial');
+    const controller = new AbortController();
+    const call = request(`${api.url}/items`, {
+      method: 'POST',
+      body,
+      signal: controller.signal,
+      dispatcher: agent,
+    });
+    const outcome = call.then(
+      () => 'resolved',
+      (e: unknown) => e,
+    );
+    setTimeout(() => controller.abort(new Error('user abort')), 50);
+    const first = await Promise.race([
+      outcome,
+      new Promise((r) => setTimeout(() => r('still pending'), 2000)),
+    ]);
+    expect(first).toMatchObject({ message: 'user abort' });
+    expect(body.destroyed).toBe(true);
     expect(api.log).toEqual([]);
   });
 
