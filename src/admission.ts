@@ -436,7 +436,7 @@ export class Admission {
       return this.lastSentAt + PAUSE_RECHECK;
     // Confirmed wake-ups: still asked at least every PAUSE_TRUST after the pause was last heard of.
     const trustedUntil = Math.max(this.lastSentAt, this.pauses.heardAt) + PAUSE_TRUST;
-    return until > trustedUntil ? trustedUntil : until;
+    return Math.min(until, trustedUntil);
   }
 
   private readonly onTimer = (): void => {
