@@ -94,7 +94,7 @@ class ValveGroupImpl implements ValveGroup {
   private readonly idle: IdleList<Entry>;
   private readonly events: GroupEvents;
   /** Closes of evicted valves not yet resolved (awaited by close()). */
-  private readonly closing = new Set<Promise<void>>();
+  private readonly closing = new Map<Valve, Promise<void>>();
   private readonly retired: Retired = {
     started: 0,
     succeeded: 0,
@@ -227,15 +227,11 @@ class ValveGroupImpl implements ValveGroup {
       const s = entry.valve.stats();
       if (s.queued + s.running > 0) out.busy++;
       if (s.pausedUntil !== null) out.paused++;
-      out.queued += s.queued;
-      out.running += s.running;
-      out.started += s.started;
-      out.succeeded += s.succeeded;
-      out.failed += s.failed;
-      out.rejected += s.rejected;
-      out.storeErrors += s.storeErrors;
-      out.leasesLost += s.leasesLost;
+      add(out, s);
     }
+    // Dropped valves whose close() has not ended yet (a release may still fail): counted as
+    // they are until they join the totals.
+    for (const valve of this.closing.keys()) add(out, valve.stats());
     return out;
   }
 
@@ -263,7 +259,7 @@ class ValveGroupImpl implements ValveGroup {
       return this.closePromise;
     }
     this.idle.stop();
-    const closes: Promise<void>[] = [...this.closing];
+    const closes: Promise<void>[] = [...this.closing.values()];
     for (const entry of this.entries.values()) closes.push(entry.valve.close(options));
     this.closePromise = Promise.all(closes).then(() => {
       for (const entry of this.entries.values()) {
@@ -323,33 +319,38 @@ class ValveGroupImpl implements ValveGroup {
     if (entry === undefined || !entry.isClosed()) return entry;
     const s = entry.valve.stats();
     if (s.queued + s.running > 0) return entry;
-    this.idle.unlink(entry);
-    this.entries.delete(key);
-    this.retire(s);
-    this.watcher?.removed(key, entry.valve);
-    // Its close() may still be releasing leases: the group's close() waits for it too.
-    const closing = entry.valve.close();
-    this.closing.add(closing);
-    void closing.then(() => this.closing.delete(closing));
+    this.drop(entry);
     return undefined;
+  }
+
+  /**
+   * Drops an entry with no work: closes its valve, whose counters join the totals once that
+   * close() ended (it may still be releasing leases; the group's close() waits for it too).
+   */
+  private drop(entry: Entry): void {
+    this.idle.unlink(entry);
+    this.entries.delete(entry.key);
+    this.watcher?.removed(entry.key, entry.valve);
+    const valve = entry.valve;
+    const closing = valve.close();
+    this.closing.set(valve, closing);
+    void closing.then(() => {
+      this.closing.delete(valve);
+      this.retire(valve.stats());
+    });
   }
 
   /** The entry's idleTimeout passed since its last activity: evict it, unless it has work. */
   private due(entry: Entry, now: number): void {
     const s = entry.valve.stats();
-    if (s.queued + s.running > 0 && !s.closed) {
+    // Any work keeps it, also in a valve closed by hand and still draining (live() drops that
+    // one once its work is done).
+    if (s.queued + s.running > 0) {
       this.idle.touch(entry, now); // looked at again after another idleTimeout, or at its 'idle'
       return;
     }
-    this.idle.unlink(entry);
-    this.entries.delete(entry.key);
     this.evicted++;
-    // Idle, so its counters are final: they join the totals now, not when close() resolves.
-    this.retire(s);
-    this.watcher?.removed(entry.key, entry.valve);
-    const closing = entry.valve.close();
-    this.closing.add(closing);
-    void closing.then(() => this.closing.delete(closing));
+    this.drop(entry);
   }
 
   /** Adds a valve's final counters to the group's totals. */
@@ -362,6 +363,18 @@ class ValveGroupImpl implements ValveGroup {
     r.storeErrors += s.storeErrors;
     r.leasesLost += s.leasesLost;
   }
+}
+
+/** Adds a valve's counters to a group's stats. */
+function add(out: ValveGroupStats, s: ValveStats): void {
+  out.queued += s.queued;
+  out.running += s.running;
+  out.started += s.started;
+  out.succeeded += s.succeeded;
+  out.failed += s.failed;
+  out.rejected += s.rejected;
+  out.storeErrors += s.storeErrors;
+  out.leasesLost += s.leasesLost;
 }
 
 function closedError(): ValveError {

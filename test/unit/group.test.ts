@@ -99,6 +99,61 @@ describe('createValveGroup: a valve closed by hand', () => {
   });
 });
 
+describe('createValveGroup: eviction waits for the work of a valve closed by hand', () => {
+  it('a drain longer than idleTimeout runs to its end: nothing is cut short, the key runs no second valve', async () => {
+    const { group: g, clock } = group({ concurrency: 1, idleTimeout: 1000 });
+    const v = g.valve('k');
+    let finish = () => {};
+    const results = [
+      track(g.run('k', () => new Promise<string>((r) => (finish = () => r('done'))))),
+      track(g.run('k', () => 'q1')),
+      track(g.run('k', () => 'q2')),
+    ];
+    await clock.tickAsync(0);
+    const closing = track(v.close({ drain: true }));
+    await clock.tickAsync(5000); // five idle timeouts pass while it drains
+    expect(results[0]!.done).toBe(false);
+    await expect(g.run('k', () => 'late')).rejects.toMatchObject({ code: 'CLOSED' });
+    finish();
+    await clock.tickAsync(0);
+    expect(results.map((r) => r.value)).toEqual(['done', 'q1', 'q2']);
+    expect(closing.done).toBe(true);
+    await g.close();
+    expect(g.stats()).toMatchObject({ started: 3, succeeded: 3, rejected: 1, failed: 0 });
+  });
+
+  it("an evicted valve's counters join the totals when its close() ends: a release failing meanwhile is counted", async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const down = new Error('release down');
+    const store: Store = {
+      acquire: (r) => inner.acquire(r),
+      pause: (id, ms, by) => inner.pause(id, ms, by),
+      resume: (id) => inner.resume(id),
+      renew: (id, t, ttl) => inner.renew(id, t, ttl),
+      // Fails 50 ms later: after the job settled, while the valve is evicted.
+      release: () => new Promise((_, reject) => clock.setTimeout(() => reject(down), 50)),
+    };
+    const g = createValveGroup({
+      store,
+      clock,
+      idleTimeout: 10,
+      concurrency: { limit: 1, scope: 'global', leaseTtl: 3000 },
+    });
+    const heard: unknown[] = [];
+    g.on('store-error', (err, _context, key) => heard.push([err, key]));
+    expect(await g.run('k', () => 'ran')).toBe('ran');
+    await clock.tickAsync(20); // evicted, its release still in flight
+    expect(g.size).toBe(0);
+    expect(g.stats()).toMatchObject({ evicted: 1, started: 1, succeeded: 1 });
+    await clock.tickAsync(50);
+    expect(heard).toEqual([[down, 'k']]);
+    expect(g.stats()).toMatchObject({ evicted: 1, started: 1, succeeded: 1, storeErrors: 1 });
+    await g.close();
+    expect(g.stats()).toMatchObject({ started: 1, succeeded: 1, storeErrors: 1 });
+  });
+});
+
 describe('createValveGroup: per-key overrides', () => {
   it('options(key) replaces rules, concurrency and maxWait for that key, asked once per valve', async () => {
     const asked: string[] = [];
