@@ -142,9 +142,11 @@ describe('examples/rules.ts: the rules of docs/choose-an-algorithm.md and docs/h
     const t0 = performance.now();
     const at = () => performance.now() - t0;
     const [a, b, c] = await Promise.all([search.run(at), sync.run(at), other.run(at)]);
-    expect(a).toBeLessThan(150);
-    expect(c).toBeLessThan(150);
-    expect(b).toBeGreaterThanOrEqual(299);
+    // sync waits the shared rule's 300 ms after search; other, on its own store, does not.
+    // (Relative to a: the wall clock may stall on a busy machine.)
+    expect(b - a).toBeGreaterThanOrEqual(299);
+    expect(c).toBeLessThan(b);
+    expect(c).toBeLessThan(5000);
     await Promise.all([search.close(), sync.close(), other.close()]);
   });
 
@@ -153,7 +155,8 @@ describe('examples/rules.ts: the rules of docs/choose-an-algorithm.md and docs/h
     const valves = rules.ids({ limit: 1, interval: '10s' }, store, 'acct_1');
     const t0 = performance.now();
     const starts = await Promise.all(valves.map((v) => v.run(() => performance.now() - t0)));
-    for (const start of starts) expect(start).toBeLessThan(150);
+    // At once, not a 10 s interval later (a generous bound: the wall clock may stall).
+    for (const start of starts) expect(start).toBeLessThan(5000);
     // The same credential again, on the same store: the budget the first valve spent.
     const again = createValve({ id: 'stripe:acct_1', rules: { limit: 1, interval: '10s' }, store });
     expect(await again.run(() => 'started', { maxWait: 200 }).catch((e) => e.code)).toBe('MAX_WAIT');
@@ -171,20 +174,24 @@ async function realStarts(valve: Valve, n: number): Promise<number[]> {
 describe('examples/providers.ts: the worked examples of docs/choose-an-algorithm.md', () => {
   it('Stripe: bursts of 10, then one every 11.1 ms', async () => {
     const times = await realStarts(providers.stripe(memoryStore(), 'acct_1'), 12);
-    expect(Math.max(...times.slice(0, 10))).toBeLessThan(50);
+    // At once (spaced, the 10th would start 100 ms after the first).
+    expect(Math.max(...times.slice(0, 10))).toBeLessThan(90);
+    // The bound, on the start times (a job starts as the memory store grants it): the 11th one
+    // emission interval after the burst, the 12th two. (Not the gap between the 11th and the
+    // 12th: a late 11th does not delay the 12th, whose slot the burst tolerance keeps.)
     expect(times[10]).toBeGreaterThanOrEqual(11);
-    expect(times[11]! - times[10]!).toBeGreaterThanOrEqual(10);
+    expect(times[11]).toBeGreaterThanOrEqual(22);
   });
 
   it('HubSpot: 10 at once, then one every 110 ms', async () => {
     const times = await realStarts(providers.hubspot(memoryStore()), 11);
-    expect(Math.max(...times.slice(0, 10))).toBeLessThan(50);
+    expect(Math.max(...times.slice(0, 10))).toBeLessThan(500); // spaced: 990 ms
     expect(times[10]).toBeGreaterThanOrEqual(109);
   });
 
   it('Shopify: 40 at once, then 2 per second', async () => {
     const times = await realStarts(providers.shopify(memoryStore(), 'shop-1.myshopify.com'), 41);
-    expect(Math.max(...times.slice(0, 40))).toBeLessThan(100);
+    expect(Math.max(...times.slice(0, 40))).toBeLessThan(5000); // spaced: 19.5 s
     expect(times[40]).toBeGreaterThanOrEqual(499);
   });
 
@@ -624,7 +631,8 @@ describe("examples/client-settings.ts: docs/timeouts-and-reconnection.md, on the
     client.disconnect();
     const t0 = performance.now();
     await expect(client.get('x')).rejects.toThrow(/enableOfflineQueue/);
-    expect(performance.now() - t0).toBeLessThan(100);
+    // At once (a queued command would wait for a reconnect that never comes).
+    expect(performance.now() - t0).toBeLessThan(2000);
     subscriber.disconnect();
   });
 
