@@ -355,26 +355,25 @@ class ValveGroupImpl implements ValveGroup {
 
   /** Adds a valve's final counters to the group's totals. */
   private retire(s: ValveStats): void {
-    const r = this.retired;
-    r.started += s.started;
-    r.succeeded += s.succeeded;
-    r.failed += s.failed;
-    r.rejected += s.rejected;
-    r.storeErrors += s.storeErrors;
-    r.leasesLost += s.leasesLost;
+    addCounters(this.retired, s);
   }
 }
 
-/** Adds a valve's counters to a group's stats. */
+/** Adds a valve's counters to `into` (the group's totals, or its stats). */
+function addCounters(into: Retired, s: ValveStats): void {
+  into.started += s.started;
+  into.succeeded += s.succeeded;
+  into.failed += s.failed;
+  into.rejected += s.rejected;
+  into.storeErrors += s.storeErrors;
+  into.leasesLost += s.leasesLost;
+}
+
+/** Adds a valve's counters and its queued and running jobs to a group's stats. */
 function add(out: ValveGroupStats, s: ValveStats): void {
   out.queued += s.queued;
   out.running += s.running;
-  out.started += s.started;
-  out.succeeded += s.succeeded;
-  out.failed += s.failed;
-  out.rejected += s.rejected;
-  out.storeErrors += s.storeErrors;
-  out.leasesLost += s.leasesLost;
+  addCounters(out, s);
 }
 
 function closedError(): ValveError {
