@@ -426,8 +426,9 @@ export class Admission {
 
   /**
    * Until when the cached pause holds admission back: its end, or (wake-ups not confirmed, so
-   * a resume may go unnoticed) a second after the last store call; 0 when the store is to be
-   * asked anyway.
+   * a resume may go unnoticed) a second after the last store call, and with confirmed ones
+   * PAUSE_TRUST after the pause was last heard of (a wake-up can be lost); 0 when the store is
+   * to be asked anyway.
    */
   private pauseEnd(): number {
     const until = this.pauses.until;
