@@ -165,39 +165,50 @@ describe('examples/rules.ts: the rules of docs/choose-an-algorithm.md and docs/h
 });
 
 /** Starts `n` jobs at once on a real clock; returns each start, ms after the first. */
-async function realStarts(valve: Valve, n: number): Promise<number[]> {
-  const times = await Promise.all(Array.from({ length: n }, () => valve.run(() => performance.now())));
-  await valve.close();
-  return times.map((t) => t - times[0]!);
+/**
+ * The start times (ms after the first) of `n` jobs queued at once on the valve `make()` returns,
+ * on vitest's fake timers: the examples' valves keep the default clock, which then reads the
+ * fake time, so every time is exact.
+ */
+async function fakeStarts(make: () => Valve, n: number): Promise<number[]> {
+  vi.useFakeTimers();
+  try {
+    const valve = make();
+    const times = Array.from({ length: n }, () => valve.run(() => performance.now()));
+    await vi.advanceTimersByTimeAsync(2000);
+    const starts = await Promise.all(times);
+    await valve.close();
+    return starts.map((t) => Math.round((t - starts[0]!) * 1000) / 1000);
+  } finally {
+    vi.useRealTimers();
+  }
 }
 
 describe('examples/providers.ts: the worked examples of docs/choose-an-algorithm.md', () => {
   it('Stripe: bursts of 10, then one every 11.1 ms', async () => {
-    const times = await realStarts(providers.stripe(memoryStore(), 'acct_1'), 12);
-    // At once (spaced, the 10th would start 100 ms after the first).
-    expect(Math.max(...times.slice(0, 10))).toBeLessThan(90);
-    // The bound, on the start times (a job starts as the memory store grants it): the 11th one
-    // emission interval after the burst, the 12th two. (Not the gap between the 11th and the
-    // 12th: a late 11th does not delay the 12th, whose slot the burst tolerance keeps.)
-    expect(times[10]).toBeGreaterThanOrEqual(11);
-    expect(times[11]).toBeGreaterThanOrEqual(22);
+    const times = await fakeStarts(() => providers.stripe(memoryStore(), 'acct_1'), 12);
+    expect(times.slice(0, 10)).toEqual(Array(10).fill(0));
+    // One emission interval (1 s / 90: 11.112 µs-rounded) per start after the burst, never
+    // sooner; the fake timers fire on whole milliseconds, so 11.112 and 22.224 ms start at 12
+    // and 23 (the 12th keeps its slot after a late 11th).
+    expect(times.slice(10)).toEqual([12, 23]);
   });
 
   it('HubSpot: 10 at once, then one every 110 ms', async () => {
-    const times = await realStarts(providers.hubspot(memoryStore()), 11);
-    expect(Math.max(...times.slice(0, 10))).toBeLessThan(500); // spaced: 990 ms
-    expect(times[10]).toBeGreaterThanOrEqual(109);
+    const times = await fakeStarts(() => providers.hubspot(memoryStore()), 11);
+    expect(times.slice(0, 10)).toEqual(Array(10).fill(0));
+    expect(times[10]).toBe(110); // 10 s / 91 = 109.891 ms, on the fake timers' next millisecond
   });
 
   it('Shopify: 40 at once, then 2 per second', async () => {
-    const times = await realStarts(providers.shopify(memoryStore(), 'shop-1.myshopify.com'), 41);
-    expect(Math.max(...times.slice(0, 40))).toBeLessThan(5000); // spaced: 19.5 s
-    expect(times[40]).toBeGreaterThanOrEqual(499);
+    const times = await fakeStarts(() => providers.shopify(memoryStore(), 'shop-1.myshopify.com'), 41);
+    expect(times.slice(0, 40)).toEqual(Array(40).fill(0));
+    expect(times[40]).toBe(500);
   });
 
   it('Discord: one start every 20 ms', async () => {
-    const times = await realStarts(providers.discord(memoryStore()), 4);
-    for (let i = 1; i < times.length; i++) expect(times[i]! - times[i - 1]!).toBeGreaterThanOrEqual(19);
+    const times = await fakeStarts(() => providers.discord(memoryStore()), 4);
+    expect(times).toEqual([0, 20, 40, 60]);
   });
 
   it('OpenAI: each call through both valves, its tokens as the cost; a cost above the burst is a RangeError', async () => {
