@@ -40,6 +40,11 @@ export interface ValveInternals {
   isClosed(): boolean;
   /** End of the shared pause this process knows (valve clock, epoch ms; 0 or past: none). */
   knownPauseEnd(): number;
+  /**
+   * Called, and emptied, when the shared pause is deleted (resume(), a 'resume' wake-up): a
+   * wait that sleeps through the known pause adds itself here to end with it.
+   */
+  readonly pauseWaiters: Set<() => void>;
   /** Emits a typed event of the valve (e.g. 'retry', 'feedback-ignored'). */
   emit(event: string, payload: unknown): void;
   /** The provider window the id's fleet learns through the store (when the store keeps one). */

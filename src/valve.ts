@@ -135,10 +135,18 @@ class ValveImpl implements Valve {
         if (this.closed) this.checkClosed();
       },
     });
+    const pauseWaiters = new Set<() => void>();
     this.pauses = new Pauses(o.id, store, o.clock, events, {
       storeError,
       pauseChanged: () => this.admission.schedulePump(),
-      pauseDeleted: () => this.admission.unblock('pause'),
+      pauseDeleted: () => {
+        this.admission.unblock('pause');
+        if (pauseWaiters.size > 0) {
+          const woken = [...pauseWaiters];
+          pauseWaiters.clear();
+          for (const wake of woken) wake();
+        }
+      },
     });
     this.waiting = new Waiting(this.jobs, {
       jobLeft: () => this.admission.schedulePump(),
@@ -158,6 +166,7 @@ class ValveImpl implements Valve {
       // observe() reaches the pause directly: feedback → pauses → store.
       pauseInBackground: (ms, source, detail) => pauses.pauseInBackground(ms, source, detail),
       knownPauseEnd: () => pauses.until,
+      pauseWaiters,
       isClosed: () => this.closed,
       emit: (event, payload) => {
         if (event !== 'error') events.emit(event, payload);

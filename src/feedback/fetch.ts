@@ -163,7 +163,7 @@ function hasRetryAfter(response: unknown): boolean {
   try {
     const headers = (response as { headers?: { has?: (name: string) => boolean } }).headers;
     if (typeof headers?.has !== 'function') return false;
-    return headers.has('retry-after') || headers.has('retry-after-ms');
+    return headers.has('retry-after') || headers.has('retry-after-ms') || headers.has('x-ms-retry-after-ms');
   } catch {
     return false;
   }

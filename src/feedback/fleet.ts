@@ -68,9 +68,11 @@ export async function takeTicket(
   let refused = 0;
   for (;;) {
     // A job granted before a pause was written, and held here since, must not send inside it.
+    // It ends with the pause when resume() deletes it, and looks again at least every second
+    // (the known end also moves when a store answer reports the pause gone).
     const paused = valve.knownPauseEnd() - valve.clock.now();
     if (paused > 0) {
-      await sleep(valve, paused, signal);
+      await sleep(valve, Math.min(paused, RESET_POLL_MS), signal, valve.pauseWaiters);
       continue;
     }
     let ticket: WindowTicket;
@@ -154,6 +156,12 @@ export async function reportTicket(
     const state = feedbackState(valve);
     // A 429 to the probe of an earlier coarse 429 (not to the probe of a fresh or reset window):
     // the provider's reset is later than the last delay.
+    // Once the bound the first 429 stated has passed, the provider still refusing starts a new
+    // coarse wait (probed from its own lower bound again), never an immediate retry.
+    if (valve.clock.now() >= state.probeBound) {
+      state.probes = 0;
+      state.probeBound = Number.POSITIVE_INFINITY;
+    }
     if (ticket.probe && state.probeBound < Number.POSITIVE_INFINITY) state.probes++;
     if (seen.coarse.until < state.probeBound) state.probeBound = seen.coarse.until;
     remaining = 0;
@@ -161,7 +169,8 @@ export async function reportTicket(
     header = seen.coarse.header;
   } else if (seen?.window !== undefined) {
     remaining = Math.max(0, Math.floor(seen.window.remaining));
-    resetMs = Math.min(seen.window.waitMs, 31_536_000_000);
+    // No longer than a pause may last (feedback.maxPause): the record refuses tickets until then.
+    resetMs = Math.min(seen.window.waitMs, valve.feedback.maxPause);
   }
   let wait: number;
   try {

@@ -65,11 +65,12 @@ export function observe(
   let parsed: ParsedFeedback;
   try {
     const state = feedbackState(valve);
+    // Only a response of wrapFetch (an attempt) is read in the light of the ones before it:
+    // observe() alone sees one response and pauses until the reset it states.
     parsed = readBag(bag, {
       now,
       maxPause: settings.maxPause,
-      windows: state.windows,
-      ...(attempt === undefined ? {} : { ahead: state.ahead(attempt) }),
+      ...(attempt === undefined ? {} : { windows: state.windows, ahead: state.ahead(attempt) }),
     });
   } catch (err) {
     // The parser is written not to throw; this is a last line of defence.

@@ -178,7 +178,7 @@ export class Reader {
     const bound =
       this.windows === undefined || precisionMs < 1000
         ? waitMs
-        : this.windows.tighten(key, remaining, waitMs, this.now);
+        : this.windows.tighten(key, remaining, waitMs, this.now, precisionMs);
     this.see(key, remaining, waitMs);
     return bound;
   }

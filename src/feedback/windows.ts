@@ -26,6 +26,12 @@ interface WindowBound {
   remaining: number;
 }
 
+/**
+ * How far (ms) past a window's bound a response's reset may lie, beyond its own precision, and
+ * still be read as the same window's: the time the answer spent on its way back.
+ */
+export const SAME_WINDOW_SLACK_MS = 1000;
+
 /** The most limits (header and policy pairs) one valve tracks; a provider sends a handful. */
 const MAX_TRACKED = 64;
 
@@ -34,13 +40,21 @@ export class WindowBounds {
 
   /**
    * Records the reset a response stated for one limit (`key`: the limit and the header that
-   * stated it), `upperMs` from `now`, with the remaining count beside it. Returns the tightest
+   * stated it), `upperMs` from `now` to within `precisionMs`, with the remaining count beside
+   * it. Returns the tightest
    * upper bound of the reset known for this window, in ms from `now` (≤ `upperMs`, > 0).
    */
-  tighten(key: string, remaining: number, upperMs: number, now: number): number {
+  tighten(key: string, remaining: number, upperMs: number, now: number, precisionMs: number): number {
     const upperAt = now + upperMs;
     const held = this.windows.get(key);
-    if (held !== undefined && now < held.upperAt) {
+    // A reset that cannot lie in the held window (its lower bound, less a round trip's slack, is
+    // past the held bound) is another window's: the next one, or another limit that sends the
+    // same headers (GitHub's core and search). It starts its own bound.
+    if (
+      held !== undefined &&
+      now < held.upperAt &&
+      upperAt - precisionMs - SAME_WINDOW_SLACK_MS <= held.upperAt
+    ) {
       if (remaining <= held.remaining) {
         if (upperAt < held.upperAt) held.upperAt = upperAt;
         held.remaining = remaining;

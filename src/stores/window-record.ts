@@ -15,6 +15,10 @@
  *   flight with their answer.
  * - The window's reset is the earliest upper bound any answer of the window gave (a coarse
  *   `t=1` from the answer that opened it bounds the reset within a few ms, for every process).
+ *   An answer whose reset lies more than OTHER_WINDOW_US past that bound cannot be the same
+ *   window's (another limit sending the same headers, such as a daily quota beside a burst):
+ *   with a count no higher than the lowest, it replaces the window; with a higher one, the
+ *   known window still binds first.
  * - While the window is known and its budget is spent, a ticket is refused until its reset.
  * - After a window's reset the next window is unknown: answers to requests sent before the
  *   first ticket after the reset are not counted in it. After a spent window that first ticket
@@ -26,6 +30,13 @@
  */
 
 import type { WindowTicket } from './store.js';
+
+/**
+ * An answer whose reset lies more than this (µs) past the known window's bound is not that
+ * window's: a reset is reported rounded up to at most a whole second, and one more second covers
+ * the answer's way back and the report's way to the store (window.lua's OTHER_WINDOW).
+ */
+export const OTHER_WINDOW_US = 2_000_000;
 
 export interface WindowRecord {
   /** Tickets given so far (send numbers). */
@@ -117,7 +128,14 @@ export function windowReport(
   if (seq >= rec.start && seq <= rec.seq && !stale) {
     if (rec.flight > 0) rec.flight--;
     if (remaining >= 0) {
-      if (rec.reset > now) {
+      if (rec.reset > now && now + resetUs - OTHER_WINDOW_US > rec.reset) {
+        // A reset that cannot lie in the known window: another limit's (a daily quota beside a
+        // burst), or a window the record's bound missed. The lower count decides.
+        if (remaining <= rec.low) {
+          rec.reset = now + resetUs;
+          rec.low = remaining;
+        }
+      } else if (rec.reset > now) {
         if (remaining <= rec.low) {
           // The same window: its tightest bound, its lowest count.
           if (now + resetUs < rec.reset) rec.reset = now + resetUs;

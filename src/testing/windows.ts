@@ -133,10 +133,26 @@ export function windowCases(c: CaseRegistry): void {
       expect(await s.report(id, a!, 10, HOUR), 'budget left').toBe(0);
       // The same window (a lower count), a tighter bound: it is the window's reset now.
       expect(await s.report(id, b!, 5, HOUR / 2), 'budget left').toBe(0);
-      // Spent, with a looser bound: the wait is still the tightest one.
-      expectAbout(await s.report(id, d!, 0, 2 * HOUR), HOUR / 2, 'the wait of the spent window');
+      // Spent, with a looser bound (within a second and a half of the known one): the wait is
+      // still the tightest one.
+      expectAbout(await s.report(id, d!, 0, HOUR / 2 + 1500), HOUR / 2, 'the wait of the spent window');
       expectAbout((await s.send(id)).wait, HOUR / 2, "the refusal's wait");
     });
+
+    c.itWindow(
+      "a reset more than 2 s past the window's bound is another limit's window: the lower count decides",
+      async (s) => {
+        const id = await openId(s, newId);
+        const [a, b, d] = await sendAll(s, id, 3);
+        // A burst limit: 3 left, reset within half an hour.
+        expect(await s.report(id, a!, 3, HOUR / 2), 'budget left').toBe(0);
+        // A daily limit beside it, not lower: the burst still binds first.
+        expect(await s.report(id, b!, 5, 24 * HOUR), 'budget left').toBe(0);
+        // The daily limit spent: its reset, not the burst's.
+        expectAbout(await s.report(id, d!, 0, 24 * HOUR), 24 * HOUR, 'the wait of the spent daily window');
+        expectAbout((await s.send(id)).wait, 24 * HOUR, "the refusal's wait");
+      },
+    );
 
     c.itWindow('each id has its own window', async (s) => {
       const spent = await openId(s, newId);

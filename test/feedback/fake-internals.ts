@@ -56,6 +56,16 @@ export class FakeInternals implements ValveInternals {
     return this.pausedUntil;
   }
 
+  readonly pauseWaiters = new Set<() => void>();
+
+  /** As the valve does when its pause is deleted. */
+  resume(): void {
+    this.pausedUntil = Number.NEGATIVE_INFINITY;
+    const woken = [...this.pauseWaiters];
+    this.pauseWaiters.clear();
+    for (const wake of woken) wake();
+  }
+
   /** Set by a test: close() was called. */
   closed = false;
 

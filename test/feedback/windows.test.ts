@@ -33,32 +33,42 @@ const fastify = (remaining: number, t: number) =>
 describe('WindowBounds', () => {
   it('intersects the upper bounds of one window: the earliest response bounds the reset', () => {
     const w = new WindowBounds();
-    expect(w.tighten('k', 19, 1000, 10_000)).toBe(1000);
-    expect(w.tighten('k', 10, 1000, 10_400)).toBe(600);
-    expect(w.tighten('k', 0, 1000, 10_950)).toBe(50);
+    expect(w.tighten('k', 19, 1000, 10_000, 1000)).toBe(1000);
+    expect(w.tighten('k', 10, 1000, 10_400, 1000)).toBe(600);
+    expect(w.tighten('k', 0, 1000, 10_950, 1000)).toBe(50);
   });
 
   it('a higher remaining count, or a response after the bound, opens a new window', () => {
     const w = new WindowBounds();
-    w.tighten('k', 1, 1000, 0);
-    expect(w.tighten('k', 19, 1000, 500)).toBe(1000);
-    w.tighten('k', 0, 1000, 600);
+    w.tighten('k', 1, 1000, 0, 1000);
+    expect(w.tighten('k', 19, 1000, 500, 1000)).toBe(1000);
+    w.tighten('k', 0, 1000, 600, 1000);
     // After the window's upper bound (1500) the count is a new window's, whatever it says.
-    expect(w.tighten('k', 0, 1000, 1600)).toBe(1000);
+    expect(w.tighten('k', 0, 1000, 1600, 1000)).toBe(1000);
   });
 
   it('a late answer of an older window read as the current one only lengthens the pause', () => {
     const w = new WindowBounds();
-    w.tighten('k', 0, 1000, 0);
-    w.tighten('k', 19, 1000, 1000);
+    w.tighten('k', 0, 1000, 0, 1000);
+    w.tighten('k', 19, 1000, 1000, 1000);
     // Not shortened below the current window's own bound (2000).
-    expect(w.tighten('k', 0, 1000, 1001)).toBe(999);
+    expect(w.tighten('k', 0, 1000, 1001, 1000)).toBe(999);
+  });
+
+  it('a reset that cannot lie in the held window (another limit sending the same headers) starts its own bound', () => {
+    const w = new WindowBounds();
+    // GitHub's search (29 left, reset ≤ 2 s) then core (0 left, reset ≤ 1 h) on x-ratelimit-*.
+    w.tighten('k', 29, 2000, 0, 1000);
+    expect(w.tighten('k', 0, 3_600_000, 1000, 1000)).toBe(3_600_000);
+    // Within a precision and the slack of the held bound: the same window, tightened.
+    w.tighten('k', 5, 1000, 10_000_000, 1000);
+    expect(w.tighten('k', 0, 2900, 10_000_100, 1000)).toBe(900);
   });
 
   it('keys are independent', () => {
     const w = new WindowBounds();
-    w.tighten('a', 5, 1000, 0);
-    expect(w.tighten('b', 4, 1000, 900)).toBe(1000);
+    w.tighten('a', 5, 1000, 0, 1000);
+    expect(w.tighten('b', 4, 1000, 900, 1000)).toBe(1000);
   });
 });
 

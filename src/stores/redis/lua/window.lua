@@ -25,6 +25,9 @@ local testing = test_mode(clock)
 local now = now_us(clock)
 local key = KEYS[1]
 local KEEP = 60000000
+-- An answer whose reset lies more than this (µs) past the known window's bound is another window's
+-- (window-record.ts's OTHER_WINDOW_US).
+local OTHER_WINDOW = 2000000
 
 local FIELDS = { 'seq', 'reset', 'left', 'low', 'start', 'spent', 'probe', 'pseq', 'flight' }
 local rec = {}
@@ -112,7 +115,13 @@ if seq >= rec.start and seq <= rec.seq and not stale then
     rec.flight = rec.flight - 1
   end
   if remaining >= 0 then
-    if rec.reset > now then
+    if rec.reset > now and now + reset_us - OTHER_WINDOW > rec.reset then
+      -- Another limit's window (a reset that cannot lie in the known one): the lower count decides.
+      if remaining <= rec.low then
+        rec.reset = now + reset_us
+        rec.low = remaining
+      end
+    elseif rec.reset > now then
       if remaining <= rec.low then
         if now + reset_us < rec.reset then
           rec.reset = now + reset_us
