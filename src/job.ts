@@ -230,7 +230,7 @@ export class Jobs {
     if (lease !== undefined) {
       ctx = new Context({ token: lease.token, fence: lease.fence });
       ctx.heldLease = lease;
-      this.leases.track(ctx, sentAt, now);
+      this.leases.track(ctx, sentAt);
     } else {
       ctx = new Context(undefined);
     }

@@ -17,6 +17,10 @@ import type { Lease, Store } from './stores/store.js';
  * release removes only that token, so it frees the slot if the store still holds it and
  * changes nothing otherwise (it can never free a slot another job holds). Until then the
  * slot stays taken (or expires on the store by its TTL) while the job may still be running.
+ *
+ * A new lease counts from its acquisition's send time, as a renewed one from its renewal's:
+ * its first renewal is due ttl / 3 after that send, and a grant processed after sentAt + ttl
+ * never starts its job (Line.start asks `outlived`; the lease is released, the job requeued).
  */
 
 /** A running job as this room sees it (the job room's Context). */
@@ -52,6 +56,11 @@ export class Leases {
   private renewing = false;
   /** When the renewal in flight was sent (local clock). */
   private renewSentAt = 0;
+  /**
+   * The earliest grant send time of the leases tracked while a renewal was in flight (it does
+   * not carry them); Infinity when none. Their first renewal is due leaseTtl / 3 after it.
+   */
+  private untrackedSentAt = Number.POSITIVE_INFINITY;
   /** Numbers the renewals: an answer to one given up on (see onTimer) is ignored. */
   private renewGen = 0;
   /** At most the earliest leaseExpiry in `leased` (exact after each renewal and expiry); Infinity when none. */
@@ -90,12 +99,29 @@ export class Leases {
     return this.releasing === 0 && !this.releaseScheduled;
   }
 
+  /**
+   * Whether a lease granted by a call sent at `sentAt` has already expired as this process sees
+   * it (sentAt + leaseTtl, see track): its job must not start (see Line.start).
+   */
+  outlived(sentAt: number): boolean {
+    return sentAt + this.ttl <= this.clock.now();
+  }
+
   /** A job started with `holder.heldLease`, granted by a call sent at `sentAt`. */
-  track(holder: LeaseHolder, sentAt: number, now: number): void {
+  track(holder: LeaseHolder, sentAt: number): void {
     const expiry = sentAt + this.ttl;
     holder.leaseExpiry = expiry;
     if (expiry < this.minLeaseExpiry) this.minLeaseExpiry = expiry;
-    if (this.leased.size === 0 && !this.renewing) this.renewAt = now + this.ttl / 3;
+    // The lease is known held from sentAt on, as after a renewal sent then: its first renewal is
+    // due leaseTtl / 3 after sentAt, not after the job's start (an answer that came late would
+    // leave that renewal too little time before the local expiry), and at once if that is past.
+    if (this.renewing) {
+      // Not in the renewal in flight: the next one is scheduled from its send time (renewed()).
+      if (sentAt < this.untrackedSentAt) this.untrackedSentAt = sentAt;
+    } else {
+      const due = sentAt + this.ttl / 3;
+      if (this.leased.size === 0 || due < this.renewAt) this.renewAt = due;
+    }
     this.leased.add(holder);
   }
 
@@ -138,6 +164,7 @@ export class Leases {
     const sentAt = this.clock.now();
     this.renewing = true;
     this.renewSentAt = sentAt;
+    this.untrackedSentAt = Number.POSITIVE_INFINITY;
     const gen = ++this.renewGen;
     let result: unknown;
     try {
@@ -184,7 +211,7 @@ export class Leases {
       return;
     }
     this.renewing = false;
-    this.renewAt = sentAt + this.ttl / 3;
+    this.renewAt = Math.min(sentAt, this.untrackedSentAt) + this.ttl / 3;
     const expiry = sentAt + this.ttl;
     const now = this.clock.now();
     for (let i = 0; i < holders.length; i++) {
@@ -202,7 +229,7 @@ export class Leases {
 
   private renewFailed(holders: LeaseHolder[], sentAt: number, err: unknown): void {
     this.renewing = false;
-    this.renewAt = sentAt + this.ttl / 3;
+    this.renewAt = Math.min(sentAt, this.untrackedSentAt) + this.ttl / 3;
     this.host.storeError(err, 'renew', 'lease-lost');
     for (const holder of holders) {
       if (holder.leaseLost === null && this.leased.has(holder)) this.lose(holder, 'renew-failed', err);

@@ -230,13 +230,26 @@ export class Line {
    * Starts up to `count` jobs from the front of the line (Infinity: all), the k-th with
    * leases[k], granted by a call sent at `sentAt`. A job cancelled in flight spends its grant
    * (and its lease is released).
+   *
+   * A job is never started on a lease already expired as this process sees it (sentAt +
+   * leaseTtl, checked on the clock before each start: the answer came late, or a job started
+   * before it ran long): the store may have given that slot to another process. Then this and
+   * every later grant of the answer (same send time) are given up: their leases are released,
+   * their jobs stay in line and go back to the queue at their place (requeue; with global
+   * concurrency no other call is in flight), to be asked for again. Their rate budget stays
+   * spent, as for a job cancelled in flight.
    */
   start(count: number, leases: readonly Lease[] | undefined, sentAt: number, now: number): void {
     const line = this.entries;
     for (let k = 0; k < count && this.head < this.end; k++) {
       const job = line[this.head]!;
-      line[this.head++] = undefined;
       const lease = leases?.[k];
+      if (lease !== undefined && this.leases.outlived(sentAt)) {
+        const last = Math.min(count, k + this.end - this.head);
+        for (let j = k; j < last; j++) this.leases.releaseLater(leases![j]!.token);
+        return;
+      }
+      line[this.head++] = undefined;
       if (job.state === INFLIGHT) this.jobs.start(job, lease, sentAt, now);
       else if (lease !== undefined) this.leases.releaseLater(lease.token); // cancelled in flight: lease freed
     }
