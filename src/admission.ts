@@ -262,7 +262,8 @@ export class Admission {
       else if (job.cost !== uniform) uniform = Number.NaN;
       n++;
     }
-    if (n === 0) return !piped && waiting.count > 0;
+    // Nothing taken: another round would take nothing either (never loop on `count`).
+    if (n === 0) return false;
     if (piped) line.join();
     call.request.count = n;
     call.uniform = uniform;
@@ -383,8 +384,12 @@ export class Admission {
     const mode = this.mode;
     this.pace.failed(err, mode, now);
     const share = this.line.failedShare();
-    if (mode === 'open') {
+    if (mode === 'open' && this.pauses.until <= now) {
       this.startInLine(share, undefined, now);
+    } else if (mode === 'open') {
+      // A pause known here (applied or learnt while the call travelled) holds these jobs as it
+      // holds the queue: they go back to it, and start open once it ends.
+      if (this.line.inFlight === 0) this.line.requeue(this.waiting);
     } else if (mode === 'throw') {
       const error = new ValveError('STORE_UNAVAILABLE', 'The store failed (onStoreError: throw)', {
         cause: err,
@@ -431,13 +436,21 @@ export class Admission {
    * to be asked anyway.
    */
   private pauseEnd(): number {
-    const until = this.pauses.until;
-    if (this.recheck) return 0;
-    if (until > this.lastSentAt + PAUSE_RECHECK && this.wakeups.polling)
-      return this.lastSentAt + PAUSE_RECHECK;
-    // Confirmed wake-ups: still asked at least every PAUSE_TRUST after the pause was last heard of.
-    const trustedUntil = Math.max(this.lastSentAt, this.pauses.heardAt) + PAUSE_TRUST;
-    return Math.min(until, trustedUntil);
+    const pauses = this.pauses;
+    // A pause this valve applied that the store has not confirmed (its write failed or is in
+    // flight): no store answer can end it, so the store is not asked before its end.
+    const held = pauses.unconfirmedUntil;
+    if (this.recheck) return held;
+    const until = pauses.cachedUntil;
+    let end: number;
+    if (until > this.lastSentAt + PAUSE_RECHECK && this.wakeups.polling) {
+      end = this.lastSentAt + PAUSE_RECHECK;
+    } else {
+      // Confirmed wake-ups: still asked at least every PAUSE_TRUST after the pause was last heard of.
+      const trustedUntil = Math.max(this.lastSentAt, pauses.heardAt) + PAUSE_TRUST;
+      end = Math.min(until, trustedUntil);
+    }
+    return Math.max(held, end);
   }
 
   private readonly onTimer = (): void => {

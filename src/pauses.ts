@@ -19,7 +19,10 @@ import type { AcquireResult, Store } from './stores/store.js';
  * See docs/architecture.md, "The scheduler".
  *
  * A pause is applied locally at once (this process stops admitting) and then written to the
- * store; if the write fails the local pause stays (it only ever delays this process).
+ * store. Until the store confirms it (the write failed, or is still in flight) it is also held
+ * apart as `heldUntil`, which no store answer clears (the store may not have it): only
+ * resume(), a 'resume' wake-up or its end do. So a failed write keeps this process paused for
+ * the whole pause (it only ever delays this process).
  */
 
 const MODELS: ReadonlySet<unknown> = new Set<FeedbackModel>([
@@ -75,6 +78,19 @@ export class Pauses {
   private offset = 0;
   /** What set localUntil last (this valve's write, or 'remote' for a longer pause learnt from the store); null once cleared. */
   private cause: PauseCause | null = null;
+  /**
+   * End (local clock) of the longest pause this valve applied that the store has not confirmed:
+   * its write failed or is in flight. Store answers never clear it (the store may not have it);
+   * resume(), a 'resume' wake-up or its end do. 0: none.
+   */
+  private heldUntil = 0;
+  /** What applied heldUntil. */
+  private heldCause: PauseCause | null = null;
+  /**
+   * End (store clock) of the pause the last resume() deleted: a 'pause' wake-up ending no later
+   * was sent before that resume (its own 'resume' wake-up, which follows, resets this).
+   */
+  private deletedUntil = 0;
 
   constructor(
     /** The valve's id: the pause is shared by every valve of this id. */
@@ -89,9 +105,19 @@ export class Pauses {
     private readonly host: PausesHost,
   ) {}
 
-  /** End of the known shared pause on the local clock (0 or past: none). */
+  /** End of the known pause on the local clock, held or learnt from the store (0 or past: none). */
   get until(): number {
+    return Math.max(this.heldUntil, this.localUntil);
+  }
+
+  /** End of the pause as cached from the store and this valve's writes: a store answer may clear it. */
+  get cachedUntil(): number {
     return this.localUntil;
+  }
+
+  /** End of a pause this valve applied that the store has not confirmed: no store answer clears it. */
+  get unconfirmedUntil(): number {
+    return this.heldUntil;
   }
 
   /** When (local clock) this process last applied, wrote or learnt the known pause. */
@@ -101,7 +127,7 @@ export class Pauses {
 
   /** What produced the known pause (see `until`), or null. */
   get origin(): PauseCause | null {
-    return this.cause;
+    return this.heldUntil > this.localUntil ? this.heldCause : this.cause;
   }
 
   /** Changes whenever this process raises its known pause (a store call remembers it when sent). */
@@ -135,9 +161,15 @@ export class Pauses {
   /** valve.resume(): forgets the pause at once, then deletes it on the store. */
   resume(): Promise<void> {
     this.resumes++;
+    // The store's own 'pause' wake-up for the pause deleted here may still be on its way.
+    const end = this.until;
+    const deleted = end > 0 ? end + this.offset : 0;
+    this.deletedUntil = Math.max(this.storeUntil, deleted);
     this.localUntil = 0;
     this.storeUntil = 0;
     this.cause = null;
+    this.heldUntil = 0;
+    this.heldCause = null;
     this.host.pauseDeleted();
     this.host.pauseChanged();
     let result: unknown;
@@ -170,9 +202,15 @@ export class Pauses {
     if (typeof r.pausedUntil === 'number' && r.pausedUntil > 0) {
       if (!resumedSince) this.learn(r.pausedUntil, false);
     } else if (this.localUntil !== 0 && raiseEpoch === this.raises) {
+      // The store had the pause and it had not ended on its clock: another valve resumed it.
+      const storeUntil = this.storeUntil;
+      const resumed =
+        storeUntil > 0 &&
+        (typeof r.now === 'number' && Number.isFinite(r.now) ? r.now < storeUntil : this.localUntil > now);
       this.localUntil = 0;
       this.storeUntil = 0;
       this.cause = null;
+      if (resumed) this.events.emit('resume', { source: 'remote' });
     }
     return resumedSince;
   }
@@ -202,6 +240,8 @@ export class Pauses {
   heard(storeUntil: unknown): void {
     if (typeof storeUntil !== 'number' || !Number.isFinite(storeUntil)) return;
     if (storeUntil - this.offset - this.clock.now() > MAX_DURATION_MS + 86_400_000) return;
+    // Sent before a resume() of this valve: that pause is deleted.
+    if (storeUntil <= this.deletedUntil) return;
     this.learn(storeUntil, false);
   }
 
@@ -209,10 +249,14 @@ export class Pauses {
   resumedRemotely(): void {
     // Answers already on the wire may predate this resume: they report, but do not re-cache, a pause.
     this.resumes++;
-    const had = this.localUntil > this.clock.now();
+    const had = this.until > this.clock.now();
     this.localUntil = 0;
     this.storeUntil = 0;
     this.cause = null;
+    this.heldUntil = 0;
+    this.heldCause = null;
+    // Wake-ups are delivered in order: any later 'pause' one is for a pause written after it.
+    this.deletedUntil = 0;
     this.host.pauseDeleted();
     if (had) this.events.emit('resume', { source: 'remote' });
   }
@@ -260,10 +304,18 @@ export class Pauses {
   ): Promise<void> | undefined {
     const now = this.clock.now();
     this.lastHeard = now;
-    if (now + ms > this.localUntil) {
-      this.localUntil = now + ms;
+    const end = now + ms;
+    const cause: PauseCause | null =
+      end > this.localUntil || end > this.heldUntil ? { source, ...pauseOrigin(detail) } : null;
+    if (end > this.localUntil) {
+      this.localUntil = end;
       this.raises++;
-      this.cause = { source, ...pauseOrigin(detail) };
+      this.cause = cause;
+    }
+    // Held until the store confirms it: an answer of a store that never got it cannot clear it.
+    if (end > this.heldUntil) {
+      this.heldUntil = end;
+      this.heldCause = cause;
     }
     this.host.pauseChanged();
     let result: unknown;
@@ -280,7 +332,12 @@ export class Pauses {
       const done = Promise.resolve(result).then(
         (until) => {
           this.ownWrites--;
-          // A resume() called after this write deleted the pause: report it, do not keep it.
+          // A resume() called after this write deleted the pause: report it, do not keep it (nor
+          // its 'pause' wake-up, if no 'resume' wake-up came since: that one is still on its way).
+          if (this.resumes === epoch) this.confirmed(end);
+          else if (this.deletedUntil > 0 && typeof until === 'number' && until > this.deletedUntil) {
+            this.deletedUntil = until;
+          }
           this.paused(until, source, detail, this.resumes === epoch);
         },
         (err: unknown) => {
@@ -291,8 +348,17 @@ export class Pauses {
       );
       return confirm ? done : undefined;
     }
+    this.confirmed(end);
     this.paused(result, source, detail);
     return confirm ? Promise.resolve() : undefined;
+  }
+
+  /** The store recorded a pause this valve applied until `end`: a longer one still unconfirmed stays held. */
+  private confirmed(end: number): void {
+    if (end >= this.heldUntil) {
+      this.heldUntil = 0;
+      this.heldCause = null;
+    }
   }
 
   private paused(until: unknown, source: PauseSource, detail: unknown, learn = true): void {

@@ -64,6 +64,7 @@ export function readRunOptions(options: RunOptions, maxWaitDefault: number, out:
       typeof s !== 'object' ||
       s === null ||
       typeof (s as AbortSignal).addEventListener !== 'function' ||
+      typeof (s as AbortSignal).removeEventListener !== 'function' ||
       typeof (s as AbortSignal).aborted !== 'boolean'
     ) {
       return new TypeError(`Expected \`signal\` to be an AbortSignal, got ${describe(s)}`);

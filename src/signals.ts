@@ -45,14 +45,22 @@ export class SignalWatch {
   remove(job: Job): void {
     const jobs = this.jobs;
     if (!jobs.delete(job) || jobs.size > 0) return;
-    this.signal.removeEventListener('abort', this);
+    this.unlisten();
+  }
+
+  /** Stops listening; a caller's signal whose removeEventListener throws is left to itself. */
+  private unlisten(): void {
     this.registry.forget(this.signal, this);
+    try {
+      this.signal.removeEventListener('abort', this);
+    } catch {
+      // Not valve's to report: the job settles as it would, the watch is forgotten.
+    }
   }
 
   handleEvent(): void {
     const reason = this.signal.reason;
-    this.signal.removeEventListener('abort', this);
-    this.registry.forget(this.signal, this);
+    this.unlisten();
     // A snapshot: ending a job changes the map, and a job's own listeners may run valve code.
     const entries = [...this.jobs];
     this.jobs.clear();

@@ -192,8 +192,11 @@ class ValveImpl implements Valve {
     }
     if (options !== undefined) {
       // Checked now, like wrapFetch()'s (each call checks them again: they may be getters).
-      const error = readRunOptions(options, this.maxWait, new RunArgs());
+      const args = new RunArgs();
+      const error = readRunOptions(options, this.maxWait, args);
       if (error !== undefined) throw error;
+      // A cost the current rules can never admit (setRules() may change them: each call checks again).
+      if (args.cost > this.maxCost) throw this.costError(args.cost);
     }
     return (...args: A) => this.run(() => fn(...args), options) as Promise<Awaited<R>>;
   }
@@ -356,8 +359,7 @@ class ValveImpl implements Valve {
         : new TimedJob(fn, cost, priority, seq, deadline, this.clock.now());
     if (onSequence !== undefined) onSequence(seq);
     jobs.add(job);
-    this.waiting.enqueue(job, signal, retry);
-    this.admission.jobQueued();
+    if (this.waiting.enqueue(job, signal, retry)) this.admission.jobQueued();
     return promise;
   }
 
@@ -394,6 +396,8 @@ class ValveImpl implements Valve {
     if (jobs.runningCount > 0)
       jobs.abortAll(new ValveError('CLOSED', 'The valve was closed while the job ran'));
     this.admission.arm();
+    // The queue emptied: 'idle' once nothing runs or travels (admission reports it).
+    this.admission.schedulePump();
   }
 
   /** Resolves close() once nothing is queued, running, in flight or being released. */

@@ -37,12 +37,24 @@ export class Waiting implements AbortHandler {
     return this.live;
   }
 
-  /** Queues a new job (at its place by sequence when `retry`), listening to its caller's signal. */
-  enqueue(job: Job, signal: AbortSignal | null, retry: boolean): void {
+  /**
+   * Queues a new job (at its place by sequence when `retry`), listening to its caller's signal.
+   * Returns false when the signal refused the listener (its addEventListener threw): the job
+   * then ends with that error, never queued.
+   */
+  enqueue(job: Job, signal: AbortSignal | null, retry: boolean): boolean {
+    if (signal !== null) {
+      try {
+        this.signals.watch(job, signal);
+      } catch (err) {
+        this.jobs.end(job, err);
+        return false;
+      }
+    }
     this.live++;
-    if (signal !== null) this.signals.watch(job, signal);
     if (retry) this.queue.insert(job);
     else this.queue.push(job);
+    return true;
   }
 
   /**

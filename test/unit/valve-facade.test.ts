@@ -267,6 +267,32 @@ describe('events and stats', () => {
     expect(idle).toHaveBeenCalledTimes(2);
   });
 
+  it("emits 'idle' when close() rejects the queued jobs and nothing runs", async () => {
+    // No round of admission followed close(): the valve went idle without saying so.
+    const { valve, clock } = setup({ rules: { limit: 1, interval: '1h' } });
+    const idle = vi.fn();
+    valve.on('idle', idle);
+    await valve.run(() => 1);
+    await flushMicrotasks();
+    expect(idle).toHaveBeenCalledTimes(1);
+    const queued = track(valve.run(() => 2));
+    await clock.tickAsync(10);
+    expect(idle).toHaveBeenCalledTimes(1);
+    await valve.close();
+    await flushMicrotasks();
+    expect(queued).toMatchObject({ done: true, ok: false });
+    expect(idle).toHaveBeenCalledTimes(2);
+    // A valve closed with nothing queued or running since its last 'idle' does not repeat it.
+    const { valve: quiet } = setup({});
+    const quietIdle = vi.fn();
+    quiet.on('idle', quietIdle);
+    await quiet.run(() => 1);
+    await flushMicrotasks();
+    await quiet.close();
+    await flushMicrotasks();
+    expect(quietIdle).toHaveBeenCalledTimes(1);
+  });
+
   it('a throwing listener does not break the scheduler (reported as a process warning)', async () => {
     const { valve } = setup({});
     const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
@@ -350,6 +376,21 @@ describe('wrap()', () => {
     expect(() => valve.wrap(fn, { coast: 1 } as never)).toThrow(/Unknown option `coast`/);
     expect(() => valve.wrap(fn, null as never)).toThrow(TypeError);
     expect(typeof valve.wrap(fn, { cost: 1, priority: 2, maxWait: '1s' })).toBe('function');
+  });
+
+  it("throws run()'s RangeError for a cost the current rules can never admit; setRules() later is checked per call", async () => {
+    // It returned a function whose every call rejected.
+    const { valve } = setup({ rules: { limit: 10, interval: '1s' } }); // burst 1
+    const fn = () => 'ran';
+    expect(() => valve.wrap(fn, { cost: 5 })).toThrow(RangeError);
+    expect(() => valve.wrap(fn, { cost: 5 })).toThrow(/at most 1 .*got 5/);
+    const wrapped = valve.wrap(fn, { cost: 1 });
+    await expect(wrapped()).resolves.toBe('ran');
+    // Wrapped under rules that admit it, then refused per call once the rules change.
+    await valve.setRules({ limit: 10, interval: '1s', burst: 5 });
+    const five = valve.wrap(fn, { cost: 5 });
+    await valve.setRules({ limit: 10, interval: '1s' });
+    await expect(five()).rejects.toThrow(RangeError);
   });
 });
 

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../src/stores/memory.js';
-import type { WakeEvent, WakeStatus } from '../../src/stores/store.js';
+import type { Store, WakeEvent, WakeStatus } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
 import { count, spyStore } from '../helpers/spy-store.js';
 import { FakeClock, flushMicrotasks, setup, track } from './harness.js';
@@ -267,5 +267,185 @@ describe('pause() and resume()', () => {
     await valve.pause(1000);
     await flushMicrotasks();
     expect(job.value).toBe('granted');
+  });
+});
+
+/** A memory store seen through a store whose pause() fails (and, without `wakeUps`, that cannot subscribe). */
+function failingPauseStore(clock: FakeClock, wakeUps: boolean, inner = memoryStore({ clock })): Store {
+  const store: Store = {
+    acquire: (r) => inner.acquire(r),
+    pause: () => {
+      throw new Error('pause write failed');
+    },
+    resume: (id) => inner.resume(id),
+    renew: (id, t, ttl) => inner.renew(id, t, ttl),
+    release: (id, t) => inner.release(id, t),
+  };
+  if (wakeUps) {
+    store.subscribe = (id, onWake, onStatus) => inner.subscribe!(id, onWake, onStatus);
+    store.listening = (id) => inner.listening!(id);
+  }
+  return store;
+}
+
+describe('a pause the store has not confirmed', () => {
+  for (const wakeUps of [false, true]) {
+    it(`a failed write keeps this process paused for the whole pause, whatever the store answers (wake-ups: ${wakeUps})`, async () => {
+      // Store answers reporting no pause cleared it: the job started at 30 s (the trusted
+      // recheck) without wake-ups, at once with them (the new subscription's recheck).
+      const clock = new FakeClock();
+      const valve = createValve({
+        id: 'failed',
+        clock,
+        store: failingPauseStore(clock, wakeUps),
+        rules: { limit: 1000, interval: '1s' },
+      });
+      await valve.run(() => 0); // idle again: the next job takes a new subscription
+      const t0 = clock.now();
+      const err = await valve.pause(60_000).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: 'STORE_UNAVAILABLE' });
+      const job = track(valve.run(() => clock.now() - t0));
+      await clock.tickAsync(59_999);
+      expect(job.done).toBe(false);
+      expect(valve.stats().pausedUntil).toBe(t0 + 60_000);
+      expect(valve.stats().pausedBy).toMatchObject({ source: 'manual' });
+      await clock.tickAsync(1);
+      expect(job.value).toBe(60_000);
+      expect(valve.stats().pausedUntil).toBeNull();
+    });
+  }
+
+  it("observe()'s pause whose background write failed holds until its end (the store answers none)", async () => {
+    const clock = new FakeClock();
+    const valve = createValve({ id: 'observed', clock, store: failingPauseStore(clock, false) });
+    const errors: string[] = [];
+    valve.on('store-error', (_e, c) => errors.push(c.operation));
+    await valve.run(() => 0);
+    const t0 = clock.now();
+    expect(valve.observe({ status: 429, headers: { 'retry-after': '120' } })?.waitMs).toBe(120_000);
+    expect(errors).toEqual(['pause']);
+    const job = track(valve.run(() => clock.now() - t0));
+    await clock.tickAsync(119_999);
+    expect(job.done).toBe(false);
+    await clock.tickAsync(1);
+    expect(job.value).toBe(120_000);
+  });
+
+  it('a write still in flight holds: a job queued right after pause() on an idle valve waits for it', async () => {
+    // The new subscription's recheck asked the store before the write landed, and its answer
+    // (no pause) cleared the pause: the job started at 0 ms.
+    const clock = new FakeClock();
+    const store = spyStore(memoryStore({ clock }), clock);
+    store.timing.pause = { delay: 5 }; // decided and answered 5 ms later, like a network store
+    const valve = createValve({ id: 'inflight', clock, store });
+    await valve.run(() => 0);
+    const t0 = clock.now();
+    const paused = valve.pause(60_000);
+    const job = track(valve.run(() => clock.now() - t0));
+    await clock.tickAsync(10);
+    await paused;
+    expect(job.done).toBe(false);
+    await clock.tickAsync(61_000);
+    expect(job.value).toBeGreaterThanOrEqual(60_000);
+  });
+
+  it('resume() ends a held pause at once; a resume wake-up from another valve does too', async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const valve = createValve({ id: 'held', clock, store: failingPauseStore(clock, true, inner) });
+    const other = createValve({ id: 'held', clock, store: inner });
+    await valve.pause(60_000).catch(() => {});
+    const first = track(valve.run(() => 1));
+    await clock.tickAsync(1000);
+    expect(first.done).toBe(false);
+    await valve.resume();
+    await clock.tickAsync(0);
+    expect(first.value).toBe(1);
+    // A running job keeps the subscription, so the other valve's resume is heard.
+    let finish = () => {};
+    const busy = track(valve.run(() => new Promise<void>((resolve) => (finish = resolve))));
+    await flushMicrotasks();
+    await valve.pause(60_000).catch(() => {});
+    const second = track(valve.run(() => 2));
+    await clock.tickAsync(1000);
+    expect(second.done).toBe(false);
+    await other.resume();
+    await clock.tickAsync(0);
+    expect(second.value).toBe(2);
+    finish();
+    await flushMicrotasks();
+    expect(busy.done).toBe(true);
+  });
+});
+
+describe("'pause' and 'resume' events", () => {
+  it('pause() then resume() in one tick with work queued: only the manual events, not paused after', async () => {
+    // The store's own 'pause' wake-up arrived after resume() and was cached as a remote
+    // pause: [pause manual, resume manual, pause remote, resume remote].
+    const clock = new FakeClock();
+    const store = memoryStore({ clock });
+    const valve = createValve({ id: 'tick', clock, store, rules: { limit: 1, interval: '1h' } });
+    const events: string[] = [];
+    valve.on('pause', (e) => events.push(`pause ${e.source}`));
+    valve.on('resume', (e) => events.push(`resume ${e.source}`));
+    await valve.run(() => 1); // spends the budget
+    const queued = track(valve.run(() => 2)); // waits for the rule: subscribed
+    await flushMicrotasks();
+    await Promise.all([valve.pause(60_000), valve.resume()]);
+    await flushMicrotasks();
+    expect(events).toEqual(['pause manual', 'resume manual']);
+    expect(valve.stats().pausedUntil).toBeNull();
+    // A shorter pause another valve writes after the resume is still heard.
+    await createValve({ id: 'tick', clock, store }).pause(10_000);
+    await flushMicrotasks();
+    expect(events).toEqual(['pause manual', 'resume manual', 'pause remote']);
+    await valve.close();
+    expect(queued.done).toBe(true);
+  });
+
+  it("another valve's resume noticed through a store answer emits 'resume' { source: 'remote' }", async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const noWakeUps = (): Store => ({
+      acquire: (r) => inner.acquire(r),
+      pause: (id, ms, by) => inner.pause(id, ms, by),
+      resume: (id) => inner.resume(id),
+      renew: (id, t, ttl) => inner.renew(id, t, ttl),
+      release: (id, t) => inner.release(id, t),
+    });
+    const a = createValve({ id: 'answer', clock, store: noWakeUps() });
+    const b = createValve({ id: 'answer', clock, store: noWakeUps() });
+    const events: string[] = [];
+    b.on('pause', (e) => events.push(`pause ${e.source}`));
+    b.on('resume', (e) => events.push(`resume ${e.source}`));
+    await a.pause(120_000);
+    const t0 = clock.now();
+    const job = track(b.run(() => clock.now() - t0));
+    await clock.tickAsync(10);
+    expect(events).toEqual(['pause remote']);
+    await a.resume();
+    await clock.tickAsync(40_000);
+    expect(job.value).toBe(30_000); // the cached pause is rechecked after 30 s
+    expect(events).toEqual(['pause remote', 'resume remote']);
+  });
+
+  it("a pause that ended on the store's clock is not reported as resumed", async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const store: Store = {
+      acquire: (r) => inner.acquire(r),
+      pause: (id, ms, by) => inner.pause(id, ms, by),
+      resume: (id) => inner.resume(id),
+      renew: (id, t, ttl) => inner.renew(id, t, ttl),
+      release: (id, t) => inner.release(id, t),
+    };
+    const valve = createValve({ id: 'ended', clock, store });
+    const resumed = vi.fn();
+    valve.on('resume', resumed);
+    await valve.pause(1000);
+    const job = track(valve.run(() => 1));
+    await clock.tickAsync(1000);
+    expect(job.value).toBe(1);
+    expect(resumed).not.toHaveBeenCalled();
   });
 });

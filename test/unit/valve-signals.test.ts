@@ -119,3 +119,74 @@ describe("jobs sharing one caller's signal", () => {
     expect(listeners(ac.signal)).toBe(0);
   });
 });
+
+describe('a signal valve cannot listen to', () => {
+  it('one without removeEventListener is refused by the check, naming `signal`', async () => {
+    // It was accepted; the job's end then threw in removeEventListener and never settled.
+    const { valve } = setup({});
+    const signal = { aborted: false, addEventListener() {} } as unknown as AbortSignal;
+    const job = track(valve.run(() => 1, { signal }));
+    await flushMicrotasks();
+    expect(job).toMatchObject({ done: true, ok: false });
+    expect(job.error).toBeInstanceOf(TypeError);
+    expect((job.error as Error).message).toMatch(/`signal`/);
+    expect(() => valve.wrap(() => 1, { signal })).toThrow(TypeError);
+    expect(valve.stats()).toMatchObject({ queued: 0, rejected: 1 });
+  });
+
+  it('one whose addEventListener throws rejects the job with its error: no throw, nothing counted, the valve goes on', async () => {
+    // run() threw synchronously, the job stayed counted as queued (close() never resolved),
+    // and the next run() made admission loop forever.
+    const { valve, clock } = setup({});
+    const nope = new Error('nope');
+    const signal = {
+      aborted: false,
+      addEventListener() {
+        throw nope;
+      },
+      removeEventListener() {},
+    } as unknown as AbortSignal;
+    let threw: unknown;
+    let refused: ReturnType<typeof track> | undefined;
+    try {
+      refused = track(valve.run(() => 1, { signal }));
+    } catch (err) {
+      threw = err;
+    }
+    expect(threw).toBeUndefined();
+    await flushMicrotasks();
+    expect(refused).toMatchObject({ done: true, ok: false, error: nope });
+    expect(valve.stats()).toMatchObject({ queued: 0, running: 0, started: 0, rejected: 1 });
+    expect(await valve.run(() => 2)).toBe(2);
+    const closed = track(valve.close());
+    await clock.tickAsync(0);
+    expect(closed.done).toBe(true);
+  });
+
+  it('one whose removeEventListener throws: the jobs settle as they would, the valve goes on', async () => {
+    // The throw escaped from the job's end as an uncaught exception; the job never settled.
+    const { valve, clock } = setup({});
+    const signal = {
+      aborted: false,
+      addEventListener() {},
+      removeEventListener() {
+        throw new Error('nope');
+      },
+    } as unknown as AbortSignal;
+    const ok = track(valve.run(() => 1, { signal }));
+    const failed = track(
+      valve.run(
+        () => {
+          throw new Error('job');
+        },
+        { signal },
+      ),
+    );
+    await clock.tickAsync(0);
+    expect(ok).toMatchObject({ done: true, ok: true, value: 1 });
+    expect(failed).toMatchObject({ done: true, ok: false });
+    expect((failed.error as Error).message).toBe('job');
+    expect(await valve.run(() => 2, { signal })).toBe(2);
+    expect(valve.stats()).toMatchObject({ queued: 0, running: 0 });
+  });
+});

@@ -5,7 +5,7 @@ import { memoryStore } from '../../src/stores/memory.js';
 import type { Store } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
 import { count, spyMemoryStore } from '../helpers/spy-store.js';
-import { FakeClock, setup, track } from './harness.js';
+import { FakeClock, flushMicrotasks, setup, track } from './harness.js';
 
 const down = new Error('store down');
 
@@ -127,6 +127,40 @@ for (const style of ['sync throw', 'async reject'] as const) {
     });
   });
 }
+
+describe("onStoreError 'open' and a known pause", () => {
+  it('the jobs of a call that fails during a pause applied while it travelled wait for the pause', async () => {
+    // They started at once (0 ms into a 60 s pause the valve knew of), unlike queued jobs.
+    const { valve, clock, store } = setup({ onStoreError: 'open' });
+    valve.on('store-error', () => {});
+    store.timing.acquire = 'manual';
+    const t0 = clock.now();
+    const job = track(valve.run(() => clock.now() - t0));
+    await flushMicrotasks();
+    expect(store.pending.length).toBe(1);
+    await valve.pause(60_000); // recorded by the store
+    store.pending.shift()!.reject(down);
+    store.timing.acquire = null;
+    await flushMicrotasks();
+    expect(job.done).toBe(false);
+    await clock.tickAsync(59_999);
+    expect(job.done).toBe(false);
+    await clock.tickAsync(1);
+    expect(job.value).toBe(60_000);
+  });
+
+  it('with no pause known they still start open at once', async () => {
+    const { valve, clock, store } = setup({ onStoreError: 'open' });
+    valve.on('store-error', () => {});
+    store.timing.acquire = 'manual';
+    const t0 = clock.now();
+    const job = track(valve.run(() => clock.now() - t0));
+    await flushMicrotasks();
+    store.pending.shift()!.reject(down);
+    await flushMicrotasks();
+    expect(job.value).toBe(0);
+  });
+});
 
 describe('store answers', () => {
   it('an invalid acquire answer is treated as a store failure', async () => {
