@@ -119,7 +119,12 @@ export class Admission {
     this.mode = o.onStoreError;
     const lease = o.global ? { limit: o.limit, ttl: o.leaseTtl } : undefined;
     const settled = (call: Call, ok: boolean, value: unknown): void => this.callSettled(call, ok, value);
-    this.ruleSet = new RuleSet(o.rules, o.recordTtl);
+    // The clock ends a rule change's transition; `sending` lets one call in flight at a time ask
+    // for its conversion.
+    this.ruleSet = new RuleSet(o.rules, o.recordTtl, o.clock, (request) => {
+      const line = this.line;
+      return line.inFlight === 2 || (line.inFlight === 1 && line.sentCall().request === request);
+    });
     this.line = new Line(o.id, o.rules, lease, jobs, leases, settled);
     this.pump = new Pump(
       () => this.admit(),
@@ -369,6 +374,8 @@ export class Admission {
     this.startInLine(granted, r.leases, now);
     this.line.recordAnswer(granted === n);
     this.pace.granted(r, granted, n, now, sentAt, this.answerWasSync, resumedSince);
+    // The answer ended a rule change: a refusal on rate may be the old rules' alone.
+    if (this.ruleSet.ended && granted < n && r.blocked === 'rate') this.pace.unblock('rate');
     if (turnAt > 0) this.pace.keepTurn(turnAt, turnAsk);
     // Refused on concurrency, but a slot was released since the call was sent: the refusal
     // may predate it (its wake-up came first), so ask again at once.

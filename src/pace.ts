@@ -162,8 +162,11 @@ export class Pace {
     if (this.askFor < ask) this.askFor = ask;
   }
 
-  /** A wait for `reason` ends at once (a release freed slots; the pause was deleted). */
-  unblock(reason: 'pause' | 'concurrency'): void {
+  /**
+   * A wait for `reason` ends at once (a release freed slots; the pause was deleted; a rule
+   * change ended with a refusal that may be the old rules' alone).
+   */
+  unblock(reason: 'pause' | 'concurrency' | 'rate'): void {
     if (this.blocked === reason) {
       this.blocked = null;
       this.nextAt = 0;

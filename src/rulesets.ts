@@ -5,10 +5,12 @@ import type { AcquireResult } from './stores/store.js';
 /*
  * The rules a valve sends and their changes (valve.setRules(), docs/architecture.md, "Rule
  * changes"). Owned by the admission room, which copies them into each store call and hands
- * each answer back. After a change, the first call asks the store to convert the new rules'
- * states from the old ones (until one such call is answered), and every call keeps spending
- * the old rules too until one interval of the longest of them has passed on the store's clock
- * (so a window that contains the change holds what the stricter set allows). Calls carry the
+ * each answer back. After a change, one call at a time asks the store to convert the new rules'
+ * states from the old ones (until one such call is answered, whatever the answer: a store
+ * converts even when paused; a call that failed is followed by another), and every call keeps
+ * spending the old rules too until one interval of the longest of them has passed since the
+ * conversion, on the store's clock or on the local one counted from its answer (so a window
+ * that contains the change holds what the stricter set allows). Calls carry the
  * rule set's record (a valve group's key: the first, those of a change, then one per quarter
  * of its recordTtl; see fill()); the first answer that reports another set recorded for the id
  * (per change) gives a 'rule-mismatch'.
@@ -35,12 +37,24 @@ export class RuleSet {
   private record: string;
   /** The old rules, still spent while a change is in progress; undefined otherwise. */
   private previous: StoreRule[] | undefined;
-  /** The next call asks the store to convert (until a call that asked is answered). */
+  /** The store is to convert (until a call that asked is answered). */
   private convert = false;
+  /**
+   * The call that asks for the conversion (its request), or undefined: while it is in flight no
+   * other call asks (two would both convert, counting the old spend twice).
+   */
+  private converting: RulesRequest | undefined = undefined;
   /** Store-clock ms from which the old rules are dropped; NaN until the conversion is answered. */
   private previousUntil = Number.NaN;
+  /**
+   * Local ms from which the old rules are dropped (the conversion's answer + previousSpan: the
+   * store's clock has passed previousUntil by then); Infinity until the conversion is answered.
+   */
+  private previousEnd = Number.POSITIVE_INFINITY;
   /** The longest interval of the old rules, ms. */
   private previousSpan = 0;
+  /** The last answer ended a change: its call still carried the old rules (see `ended`). */
+  private endedNow = false;
   /** 'rule-mismatch' was emitted for the current rules. */
   private mismatched = false;
   /** Local ms of the last call that carried the record (with recordTtl); -Infinity: the next one does. */
@@ -50,6 +64,10 @@ export class RuleSet {
     rules: readonly StoreRule[],
     /** The least time (ms) the store keeps the record (AcquireRequest.recordTtl), or undefined. */
     private readonly recordTtl: number | undefined = undefined,
+    /** The local clock (the valve's); without it, only the answers' store clock ends a change. */
+    private readonly clock: { now(): number } | undefined = undefined,
+    /** Whether the call of `request` is in flight (sent, not settled); without it, never. */
+    private readonly sending: (request: RulesRequest) => boolean = () => false,
   ) {
     this.rules = rules;
     this.record = recordOf(rules);
@@ -70,7 +88,9 @@ export class RuleSet {
     this.previousSpan = 0;
     for (const rule of previous) this.previousSpan = Math.max(this.previousSpan, rule.intervalUs / 1000);
     this.convert = true;
+    this.converting = undefined;
     this.previousUntil = Number.NaN;
+    this.previousEnd = Number.POSITIVE_INFINITY;
     this.mismatched = false;
     this.recordSentAt = Number.NEGATIVE_INFINITY;
   }
@@ -82,9 +102,22 @@ export class RuleSet {
    * a minute instead of at every admission, and keeps it alive while the key is in use.
    */
   fill(request: RulesRequest, now: number): void {
+    // The change is over on the local clock (an answer may be long in coming: a job no old rule
+    // can ever admit is told to wait, and would otherwise be refused once more after that).
+    if (this.previous !== undefined && now >= this.previousEnd) this.previous = undefined;
     request.rules = this.rules;
     request.previous = this.previous;
-    request.convert = this.previous === undefined ? undefined : this.convert;
+    let convert = false;
+    if (this.previous !== undefined && this.convert) {
+      // One call in flight asks: this one, unless another that asked is still in flight (one
+      // that settled without being answered, failed, is followed by this one).
+      const asking = this.converting;
+      if (asking === undefined || asking === request || !this.sending(asking)) {
+        convert = true;
+        this.converting = request;
+      }
+    }
+    request.convert = this.previous === undefined ? undefined : convert;
     const ttl = this.recordTtl;
     if (ttl === undefined || this.previous !== undefined || now - this.recordSentAt >= ttl / 4) {
       request.record = this.record;
@@ -97,16 +130,29 @@ export class RuleSet {
   }
 
   /**
+   * The last answer (see answered()) ended a rule change: its call was still checked against the
+   * old rules, so a refusal on rate in it may be theirs alone (a job no old rule can ever admit
+   * is told to wait as if it could): the next call, with the new rules alone, may go at once.
+   */
+  get ended(): boolean {
+    return this.endedNow;
+  }
+
+  /**
    * A call filled by fill() was answered: the conversion is done, the change may be over, and a
    * mismatch is returned once per change.
    */
   answered(request: RulesRequest, result: AcquireResult, id: string): RuleMismatchEvent | undefined {
+    this.endedNow = false;
     if (this.previous !== undefined && request.previous === this.previous) {
       if (request.convert === true && this.convert) {
         this.convert = false;
+        this.converting = undefined;
         this.previousUntil = result.now + this.previousSpan;
+        if (this.clock !== undefined) this.previousEnd = this.clock.now() + this.previousSpan;
       } else if (result.now >= this.previousUntil) {
         this.previous = undefined;
+        this.endedNow = true;
       }
     }
     const recorded = result.recorded;

@@ -11,9 +11,6 @@
  */
 import type { StoreRule } from './rule.js';
 
-/** The most a converted GCRA state runs ahead of its burst tolerance: a day (the stores refuse more). */
-export const MAX_CONVERTED_DEBT_US = 86_400_000_000;
-
 /** Where a new rule's current window starts (µs): the units granted since then (inclusive) count against it. */
 export function convertFrom(rule: StoreRule, nowUs: number, windowK: number): number {
   if (rule.algorithm === 'fixed-window') return windowK * rule.intervalUs;
@@ -50,8 +47,11 @@ export function spentSince(
 /** A new rule's state value after adding `units` (U, possibly Infinity) to it. */
 export function converted(rule: StoreRule, value: number, units: number, nowUs: number): number {
   if (rule.algorithm === 'gcra') {
+    // At most one interval beyond the burst tolerance: the old spend, however long ago it was
+    // granted in the new rule's window, is counted until that window has passed. Below 2^53:
+    // the interval and the tolerance are each at most 365 days (rule.ts).
     const cap = rule.burst * rule.emissionUs;
-    const most = nowUs + cap + Math.min(rule.intervalUs, MAX_CONVERTED_DEBT_US);
+    const most = nowUs + cap + rule.intervalUs;
     const tat = Math.max(value, nowUs) + Math.min(units, rule.limit + rule.burst) * rule.emissionUs;
     return Math.min(tat, most);
   }

@@ -13,6 +13,20 @@ export function gcraIncrement(cost: number, emissionUs: number): number {
   return Math.ceil(cost * emissionUs);
 }
 
+/**
+ * The increment a store charges a job of `cost` in its checks (never in a grant):
+ * gcraIncrement(), but at most (burst + 1) × emissionUs. A cost above the burst can never fit
+ * (the valve only sends one for a previous rule of a rule change, docs/architecture.md, "Rule
+ * changes"): it is checked, refused and waits as a cost of burst + 1 would, so its wait stays
+ * one the stores can answer (below 2^53 µs) instead of (cost − burst) emission intervals. Every
+ * cost up to the burst gets gcraIncrement() unchanged.
+ */
+export function gcraCharge(cost: number, emissionUs: number, burst: number): number {
+  const inc = Math.ceil(cost * emissionUs);
+  const most = (burst + 1) * emissionUs;
+  return Math.min(inc, most);
+}
+
 /** The `tat` the rule would have after granting a job of increment `inc` at `nowUs`. */
 export function gcraNext(tat: number, nowUs: number, inc: number): number {
   return Math.max(tat, nowUs) + inc;

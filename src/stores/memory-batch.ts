@@ -1,6 +1,6 @@
 import { converted, convertFrom, spentSince } from '../rules/convert.js';
 import { windowCount, windowEnd, windowIndex, windowWait } from '../rules/fixed-window.js';
-import { gcraIncrement, gcraNext, gcraWait } from '../rules/gcra.js';
+import { gcraCharge, gcraNext, gcraWait } from '../rules/gcra.js';
 import type { StoreRule } from '../rules/rule.js';
 import { slidingAppend, slidingEnd, slidingExpire, slidingWait } from '../rules/sliding-window.js';
 import { inPrevious } from './checks.js';
@@ -83,7 +83,7 @@ export class RuleBatch {
       const rule = rules[i]!;
       let w: number;
       if (rule.algorithm === 'gcra') {
-        const next = gcraNext(a[i]!, now, gcraIncrement(c, rule.emissionUs));
+        const next = gcraNext(a[i]!, now, gcraCharge(c, rule.emissionUs, rule.burst));
         cand[i] = next;
         w = gcraWait(next, now, rule.burst, rule.emissionUs);
       } else if (rule.algorithm === 'sliding-window') {
@@ -143,7 +143,7 @@ export class RuleBatch {
     for (let i = 0; i < n; i++) {
       const rule = this.rules[i]!;
       const w = gcraWait(
-        gcraNext(this.a[i]!, now, gcraIncrement(c, rule.emissionUs)),
+        gcraNext(this.a[i]!, now, gcraCharge(c, rule.emissionUs, rule.burst)),
         now,
         rule.burst,
         rule.emissionUs,
@@ -159,7 +159,7 @@ export class RuleBatch {
     let step = 1;
     for (let i = 0; i < n; i++) {
       const rule = this.rules[i]!;
-      const inc = gcraIncrement(c, rule.emissionUs);
+      const inc = gcraCharge(c, rule.emissionUs, rule.burst);
       const cap = rule.burst * rule.emissionUs;
       const w = Math.max(this.a[i]!, now) + inc - now - cap;
       if (w > worst) {

@@ -104,6 +104,13 @@ class MemoryStore implements Store {
     // 1. The shared pause.
     if (state !== undefined && state.pauseUs !== 0) {
       if (state.pauseUs > now) {
+        // A rule change converts even so (it only writes state and grants nothing): the valve
+        // asks for it once, and its transition starts with this answer.
+        if (convert) {
+          batch.read(n, state, now);
+          batch.convert(m, n, previous, now);
+          batch.write(n, state, now);
+        }
         batch.clear(n);
         const paused: AcquireResult = {
           granted: 0,

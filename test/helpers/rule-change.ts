@@ -27,6 +27,8 @@ export interface Step {
   /** µs to advance before the call. */
   readonly dt: number;
   readonly costs: readonly number[];
+  /** ms of a pause written just before the call (another process's), if any. */
+  readonly pause?: number;
 }
 
 export interface ChangeRun {
@@ -66,6 +68,7 @@ export async function runChange(
   };
   for (const step of before) {
     clock.advance(step.dt / 1000);
+    if (step.pause) await store.pause(id, step.pause);
     const costs = step.costs.map((c) => Math.min(c, oldMax));
     take(
       await store.acquire({ id, rules: O, costs, count: costs.length, record: recordOf(O) }),
@@ -77,6 +80,8 @@ export async function runChange(
   let convert = true;
   for (const step of after) {
     clock.advance(step.dt / 1000);
+    // A pause met by the conversion too: the store converts whatever it answers.
+    if (step.pause) await store.pause(id, step.pause);
     const costs = step.costs.map((c) => Math.min(c, newMax));
     const inTransition = convert || answers.at(-1)!.now < changeAt + span;
     const r = await store.acquire({

@@ -20,6 +20,11 @@ export const changeRuleArb: fc.Arbitrary<Rule> = fc.oneof(
 export const stepArb: fc.Arbitrary<Step> = fc.record({
   dt: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 2_000 }), fc.integer({ min: 1_000, max: 300_000 })),
   costs: fc.array(fc.constantFrom(1, 1, 1, 2, 3, 5), { minLength: 1, maxLength: 8 }),
+  // Now and then a pause (another process's) just before the call, the conversion's included.
+  pause: fc.oneof(
+    { weight: 8, arbitrary: fc.constant(0) },
+    { weight: 1, arbitrary: fc.constantFrom(1, 50, 500) },
+  ),
 });
 /** Old and new rule sets; the new one sometimes shares rules with the old. */
 export const setsArb = fc

@@ -50,15 +50,20 @@ describe('keys holding what valve never writes: an error naming the key, never a
     });
   }
 
-  it('a GCRA state far beyond its burst tolerance (more than a day of clock slack)', async () => {
+  it('a GCRA state far beyond its burst tolerance (more than the longest interval, 365 days)', async () => {
     const { store, id, key } = await setup();
     // 10 per hour, burst 2: a tolerance of 720 s, so that the honest state below still refuses
     // however slowly a loaded machine gets to the call (a job waits until 340 s after nowUs).
     const hourly = normalizeRule({ limit: 10, interval: '1h', burst: 2 }, 'rules[0]');
     const k = key(`r:${hourly.digest}`);
     const nowUs = Date.now() * 1000;
-    await redis().set(k, String(nowUs + 720_000_000 + 2 * 86_400_000_000), 'PX', 60_000);
+    await redis().set(k, String(nowUs + 720_000_000 + 366 * 86_400_000_000), 'PX', 60_000);
     await expect(store.acquire({ id, rules: [hourly], costs: [1], count: 1 })).rejects.toThrow(corrupt(k));
+    // Up to an interval beyond it is valve's (a rule change converts a cut of a rule of up to
+    // 365 days so): refused on rate, not as corrupt, even 30 days ahead.
+    await redis().set(k, String(nowUs + 720_000_000 + 30 * 86_400_000_000), 'PX', 60_000);
+    expect((await store.acquire({ id, rules: [hourly], costs: [1], count: 1 })).blocked).toBe('rate');
+    expect((await store.acquire({ id, rules: [hourly], costs: [1, 2], count: 2 })).blocked).toBe('rate');
     // Within the tolerance (an honest state) it answers with a wait.
     await redis().set(k, String(nowUs + 700_000_000), 'PX', 60_000);
     const r = await store.acquire({ id, rules: [hourly], costs: [1], count: 1 });

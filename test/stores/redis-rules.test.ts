@@ -1,12 +1,18 @@
 /**
  * Rule sets and rule changes on real Redis: the record key (its value, its TTL, state valve
- * never writes refused naming the key), a valve's setRules() carrying spent budget over.
+ * never writes refused naming the key), a valve's setRules() carrying spent budget over, and
+ * rule changes answered exactly as the memory store answers (a conversion meeting a pause, a
+ * cut of a rule longer than a day, a job no old rule can ever admit).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createValve, createValveGroup } from '../../src/index.js';
-import { normalizeRule } from '../../src/rules/rule.js';
+import { normalizeRule, type Rule } from '../../src/rules/rule.js';
+import { memoryStore } from '../../src/stores/memory.js';
 import { redisStore } from '../../src/stores/redis/index.js';
+import type { AcquireResult } from '../../src/stores/store.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { type Connected, connectClient } from '../helpers/redis-clients.js';
+import { runChange, type Step, stricterViolations } from '../helpers/rule-change.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 
 type IORedis = import('ioredis').Redis;
@@ -134,4 +140,162 @@ describe('the rule-set record on Redis', () => {
     await valve.close();
     await other.close();
   });
+});
+
+describe('rule changes on Redis, answered as the memory store answers', () => {
+  let c: Connected;
+  beforeAll(async () => {
+    c = await connectClient('ioredis', sharedRedis());
+  });
+  afterAll(async () => {
+    await c?.close();
+  });
+  const T0 = 1_700_000_000_000;
+  /** The memory store and a Redis store, each on its own fake clock at `t0`. */
+  const pair = (t0 = T0) => {
+    const mc = new FakeClock(t0);
+    const lc = new FakeClock(t0);
+    return {
+      clocks: [mc, lc] as const,
+      stores: [
+        memoryStore({ clock: mc }),
+        redisStore({ client: c.client, prefix: uniquePrefix('change'), unsafeTestClock: lc }),
+      ] as const,
+    };
+  };
+
+  it('a conversion answered "paused" converts: cutting 10 per second to 4 after 6 starts admits nothing more in that window', async () => {
+    const O = [normalizeRule({ limit: 10, interval: 1000, algorithm: 'fixed-window' }, 'old')];
+    const N = [normalizeRule({ limit: 4, interval: 1000, algorithm: 'fixed-window' }, 'new')];
+    const { clocks, stores } = pair();
+    const answers: unknown[][] = [[], []];
+    for (const [i, store] of stores.entries()) {
+      const clock = clocks[i]!;
+      const at = (r: AcquireResult) => ({ granted: r.granted, blocked: r.blocked, retryAfter: r.retryAfter });
+      answers[i]!.push(at(await store.acquire({ id: 'p', rules: O, costs: [1, 1, 1, 1, 1, 1], count: 6 })));
+      await store.pause('p', 50);
+      const paused = await store.acquire({
+        id: 'p',
+        rules: N,
+        costs: [1],
+        count: 1,
+        previous: O,
+        convert: true,
+      });
+      answers[i]!.push(at(paused));
+      clock.advance(100);
+      answers[i]!.push(at(await store.acquire({ id: 'p', rules: N, costs: [1], count: 1, previous: O })));
+      answers[i]!.push(at(await store.acquire({ id: 'p', rules: N, costs: [1], count: 1 })));
+    }
+    expect(answers[0]).toEqual([
+      { granted: 6, blocked: null, retryAfter: 0 },
+      { granted: 0, blocked: 'pause', retryAfter: 50 },
+      { granted: 0, blocked: 'rate', retryAfter: 900 },
+      { granted: 0, blocked: 'rate', retryAfter: 900 },
+    ]);
+    expect(answers[1]).toEqual(answers[0]);
+  });
+
+  it('a valve over Redis converts when its first call after setRules() meets a pause', async () => {
+    const clock = new FakeClock(T0);
+    const prefix = uniquePrefix('paused');
+    const store = redisStore({ client: c.client, prefix, unsafeTestClock: clock });
+    const other = redisStore({ client: c.client, prefix, unsafeTestClock: clock });
+    const valve = createValve({
+      id: 'p',
+      store,
+      clock,
+      rules: { limit: 10, interval: 1000, algorithm: 'fixed-window' },
+    });
+    const starts: number[] = [];
+    await Promise.all(Array.from({ length: 6 }, () => valve.run(() => starts.push(clock.now()))));
+    await other.pause('p', 50);
+    await valve.setRules({ limit: 4, interval: 1000, algorithm: 'fixed-window' });
+    for (let i = 0; i < 10; i++) valve.run(() => starts.push(clock.now())).catch(() => {});
+    for (let i = 0; i < 90; i++) {
+      await clock.tickAsync(10);
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    expect(starts.filter((t) => t < T0 + 1000).length).toBe(6);
+    await valve.close({ drain: false }).catch(() => {});
+  }, 30_000);
+
+  it('a cut of a rule longer than a day counts the old spend until its window ends (10 to 4 per 7 days after 6)', async () => {
+    const week = 604_800_000;
+    const start = Math.ceil(T0 / week) * week;
+    const oldRules: Rule[] = [{ limit: 10, interval: '7d', algorithm: 'fixed-window' }];
+    const newRules: Rule[] = [{ limit: 4, interval: '7d' }];
+    const day = 86_400_000_000;
+    const before: Step[] = [{ dt: 0, costs: [1, 1, 1, 1, 1, 1] }];
+    // An hour later the change, then one job every 6 hours for 10 days.
+    const after: Step[] = [
+      { dt: day / 24, costs: [1] },
+      ...Array.from({ length: 40 }, () => ({ dt: day / 4, costs: [1] })),
+    ];
+    const { clocks, stores } = pair(start);
+    const runs = [];
+    for (const [i, store] of stores.entries()) {
+      runs.push(await runChange(store, clocks[i]!, 'long', oldRules, newRules, before, after));
+    }
+    expect(runs[1]!.answers).toEqual(runs[0]!.answers);
+    for (const run of runs) {
+      expect(stricterViolations(run, oldRules, newRules)).toEqual([]);
+      // Nothing more until the window of the 6 has passed (GCRA counts the whole old limit as
+      // spent there: the next start comes (L + B) × T = 8.75 days after the change).
+      const more = run.grants.filter((g) => g.after).map((g) => g.t - start);
+      expect(more.length).toBeGreaterThan(0);
+      expect(Math.min(...more)).toBeGreaterThanOrEqual(week);
+    }
+  });
+
+  it('a job costing more than an old rule can ever admit waits a bounded time on both stores', async () => {
+    const O = [normalizeRule({ limit: 1, interval: '1d' }, 'old')];
+    const N = [normalizeRule({ limit: 1e9, interval: '1d', algorithm: 'fixed-window' }, 'new')];
+    const { stores } = pair();
+    const req = { id: 'big', rules: N, costs: [2e8], count: 1, previous: O, convert: true };
+    const a = await stores[0].acquire(req);
+    const b = await stores[1].acquire(req);
+    // As a cost of burst + 1 would: refused, waiting one emission interval (a day), not 2e8.
+    expect(a).toMatchObject({ granted: 0, blocked: 'rate', retryAfter: 86_400_000 });
+    expect(b).toEqual(a);
+  });
+
+  it("a converted state of a long rule (up to two intervals ahead) keeps the line of turns valve's own", async () => {
+    const O = [normalizeRule({ limit: 10, interval: '365d', burst: 10 }, 'old')];
+    const N = [normalizeRule({ limit: 1, interval: '300d' }, 'new')];
+    const { clocks, stores } = pair();
+    const answers: AcquireResult[][] = [[], []];
+    for (const [i, store] of stores.entries()) {
+      const id = 'line';
+      answers[i]!.push(await store.acquire({ id, rules: O, costs: new Array(10).fill(1), count: 10 }));
+      // The new rule's state: two of its intervals ahead; a refused caller takes a ticket then.
+      answers[i]!.push(
+        await store.acquire({ id, rules: N, costs: [1], count: 1, previous: O, convert: true, turn: 0 }),
+      );
+      clocks[i]!.advance(1000);
+      answers[i]!.push(await store.acquire({ id, rules: N, costs: [1], count: 1, previous: O, turn: 0 }));
+      answers[i]!.push(await store.acquire({ id, rules: N, costs: [1], count: 1, turn: 0 }));
+    }
+    expect(answers[0]![1]).toMatchObject({ granted: 0, blocked: 'rate', retryAfter: 600 * 86_400_000 });
+    expect(answers[1]).toEqual(answers[0]);
+  });
+
+  it('a valve over Redis starts such a job when the transition ends, without store errors', async () => {
+    const clock = new FakeClock(T0);
+    const store = redisStore({ client: c.client, prefix: uniquePrefix('over'), unsafeTestClock: clock });
+    const valve = createValve({ id: 'v', store, clock, rules: { limit: 1, interval: '1d' } });
+    const errors: unknown[] = [];
+    valve.on('store-error', (e: unknown) => errors.push(e));
+    await valve.setRules({ limit: 1e9, interval: '1d', algorithm: 'fixed-window' });
+    let startedAt = Number.NaN;
+    valve.run(() => (startedAt = clock.now()), { cost: 2e8 }).catch(() => {});
+    for (let i = 0; i < 30; i++) {
+      await clock.tickAsync(3_600_000);
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    expect(errors).toEqual([]);
+    expect(startedAt - T0).toBeGreaterThanOrEqual(86_400_000);
+    expect(startedAt - T0).toBeLessThanOrEqual(86_400_000 + 3_600_000);
+    await valve.close({ drain: false }).catch(() => {});
+  }, 30_000);
 });

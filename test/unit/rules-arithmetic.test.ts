@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { windowCount, windowEnd, windowIndex, windowWait } from '../../src/rules/fixed-window.js';
-import { gcraIncrement, gcraNext, gcraWait } from '../../src/rules/gcra.js';
-import { MAX_SLIDING_LIMIT, normalizeRule } from '../../src/rules/rule.js';
+import { gcraCharge, gcraIncrement, gcraNext, gcraWait } from '../../src/rules/gcra.js';
+import { MAX_SLIDING_LIMIT, normalizeRule, type Rule } from '../../src/rules/rule.js';
 import {
   type SlidingState,
   slidingAppend,
@@ -9,6 +9,9 @@ import {
   slidingExpire,
   slidingWait,
 } from '../../src/rules/sliding-window.js';
+import { memoryStore } from '../../src/stores/memory.js';
+import type { AcquireResult } from '../../src/stores/store.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 
 describe('GCRA arithmetic', () => {
   it('increment is cost × emission, rounded up to whole µs', () => {
@@ -191,5 +194,67 @@ describe('sliding-window arithmetic', () => {
     expect(() => normalizeRule({ limit: 1, interval: 1, algorithm: 'sliding' }, 'r')).toThrow(
       /'gcra', 'fixed-window' or 'sliding-window', got "sliding"/,
     );
+  });
+});
+
+describe("GCRA's emission interval in whole µs (docs/guarantees.md, Rate bounds)", () => {
+  /** Units a saturated store grants over `minutes` of its clock, after its initial bucket. */
+  function sustained(rule: Rule, cost: number, minutes: number): number {
+    const r = normalizeRule(rule, 'rules');
+    const clock = new FakeClock(1_700_000_000_000);
+    const store = memoryStore({ clock });
+    const acquire = () =>
+      store.acquire({
+        id: 'tpm',
+        rules: [r],
+        costs: new Array(1000).fill(cost),
+        count: 1000,
+      }) as AcquireResult;
+    // Empty the bucket first.
+    for (let i = 0; i < 200 && acquire().granted > 0; i++);
+    let units = 0;
+    const end = clock.now() + minutes * 60_000;
+    while (clock.now() < end) {
+      const a = acquire();
+      units += a.granted * cost;
+      clock.advance(Math.max(a.retryAfter, 1));
+    }
+    return units / minutes;
+  }
+
+  it('a GCRA rule sustains interval_µs / ceil(interval_µs / limit) units: at most one per µs', () => {
+    expect(normalizeRule({ limit: 150_000_000, interval: '1m' }, 'r').emissionUs).toBe(1);
+    expect(normalizeRule({ limit: 40_000_000, interval: '1m' }, 'r').emissionUs).toBe(2);
+    expect(normalizeRule({ limit: 200_000, interval: '1m' }, 'r').emissionUs).toBe(300);
+    // 150M tokens a minute as one GCRA rule: 60M a minute, 40 %.
+    const tpm = 150_000_000;
+    const perMinute = sustained({ limit: tpm, interval: '1m', burst: tpm }, 100_000, 2);
+    expect(perMinute).toBeGreaterThan(0.99 * 60_000_000);
+    expect(perMinute).toBeLessThanOrEqual(60_000_000 + 100_000);
+  });
+
+  it('counted in thousands, or as a fixed window, the same limit keeps all of it', () => {
+    const tpm = 150_000_000;
+    const inThousands = sustained({ limit: tpm / 1000, interval: '1m', burst: tpm / 1000 }, 100, 2) * 1000;
+    expect(inThousands).toBeGreaterThan(0.99 * tpm);
+    expect(inThousands).toBeLessThanOrEqual(tpm + 100_000);
+    const fixed = sustained({ limit: tpm, interval: '1m', algorithm: 'fixed-window' }, 100_000, 2);
+    expect(fixed).toBeGreaterThan(0.99 * tpm);
+    expect(fixed).toBeLessThanOrEqual(tpm);
+  });
+});
+
+describe('GCRA charge of a cost above the burst (a previous rule of a rule change)', () => {
+  it('is the increment up to the burst, and (burst + 1) × emission above it: a wait below 2^53 µs', () => {
+    expect(gcraCharge(1, 100, 3)).toBe(100);
+    expect(gcraCharge(3, 100, 3)).toBe(300);
+    expect(gcraCharge(4, 100, 3)).toBe(400);
+    expect(gcraCharge(50, 100, 3)).toBe(400);
+    // 1 per day, a cost of 2e8: (cost − burst) days would be 1.7e19 µs, beyond 2^63.
+    const day = normalizeRule({ limit: 1, interval: '1d' }, 'old');
+    const inc = gcraCharge(2e8, day.emissionUs, day.burst);
+    expect(inc).toBe(2 * 86_400_000_000);
+    const now = 1_700_000_000_000_000;
+    expect(gcraWait(gcraNext(now, now, inc), now, day.burst, day.emissionUs)).toBe(86_400_000_000);
   });
 });

@@ -3,7 +3,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../src/stores/memory.js';
-import type { AcquireRequest } from '../../src/stores/store.js';
+import type { AcquireRequest, Store } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
 import { FakeClock, flushMicrotasks, setup, track } from './harness.js';
 
@@ -124,6 +124,146 @@ describe('setRules()', () => {
     expect(requests.some((r) => r.previous !== undefined)).toBe(true);
     expect(requests.at(-1)!.previous).toBeUndefined();
     await valve.close();
+  });
+});
+
+describe('setRules(): the conversion and the transition', () => {
+  /** The memory store as another process sees it without a subscriber: no wake-ups. */
+  function quietStore(inner: Store, log: AcquireRequest[]): Store {
+    return {
+      acquire: (r) => {
+        log.push({ ...r });
+        return inner.acquire(r);
+      },
+      pause: (id, ms) => inner.pause(id, ms),
+      resume: (id) => inner.resume(id),
+      renew: (id, t, ttl) => inner.renew(id, t, ttl),
+      release: (id, t) => inner.release(id, t),
+    };
+  }
+
+  it("converts when the first call after setRules() meets another process's pause", async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const inner = memoryStore({ clock });
+    const log: AcquireRequest[] = [];
+    const valve = createValve({
+      id: 'p',
+      store: quietStore(inner, log),
+      clock,
+      rules: { limit: 10, interval: 1000, algorithm: 'fixed-window' },
+    });
+    const starts: number[] = [];
+    await Promise.all(Array.from({ length: 6 }, () => valve.run(() => starts.push(clock.now()))));
+    inner.pause('p', 50);
+    await valve.setRules({ limit: 4, interval: 1000, algorithm: 'fixed-window' });
+    for (let i = 0; i < 10; i++) valve.run(() => starts.push(clock.now())).catch(() => {});
+    for (let i = 0; i < 9; i++) {
+      await flushMicrotasks();
+      clock.advance(100);
+    }
+    await flushMicrotasks();
+    // The first call met the pause (and converted): asked once, answered 'pause'.
+    const converting = log.filter((r) => r.convert === true);
+    expect(converting.length).toBe(1);
+    // Cutting 10 per second to 4 after 6 starts admits nothing more in that window.
+    expect(starts.filter((t) => t < 1_700_000_001_000).length).toBe(6);
+    await valve.close({ drain: false }).catch(() => {});
+  });
+
+  it("converts during the valve's own pause (a cut of 10 per 2 min to 4 after 6 starts)", async () => {
+    const t0 = 1_700_000_040_000; // aligned to 120 s
+    const clock = new FakeClock(t0);
+    const valve = createValve({
+      id: 'p',
+      store: memoryStore({ clock }),
+      clock,
+      rules: { limit: 10, interval: '2m', algorithm: 'fixed-window' },
+    });
+    const starts: number[] = [];
+    await Promise.all(Array.from({ length: 6 }, () => valve.run(() => starts.push(clock.now()))));
+    await valve.pause(45_000);
+    await valve.setRules({ limit: 4, interval: '2m', algorithm: 'fixed-window' });
+    for (let i = 0; i < 10; i++) valve.run(() => starts.push(clock.now())).catch(() => {});
+    await clock.tickAsync(100_000);
+    expect(starts.filter((t) => t < t0 + 120_000).length).toBe(6);
+    await clock.tickAsync(40_000);
+    // The next window: the new limit.
+    expect(starts.filter((t) => t >= t0 + 120_000).length).toBe(4);
+    await valve.close({ drain: false }).catch(() => {});
+  });
+
+  it('one call in flight asks for the conversion: a pipelined call does not convert again', async () => {
+    const t0 = 1_700_000_000_000;
+    const clock = new FakeClock(t0);
+    const { valve, store } = setup(
+      { rules: { limit: 100, interval: 1000, algorithm: 'fixed-window' } },
+      clock,
+    );
+    store.async = { delay: 1 };
+    const starts: number[] = [];
+    for (let i = 0; i < 40; i++) valve.run(() => starts.push(clock.now())).catch(() => {});
+    await clock.tickAsync(10);
+    expect(starts.length).toBe(40);
+    await valve.setRules({ limit: 90, interval: 1000, algorithm: 'fixed-window' });
+    for (let i = 0; i < 60; i++) valve.run(() => starts.push(clock.now())).catch(() => {});
+    await clock.tickAsync(500);
+    expect(store.maxInFlight).toBe(2);
+    const requests = store.calls.filter((c) => c.op === 'acquire').map((c) => c.args[0] as AcquireRequest);
+    expect(requests.filter((r) => r.convert === true).length).toBe(1);
+    // 40 before the change: the new rule allows 90 in this window, so 50 more.
+    expect(starts.filter((t) => t < t0 + 1000).length).toBe(90);
+    await valve.close({ drain: false }).catch(() => {});
+  });
+
+  it('a conversion call that failed is followed by another that asks', async () => {
+    const t0 = 1_700_000_000_000;
+    const clock = new FakeClock(t0);
+    const { valve, store } = setup(
+      { rules: { limit: 10, interval: 1000, algorithm: 'fixed-window' } },
+      clock,
+    );
+    const starts: number[] = [];
+    await Promise.all(Array.from({ length: 6 }, () => valve.run(() => starts.push(clock.now()))));
+    valve.on('store-error', () => {});
+    await valve.setRules({ limit: 4, interval: 1000, algorithm: 'fixed-window' });
+    store.fail.acquire = new Error('down');
+    for (let i = 0; i < 4; i++) valve.run(() => starts.push(clock.now())).catch(() => {});
+    await flushMicrotasks();
+    store.fail = {};
+    for (let i = 0; i < 9; i++) {
+      clock.advance(100);
+      await flushMicrotasks();
+    }
+    const requests = store.calls.filter((c) => c.op === 'acquire').map((c) => c.args[0] as AcquireRequest);
+    const after = requests.filter((r) => r.previous !== undefined);
+    expect(after.length).toBeGreaterThanOrEqual(2);
+    expect(after[0]!.convert).toBe(true);
+    expect(after[1]!.convert).toBe(true);
+    expect(starts.filter((t) => t < t0 + 1000).length).toBe(6);
+    await valve.close({ drain: false }).catch(() => {});
+  });
+
+  it("a job costing more than an old rule's burst starts when the transition ends, not (cost − burst) emission intervals later", async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const t0 = clock.now();
+    const valve = createValve({
+      id: 'x',
+      store: memoryStore({ clock }),
+      clock,
+      rules: { limit: 10, interval: '1m' }, // GCRA, burst 1: one per 6 s
+    });
+    await valve.run(() => {});
+    await valve.setRules({ limit: 100, interval: '1m', burst: 100 });
+    let bigAt = Number.NaN;
+    let smallAt = Number.NaN;
+    valve.run(() => (bigAt = clock.now() - t0), { cost: 50 }).catch(() => {});
+    valve.run(() => (smallAt = clock.now() - t0)).catch(() => {});
+    await clock.tickAsync(15 * 60_000);
+    // The old rule binds until one of its intervals (60 s) after the change.
+    expect(bigAt).toBeGreaterThanOrEqual(60_000);
+    expect(bigAt).toBeLessThanOrEqual(61_000);
+    expect(smallAt).toBeLessThanOrEqual(61_000);
+    await valve.close({ drain: false }).catch(() => {});
   });
 });
 

@@ -148,14 +148,14 @@ local function fast_one(kf, fs, n, c, lined)
       if raw then
         -- gcra_tat(), inlined.
         tat = find(raw, '^%d+$') and raw + 0
-        if not tat or tat > now + cap + 86400000000 then
+        if not tat or tat > now + cap + SPAN then
           return corrupt(key, raw, GCRA_EXPECTED)
         end
         if tat < now then
           tat = now
         end
       end
-      local inc = c == 1 and fs[8][r] or ceil(c * fs[2][r])
+      local inc = c == 1 and fs[8][r] or charge(c, fs[2][r], cap)
       if n == 1 then
         -- gcra_fit() for one job: it fits iff tat + inc - now <= cap.
         local over = tat + inc - now - cap

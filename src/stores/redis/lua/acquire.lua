@@ -1,7 +1,8 @@
 #!lua
 --[[
 acquire.lua: one admission for a batch of queued jobs of one valve id (see docs/architecture.md,
-"The arithmetic"). Checks the shared pause, then grants the longest prefix of jobs that fits
+"The arithmetic"). Checks the shared pause (a paused id grants nothing, but a rule change's
+conversion is still done: it only writes state), then grants the longest prefix of jobs that fits
 every rule (each job checked against the state as updated by the jobs granted before it) and,
 when leases are wanted, a free global-concurrency slot; spends the prefix on every rule.
 

@@ -15,6 +15,13 @@ local rcall, rpcall = redis.call, redis.pcall
 -- The farthest ahead of the clock valve ever writes a time (365 days), plus a day of slack
 -- for a clock step (e.g. a failover to a replica whose clock is behind).
 local AHEAD = 366 * 86400000000
+-- The longest interval (365 days): a GCRA state runs at most the burst tolerance plus one
+-- interval ahead (a rule change's conversion, src/rules/convert.ts); more is not valve's.
+local SPAN = 365 * 86400000000
+-- The farthest ahead a line's turn or step goes: a GCRA wait is at most a burst tolerance plus
+-- an interval (a converted state) plus a charge of burst + 1 emission intervals, each at most
+-- 365 days; with the slack of AHEAD.
+local LINE_AHEAD = 3 * AHEAD
 local function corrupt(key, raw, expected)
   return redis.error_reply('VALVE_CORRUPT_STATE ' .. key .. ' holds ' .. format('%q', string.sub(raw, 1, 64)) ..
     ', not ' .. expected .. ' (valve never writes that; something else did): delete the key')
@@ -121,13 +128,25 @@ local function gcra_tat(key, raw, now, cap)
   end
   -- (raw + 0: tonumber() of a string runs strtod twice, the coercion once.)
   local tat = find(raw, '^%d+$') and raw + 0
-  if not tat or tat > now + cap + 86400000000 then
+  if not tat or tat > now + cap + SPAN then
     return nil, corrupt(key, raw, GCRA_EXPECTED)
   end
   if tat < now then
     tat = now
   end
   return tat
+end
+
+-- The increment a GCRA rule (emission interval x, burst tolerance cap) charges a job of cost c
+-- in its checks, never in a grant: ceil(c × x), at most cap + x. A cost above the burst never
+-- fits (the valve sends one only for a previous rule of a rule change): it waits as a cost of
+-- burst + 1 would, a wait below 2^53 µs (src/rules/gcra.ts, gcraCharge()).
+local function charge(c, x, cap)
+  local inc = ceil(c * x)
+  if inc > cap + x then
+    return cap + x
+  end
+  return inc
 end
 
 -- How many of n jobs, each adding `inc`, fit a GCRA state `tat` (>= now) of capacity `cap`, and
@@ -227,24 +246,29 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
   if not until_us then
     return bad
   end
-  if until_us > now then
-    local tail = 8 + 3 * tonumber(ARGV[3]) + (ARGV[7 + 3 * tonumber(ARGV[3])] == '' and tonumber(ARGV[2]) or 0)
+  local n = tonumber(ARGV[2])
+  local m = tonumber(ARGV[3])
+  local shared = ARGV[7 + 3 * m]
+  local tail = 8 + 3 * m + (shared == '' and n or 0)
+  local roles = ARGV[tail + 3]
+  local converting = roles and roles ~= ''
+  -- Paused: nothing is granted. A rule change's conversion is done even so (below: it only
+  -- writes state), then the same answer.
+  local paused = until_us > now
+  if paused and not converting then
     if ARGV[tail + 2] ~= '' then
       return { 0, until_us - now, 1, until_us, now, 0, 0 }
     end
     return { 0, until_us - now, 1, until_us, now, 0 }
   end
 
-  local n = tonumber(ARGV[2])
-  local m = tonumber(ARGV[3])
   local lease_limit = tonumber(ARGV[4])
-  local shared = ARGV[7 + 3 * m]
 
   -- Leases: purge expired ones; `free` slots (n, i.e. never binding, without leases). The last
   -- fencing number is read (and checked) here, before anything is spent.
   local free = n
   local last_fence = 0
-  if lease_limit > 0 then
+  if lease_limit > 0 and not paused then
     local raw_fence, bad_fence = read(KEYS[3])
     if bad_fence then
       return bad_fence
@@ -273,10 +297,7 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
   -- A rule change (see src/rules/convert.ts): each new rule's state gets the units the previous
   -- rules' states prove may have been spent in its current window, written before the batch is
   -- read below. The record of the id's rule set is compared and written.
-  local tail = 8 + 3 * m + (shared == '' and n or 0)
-  local roles = ARGV[tail + 3]
-  if roles and roles ~= '' then
-    local DAY = 86400000000
+  if converting then
     local val, kk = {}, {}
     for r = 1, m do
       local base = 4 + 3 * r
@@ -307,7 +328,7 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
           local tat = now
           if raw then
             tat = find(raw, '^%d+$') and tonumber(raw)
-            if not tat or tat > now + y * x + DAY then
+            if not tat or tat > now + y * x + SPAN then
               return corrupt(key, raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
             end
           end
@@ -362,7 +383,7 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
         end
         if kind == 'g' then
           local cap = y * x
-          local most = now + cap + (iv < DAY and iv or DAY)
+          local most = now + cap + iv
           local add = units < lim + y and units or lim + y
           local tat = val[r] + add * x
           if tat > most then
@@ -393,6 +414,12 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
         end
       end
     end
+  end
+  if paused then
+    if ARGV[tail + 2] ~= '' then
+      return { 0, until_us - now, 1, until_us, now, 0, 0 }
+    end
+    return { 0, until_us - now, 1, until_us, now, 0 }
   end
   local recorded = nil
   local record = ARGV[tail]
@@ -435,8 +462,8 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
         local h, t, a, s = match(raw_line, '^(%d+):(%d+):(%d+):(%d+)$')
         h, t, a, s = tonumber(h), tonumber(t), tonumber(a), tonumber(s)
         -- The last ticket's turn too (a + (t - h - 1) gaps): a wait or a TTL beyond it is not valve's.
-        if not h or h >= t or s < 1 or a > now + AHEAD or s > AHEAD
-            or a + (t - h - 1) * (s + (s < 800 and floor(s / 8) or 100)) > now + AHEAD then
+        if not h or h >= t or s < 1 or a > now + LINE_AHEAD or s > LINE_AHEAD
+            or a + (t - h - 1) * (s + (s < 800 and floor(s / 8) or 100)) > now + LINE_AHEAD then
           return corrupt(KEYS[5 + m], raw_line, 'a line "<head>:<tail>:<turn µs>:<step µs>" with head < tail')
         end
         local gap = s + (s < 800 and floor(s / 8) or 100)
@@ -578,7 +605,8 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
         if not tat then
           return bad
         end
-        fit, w = gcra_fit(tat, now, cap, ceil(c * x), n)
+        -- A cost above the burst never fits: charged as burst + 1 in the checks (see charge()).
+        fit, w = gcra_fit(tat, now, cap, charge(c, x, cap), n)
         st[q + 1] = true
         st[q + 3] = cap
         st[q + 4] = tat
@@ -692,7 +720,13 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
       local wait = 0
       for q = 0, last, 5 do
         if st[q + 1] then
-          local over = st[q + 4] + ceil(c * st[q + 2]) - now - st[q + 3]
+          local x = st[q + 2]
+          local inc = ceil(c * x)
+          if inc > st[q + 3] + x then
+            -- charge(), inlined
+            inc = st[q + 3] + x
+          end
+          local over = st[q + 4] + inc - now - st[q + 3]
           if over > wait then
             wait = over
           end
@@ -857,8 +891,8 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
         local c = tonumber(shared ~= '' and shared or ARGV[7 + 3 * m + granted + 1])
         local worst, step = -math.huge, 1
         for q = 0, 5 * m - 5, 5 do
-          local inc = ceil(c * st[q + 2])
           local cap = st[q + 3]
+          local inc = charge(c, st[q + 2], cap)
           local w = st[q + 4] + inc - now - cap
           if w > worst then
             worst = w
