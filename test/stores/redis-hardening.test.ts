@@ -235,7 +235,7 @@ describe('rules at the validation bounds', () => {
   });
 });
 
-describe('an out-of-memory server (maxmemory, noeviction): scripts fail before their first write', () => {
+describe('an out-of-memory server (maxmemory, noeviction): writing scripts fail before their first write', () => {
   for (const kind of ['redis', 'valkey'] as const) {
     describe(kind, () => {
       let server: RedisServer;
@@ -244,6 +244,8 @@ describe('an out-of-memory server (maxmemory, noeviction): scripts fail before t
       let store: Store;
       const lease = { limit: 5, ttl: 30_000 };
       const leaseKey = () => `${prefix}:{oom}:leases`;
+      /** A lease taken before the server filled up (30 s TTL). */
+      let heldToken: string;
       beforeAll(async () => {
         server = await startRedis({ kind, args: ['--maxmemory', '4mb', '--maxmemory-policy', 'noeviction'] });
         c = await connectClient('ioredis', server);
@@ -252,8 +254,9 @@ describe('an out-of-memory server (maxmemory, noeviction): scripts fail before t
         // Load the scripts and take a lease while there is memory: later calls go by EVALSHA.
         const first = await store.acquire({ id: 'oom', rules: [gcra], costs: [1], count: 1, lease });
         expect(first.granted).toBe(1);
+        heldToken = first.leases![0]!.token;
         await store.pause('other', 1);
-        await store.renew('oom', [first.leases![0]!.token], 30_000);
+        await store.renew('oom', [heldToken], 30_000);
         await store.resume('other');
         // Fill the server until it refuses writes, then set maxmemory well below what it uses,
         // so that freed buffers cannot bring it back under the limit during the tests.
@@ -277,7 +280,7 @@ describe('an out-of-memory server (maxmemory, noeviction): scripts fail before t
         await server?.stop();
       });
 
-      it('acquire (with and without leases), pause and renew are refused whole with OOM (EVALSHA)', async () => {
+      it('acquire (with and without leases) and pause are refused whole with OOM (EVALSHA)', async () => {
         const before = await (c.client as IORedis).zcard(leaseKey());
         await expect(
           store.acquire({ id: 'oom', rules: [gcra], costs: [1], count: 1, lease }),
@@ -289,7 +292,6 @@ describe('an out-of-memory server (maxmemory, noeviction): scripts fail before t
           /OOM/,
         );
         await expect(store.pause('oom', 1000)).rejects.toThrow(/OOM/);
-        await expect(store.renew('oom', ['t'], 1000)).rejects.toThrow(/OOM/);
         // Nothing was written: no lease, no key for the new ids.
         expect(await (c.client as IORedis).zcard(leaseKey())).toBe(before);
         expect(await (c.client as IORedis).exists(`${prefix}:{oom2}:leases`, `${prefix}:{oom2}:fence`)).toBe(
@@ -300,6 +302,18 @@ describe('an out-of-memory server (maxmemory, noeviction): scripts fail before t
         await store.resume('oom');
       });
 
+      it('renew still runs (allow-oom): it extends the leases still held and creates nothing', async () => {
+        const redis = c.client as IORedis;
+        const before = Number(await redis.zscore(leaseKey(), heldToken));
+        expect(await store.renew('oom', [heldToken, 'unknown'], 60_000)).toEqual([true, false]);
+        expect(Number(await redis.zscore(leaseKey(), heldToken))).toBeGreaterThan(before);
+        expect(await redis.zcard(leaseKey())).toBe(1);
+        expect(await store.renew('oom5', ['t'], 1000)).toEqual([false]);
+        expect(await redis.exists(`${prefix}:{oom5}:leases`, `${prefix}:{oom5}:fence`)).toBe(0);
+        // Still full: writes are refused.
+        await expect(redis.set(`${prefix}:after`, 'x')).rejects.toThrow(/OOM/);
+      });
+
       it('the same after the script cache was flushed (EVAL)', async () => {
         await server.command(['SCRIPT', 'FLUSH']);
         await expect(
@@ -308,6 +322,7 @@ describe('an out-of-memory server (maxmemory, noeviction): scripts fail before t
         await expect(store.acquire({ id: 'oom3', rules: [gcra], costs: [1], count: 1 })).rejects.toThrow(
           /OOM/,
         );
+        expect(await store.renew('oom', [heldToken], 60_000)).toEqual([true]);
       });
 
       it('a global-concurrency valve fails with STORE_UNAVAILABLE like a plain valve, and starts nothing', async () => {
@@ -331,6 +346,69 @@ describe('an out-of-memory server (maxmemory, noeviction): scripts fail before t
       });
     });
   }
+});
+
+describe('a server that fills up (noeviction) while global-concurrency jobs run', () => {
+  let server: RedisServer;
+  let c: Connected;
+  beforeAll(async () => {
+    server = await startRedis({ args: ['--maxmemory-policy', 'noeviction'] });
+    c = await connectClient('ioredis', server);
+  });
+  afterAll(async () => {
+    await c?.close();
+    await server?.stop();
+  });
+
+  it('their renewals still run: the jobs keep their leases, and their releases free the slots', async () => {
+    const redis = c.client as IORedis;
+    const prefix = uniquePrefix('full');
+    const leases = `${prefix}:{full}:leases`;
+    const valve = createValve({
+      id: 'full',
+      store: redisStore({ client: c.client, prefix }),
+      concurrency: { limit: 2, scope: 'global', leaseTtl: 3000 },
+    });
+    const lost: string[] = [];
+    const errors: unknown[] = [];
+    valve.on('lease-lost', (e) => lost.push(e.reason));
+    valve.on('store-error', (err) => errors.push(err));
+    let token = '';
+    let aborted: () => boolean = () => true;
+    let finish: () => void = () => {};
+    const job = valve.run(({ signal, lease }) => {
+      token = lease!.token;
+      aborted = () => signal.aborted;
+      return new Promise<string>((resolve) => {
+        finish = () => resolve('done');
+      });
+    });
+    await vi.waitFor(() => expect(token).not.toBe(''));
+    try {
+      await server.command(['CONFIG', 'SET', 'maxmemory', '1']);
+      await expect(redis.set(`${prefix}:probe`, 'x')).rejects.toThrow(/OOM/);
+      // Renewals (every leaseTtl / 3) keep moving the lease's expiry on the full server; a
+      // refused one would lose the lease at once ('renew-failed').
+      const seen = new Set<string>([String(await redis.zscore(leases, token))]);
+      const deadline = Date.now() + 15_000;
+      while (seen.size < 3 && lost.length === 0 && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+        seen.add(String(await redis.zscore(leases, token)));
+      }
+      expect(lost).toEqual([]);
+      expect(errors).toEqual([]);
+      expect(seen.size).toBe(3);
+      expect(aborted()).toBe(false);
+      finish();
+      expect(await job).toBe('done');
+      // release runs under OOM too: the slot is free at once.
+      await vi.waitFor(async () => expect(await redis.zcard(leases)).toBe(0));
+    } finally {
+      await server.command(['CONFIG', 'SET', 'maxmemory', '0']);
+      finish();
+      await valve.close();
+    }
+  }, 30_000);
 });
 
 describe(`a batch at the cap (${MAX_BATCH} jobs of mixed costs) on every client family`, () => {

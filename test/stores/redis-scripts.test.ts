@@ -58,16 +58,18 @@ describe('embedded Lua scripts', () => {
     }
   });
 
-  it('every script declares its flags with a #!lua shebang; only the deleting ones run under OOM', () => {
+  it('every script declares its flags with a #!lua shebang; only those that cannot grow memory run under OOM', () => {
     // Without allow-oom, Redis 7 / Valkey refuse the whole call under maxmemory + noeviction
-    // before it runs (EVALSHA included): a script can never fail after a first write. The
-    // command's status script only reads (no-writes: the server refuses any write in it).
+    // before it runs (EVALSHA included): a script can never fail after a first write. release,
+    // resume and probe only delete or write nothing; renew only updates what exists (running
+    // jobs keep their leases on a full server). The command's status script only reads
+    // (no-writes: the server refuses any write in it).
     for (const s of all) {
       const first = s.source.split('\n', 1)[0];
       expect(first, s.name).toBe(
         s.name === 'status'
           ? '#!lua flags=no-writes'
-          : ['release', 'resume', 'probe'].includes(s.name)
+          : ['release', 'resume', 'probe', 'renew'].includes(s.name)
             ? '#!lua flags=allow-oom'
             : '#!lua',
       );

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 --[[
 renew.lua: extends each given global-concurrency lease that is still held and unexpired to
 now + ttl. Never resurrects: an expired lease is removed, a missing one stays missing.
@@ -9,7 +9,11 @@ ARGV[1]  "" (use Redis TIME), or the time in µs (test-only virtual clock)
 ARGV[2]  the new ttl in µs
 ARGV[3..] the lease tokens
 
-Flags (#!lua, no allow-oom): refused whole under OOM (maxmemory, noeviction).
+Flags: allow-oom, so that a full server (maxmemory, noeviction) still renews the leases of running
+jobs (refused, they would all be lost with LEASE_LOST although valid). It cannot grow memory: it
+only updates members that exist (ZADD XX), removes expired ones (ZREM), and moves the expiry of
+keys that exist and already carry one (PEXPIRE; the fence key only when it EXISTS); it creates no
+key and no member.
 Errors: "VALVE_CORRUPT_STATE <key> ..." when the leases key is no sorted set or a lease expires
 further ahead than any ttl.
 
