@@ -16,6 +16,7 @@
 import { describe } from './duration.js';
 import type { MaybePromise } from './stores/store.js';
 import { admissionCases } from './testing/admission.js';
+import { clockCases } from './testing/clock.js';
 import { leaseCases } from './testing/leases.js';
 import { pauseCases } from './testing/pauses.js';
 import { sharingCases } from './testing/sharing.js';
@@ -42,7 +43,10 @@ export interface StoreContractOptions {
    * after a long idle). Default false.
    */
   controlledClock?: boolean;
-  /** The store implements `subscribe()`: adds the wake-up case. Default true. */
+  /**
+   * The store implements `subscribe()`: adds the wake-up cases. Default true: pass `false` for a
+   * store without `subscribe()`.
+   */
   wakeUps?: boolean;
   /**
    * The store keeps a line of turns (`AcquireRequest.turn`, docs/architecture.md "Turns"), like
@@ -51,6 +55,14 @@ export interface StoreContractOptions {
    */
   turns?: boolean;
   /**
+   * Two stores from two `makeStore()` calls share their state, as two processes on one server
+   * do (e.g. two clients of one database with the same key prefix): adds the cases that make
+   * two stores in one case and check that pauses, budgets and leases are shared, also under
+   * concurrent calls. Default false (each `makeStore()` may return a store of its own, like
+   * `memoryStore()`).
+   */
+  shared?: boolean;
+  /**
    * The fleet window (`windowSend`/`windowReport`, which wrapFetch uses when a store has both).
    * Default: its cases check a store that has them and have nothing to check on one that has
    * neither. `true`: the store must keep one (a store without fails them). `false`: no case.
@@ -58,7 +70,7 @@ export interface StoreContractOptions {
   window?: boolean;
 }
 
-const OPTIONS = ['describe', 'it', 'controlledClock', 'wakeUps', 'turns', 'window'];
+const OPTIONS = ['describe', 'it', 'controlledClock', 'wakeUps', 'turns', 'shared', 'window'];
 
 function check(name: unknown, makeStore: unknown, options: unknown): asserts options is StoreContractOptions {
   if (typeof name !== 'string')
@@ -75,7 +87,7 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
   for (const key of Object.keys(o)) {
     if (!OPTIONS.includes(key)) {
       throw new TypeError(
-        `Unknown option \`${key}\`; storeContract() takes \`describe\`, \`it\`, \`controlledClock\`, \`wakeUps\`, \`turns\` and \`window\``,
+        `Unknown option \`${key}\`; storeContract() takes \`describe\`, \`it\`, \`controlledClock\`, \`wakeUps\`, \`turns\`, \`shared\` and \`window\``,
       );
     }
   }
@@ -86,7 +98,7 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
       );
     }
   }
-  for (const key of ['controlledClock', 'wakeUps', 'turns', 'window'] as const) {
+  for (const key of ['controlledClock', 'wakeUps', 'turns', 'shared', 'window'] as const) {
     if (o[key] !== undefined && typeof o[key] !== 'boolean') {
       throw new TypeError(`Expected \`${key}\` to be a boolean, got ${describe(o[key])}`);
     }
@@ -96,13 +108,18 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
 /**
  * Registers the Store conformance suite under `describe('Store contract: <name>')`.
  *
- * `makeStore` runs once per case and returns a fresh store (it may share a server: every case
- * uses fresh random ids). A capability declared in `options` that the store lacks fails its
- * cases; a capability not declared registers no case (nothing is skipped at run time), but for
- * the fleet window, whose cases by default check the store's `windowSend`/`windowReport` when it
- * has them (as wrapFetch uses them when they are there).
- * Most cases take a few ms; a few wait real time (under 0.5 s), and the wake-up case waits up
- * to 5 s for a subscription to become active.
+ * `makeStore` runs once per case (twice in the `shared` cases) and returns a fresh store (it may
+ * share a server: every case uses fresh random ids); a store without `acquire`, `pause`,
+ * `resume`, `renew` or `release` fails every case with a `TypeError` naming them. A capability
+ * declared in `options` that the store lacks fails its cases; a capability not declared
+ * registers no case (nothing is skipped at run time), but for two that valve uses whenever a
+ * store has them: the fleet window, whose cases by default check the store's
+ * `windowSend`/`windowReport` when it has them, and `listening(id)`, checked (with `wakeUps`)
+ * when the store has it.
+ * Most cases take a few ms. Without a controlled clock five wait real time: "renew extends a
+ * held lease" 3.6 s, "a pause ends by itself" 0.5 s, "spent budget stays spent" 0.3 s, two
+ * others under 0.1 s; the wake-up cases wait up to 5 s for a subscription to become active.
+ * Give each test a timeout of at least 10 s.
  */
 export function storeContract(
   name: string,
@@ -118,9 +135,11 @@ export function storeContract(
     controlledClock: options.controlledClock === true,
     wakeUps: options.wakeUps !== false,
     turns: options.turns === true,
+    shared: options.shared === true,
     window: options.window,
   });
   registry.describe(`Store contract: ${name}`, () => {
+    clockCases(registry);
     admissionCases(registry);
     pauseCases(registry);
     leaseCases(registry);

@@ -14,6 +14,11 @@ import {
   rule,
 } from './suite.js';
 
+/** How many acquisitions the concurrency cases fire at once on one id. */
+export const AT_ONCE = 20;
+/** 3 units per hour, all 3 back to back: no unit comes back within a case, however slow. */
+export const slow3 = rule({ limit: 3, interval: '1h', burst: 3 });
+
 export function admissionCases(c: CaseRegistry): void {
   const { newId } = c;
   c.describe('admission', () => {
@@ -164,6 +169,68 @@ export function admissionCases(c: CaseRegistry): void {
     });
   });
 
+  c.describe('concurrent calls on one id', () => {
+    c.it(`${AT_ONCE} acquisitions at once on one id grant what the rules allow, in total`, async (s) => {
+      // Each call is atomic: whatever order the store runs them in, the totals are those of the
+      // calls made one after another. A store that reads the state, then writes it (two calls
+      // in flight read the same state) grants more.
+      const sliding = rule({ limit: 5, interval: '1h', algorithm: 'sliding-window' });
+      const fixed = rule({ limit: 5, interval: '1h', algorithm: 'fixed-window' });
+      const ids = { gcra: newId(), sliding: newId(), fixed: newId() };
+      const fire = (id: string, rules: StoreRule[], costs: number[]) =>
+        Promise.all(Array.from({ length: AT_ONCE }, () => s.acquire({ id, rules, costs })));
+      const [gcra, slid, fix] = await Promise.all([
+        fire(ids.gcra, [slow3], ones(2)),
+        fire(ids.sliding, [sliding], [1]),
+        fire(ids.fixed, [fixed], [1]),
+      ]);
+      const total = (rs: { granted: number }[]) => rs.reduce((sum, r) => sum + r.granted, 0);
+      expect(
+        total(gcra),
+        `jobs granted by ${AT_ONCE} concurrent calls of 2 jobs under GCRA 3 per hour, burst 3`,
+      ).toBe(3);
+      expect(
+        total(slid),
+        `jobs granted by ${AT_ONCE} concurrent calls under a sliding window of 5 per hour`,
+      ).toBe(5);
+      // A fixed window is aligned: the calls may straddle the end of one (5 more then).
+      const windows = new Set(fix.map((r) => Math.floor(r.now / 3_600_000))).size;
+      expect(
+        total(fix),
+        `jobs granted by ${AT_ONCE} concurrent calls under a fixed window of 5 per hour`,
+      ).toBeLessThanOrEqual(5 * windows);
+      expect(
+        total(fix),
+        `jobs granted by ${AT_ONCE} concurrent calls under a fixed window of 5 per hour`,
+      ).toBeGreaterThanOrEqual(5);
+      // Nothing is left for the next call.
+      expect((await s.acquire({ id: ids.gcra, rules: [slow3], costs: [1] })).granted).toBe(0);
+      expect((await s.acquire({ id: ids.sliding, rules: [sliding], costs: [1] })).granted).toBe(0);
+    });
+
+    c.it(
+      `${AT_ONCE} lease acquisitions at once hold at most the limit, with unique tokens and fences`,
+      async (s) => {
+        const id = newId();
+        const lease = { limit: 3, ttl: 60_000 };
+        const results = await Promise.all(
+          Array.from({ length: AT_ONCE }, (_, i) =>
+            s.acquire({ id, rules: [], costs: ones(1 + (i % 2)), lease }),
+          ),
+        );
+        const granted = results.reduce((sum, r) => sum + r.granted, 0);
+        expect(granted, `leases granted by ${AT_ONCE} concurrent calls under a limit of 3`).toBe(3);
+        const leases = results.flatMap((r) => r.leases ?? []);
+        expect(leases, 'the leases of the concurrent calls (one per granted job)').toHaveLength(3);
+        const tokens = new Set(leases.map((l) => l.token));
+        expect(tokens.size, `distinct tokens among ${JSON.stringify(leases.map((l) => l.token))}`).toBe(3);
+        const fences = new Set(leases.map((l) => l.fence));
+        expect(fences.size, `distinct fences among ${JSON.stringify(leases.map((l) => l.fence))}`).toBe(3);
+        expect((await s.acquire({ id, rules: [], costs: [1], lease })).blocked).toBe('concurrency');
+      },
+    );
+  });
+
   if (c.controlledClock)
     c.describe('exact retry hints (controlled clock)', () => {
       const exactness = async (
@@ -312,6 +379,47 @@ export function admissionCases(c: CaseRegistry): void {
       await s.pass(first.retryAfter + 1);
       expect((await s.acquire({ id, rules: [r], costs: [1] })).granted).toBe(1);
     });
+
+    c.it(
+      'spent budget stays spent over a short wait (the state outlives one emission interval)',
+      async (s) => {
+        // A store that lets a rule's state expire early (e.g. a TTL of one emission interval
+        // instead of the theoretical arrival time, or less than the window) forgets what was
+        // spent. The bounds below use the store's own clock (AcquireResult.now), so a machine
+        // busy with other work loosens them and never fails a correct store.
+        const tenPerSecond = rule({ limit: 10, interval: '1s', burst: 10 }); // 100 ms per unit
+        const sliding = rule({ limit: 3, interval: '1h', algorithm: 'sliding-window' });
+        const ids = { gcra: newId(), hourly: newId(), sliding: newId(), fixed: newId() };
+        const burst = await s.acquire({ id: ids.gcra, rules: [tenPerSecond], costs: ones(10) });
+        expect(burst.granted).toBe(10);
+        const spent = await s.acquire({ id: ids.hourly, rules: [hourly3], costs: ones(3) });
+        expect(spent.granted).toBe(3);
+        expect((await s.acquire({ id: ids.sliding, rules: [sliding], costs: ones(3) })).granted).toBe(3);
+        const fixed = await s.acquire({ id: ids.fixed, rules: [hourlyWindow], costs: ones(3) });
+        expect(fixed.granted).toBe(3);
+        await s.pass(300);
+        const after = await s.acquire({ id: ids.gcra, rules: [tenPerSecond], costs: ones(10) });
+        const elapsed = after.now - burst.now;
+        // One unit back per 100 ms since the burst: 3 after 300 ms (+1 for rounding).
+        expect(
+          after.granted,
+          `units granted ${elapsed} ms (store clock) after a burst of 10 at 10 per second`,
+        ).toBeLessThanOrEqual(Math.floor(elapsed / 100) + 1);
+        const hourly = await s.acquire({ id: ids.hourly, rules: [hourly3], costs: ones(3) });
+        expect(
+          hourly.granted,
+          `units granted ${hourly.now - spent.now} ms after spending 3600 per hour, burst 3`,
+        ).toBeLessThanOrEqual(Math.floor((hourly.now - spent.now + 10) / 1000));
+        expect(
+          (await s.acquire({ id: ids.sliding, rules: [sliding], costs: [1] })).granted,
+          'units granted 300 ms after spending a sliding window of 3 per hour',
+        ).toBe(0);
+        const window = await s.acquire({ id: ids.fixed, rules: [hourlyWindow], costs: [1] });
+        if (Math.floor(window.now / 3_600_000) === Math.floor(fixed.now / 3_600_000)) {
+          expect(window.granted, 'units granted 300 ms after spending a fixed window of 3 per hour').toBe(0);
+        }
+      },
+    );
 
     c.it('a pause ends by itself', async (s) => {
       const id = newId();

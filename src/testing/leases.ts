@@ -1,6 +1,6 @@
 /** Conformance cases: global-concurrency leases (limit, tokens, fences, renew, release, expiry). */
 import { expect } from './expect.js';
-import { type CaseRegistry, expectMs, hourly3, ones } from './suite.js';
+import { type CaseRegistry, expectMs, hourly3, leaseOf, ones } from './suite.js';
 
 export function leaseCases(c: CaseRegistry): void {
   const { newId } = c;
@@ -15,12 +15,13 @@ export function leaseCases(c: CaseRegistry): void {
       expect(r.retryAfter).toBeGreaterThan(0);
       expect(r.retryAfter).toBeLessThanOrEqual(60_000);
       expect(r.leases).toHaveLength(2);
-      const [a, b] = r.leases!;
-      expect(a!.token).not.toBe(b!.token);
-      expect(typeof a!.token).toBe('string');
-      expect(b!.fence).toBeGreaterThan(a!.fence);
-      expect(Number.isSafeInteger(a!.fence)).toBe(true);
-      expectMs(a!.expiresAt, r.now + 60_000);
+      const a = leaseOf(r, 0);
+      const b = leaseOf(r, 1);
+      expect(a.token).not.toBe(b.token);
+      expect(typeof a.token).toBe('string');
+      expect(b.fence).toBeGreaterThan(a.fence);
+      expect(Number.isSafeInteger(a.fence)).toBe(true);
+      expectMs(a.expiresAt, r.now + 60_000);
       const full = await s.acquire({ id, rules: [], costs: [1], lease });
       expect(full).toMatchObject({ granted: 0, blocked: 'concurrency' });
     });
@@ -47,7 +48,7 @@ export function leaseCases(c: CaseRegistry): void {
       const r = await s.acquire({ id, rules: [hourly3], costs: ones(3), lease: one });
       expect(r.granted).toBe(1);
       expect(r.blocked).toBe('concurrency');
-      await s.store.release(id, [r.leases![0]!.token]);
+      await s.store.release(id, [leaseOf(r, 0).token]);
       expect((await s.acquire({ id, rules: [hourly3], costs: ones(3) })).granted).toBe(2);
     });
 
@@ -55,16 +56,16 @@ export function leaseCases(c: CaseRegistry): void {
       const id = newId();
       const l3 = { limit: 3, ttl: 60_000 };
       const r = await s.acquire({ id, rules: [], costs: ones(3), lease: l3 });
-      const tokens = r.leases!.map((l) => l.token);
+      const tokens = [0, 1, 2].map((i) => leaseOf(r, i).token);
       await s.store.release(id, [tokens[0]!]);
       expect(await s.store.renew(id, tokens, 60_000)).toEqual([false, true, true]);
       const next = await s.acquire({ id, rules: [], costs: ones(2), lease: l3 });
       expect(next.granted).toBe(1);
-      expect(next.leases![0]!.fence).toBeGreaterThan(r.leases![2]!.fence);
-      expect(tokens).not.toContain(next.leases![0]!.token);
+      expect(leaseOf(next, 0).fence).toBeGreaterThan(leaseOf(r, 2).fence);
+      expect(tokens).not.toContain(leaseOf(next, 0).token);
       await s.store.release(id, ['not-a-token']);
       await s.store.release(id, []);
-      expect(await s.store.renew(id, [tokens[1]!, tokens[2]!, next.leases![0]!.token], 60_000)).toEqual([
+      expect(await s.store.renew(id, [tokens[1]!, tokens[2]!, leaseOf(next, 0).token], 60_000)).toEqual([
         true,
         true,
         true,
@@ -74,7 +75,7 @@ export function leaseCases(c: CaseRegistry): void {
     c.it('renew never resurrects a released lease, and reports unknown tokens as lost', async (s) => {
       const id = newId();
       const r = await s.acquire({ id, rules: [], costs: [1], lease });
-      const token = r.leases![0]!.token;
+      const token = leaseOf(r, 0).token;
       await s.store.release(id, [token]);
       expect(await s.store.renew(id, [token, 'unknown'], 60_000)).toEqual([false, false]);
       // Still free: two slots.
@@ -89,8 +90,8 @@ export function leaseCases(c: CaseRegistry): void {
       expect((await s.acquire({ id: b, rules: [], costs: ones(2), lease })).granted).toBe(2);
       expect((await s.acquire({ id: a, rules: [], costs: [1], lease })).granted).toBe(0);
       // Releasing everything on one id frees nothing on the other.
-      await s.store.release(b, [ra.leases![0]!.token, ra.leases![1]!.token]);
-      expect(await s.store.renew(a, [ra.leases![0]!.token], 60_000)).toEqual([true]);
+      await s.store.release(b, [leaseOf(ra, 0).token, leaseOf(ra, 1).token]);
+      expect(await s.store.renew(a, [leaseOf(ra, 0).token], 60_000)).toEqual([true]);
       expect((await s.acquire({ id: a, rules: [], costs: [1], lease })).granted).toBe(0);
     });
 
@@ -102,10 +103,12 @@ export function leaseCases(c: CaseRegistry): void {
       expect(r.blocked).toBe('concurrency');
       expect(r.retryAfter).toBeLessThanOrEqual(30);
       await s.pass(40);
-      expect(await s.store.renew(id, [r.leases![0]!.token], 60_000)).toEqual([false]);
+      expect(await s.store.renew(id, [leaseOf(r, 0).token], 60_000)).toEqual([false]);
       const next = await s.acquire({ id, rules: [], costs: [1], lease: short });
       expect(next.granted).toBe(1);
-      expect(next.leases![0]!.fence).toBeGreaterThan(r.leases![0]!.fence);
+      expect(leaseOf(next, 0, 'a lease once the expired one freed its slot').fence).toBeGreaterThan(
+        leaseOf(r, 0).fence,
+      );
     });
 
     c.it('renew extends a held lease to now + ttl', async (s) => {
@@ -113,7 +116,7 @@ export function leaseCases(c: CaseRegistry): void {
       // Each step leaves 1.2 s for a machine busy with other work (renewing at 1.8 s of 3 s).
       const t = 3000;
       const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: t } });
-      const token = r.leases![0]!.token;
+      const token = leaseOf(r, 0).token;
       await s.pass(1800);
       expect(await s.store.renew(id, [token], t)).toEqual([true]);
       await s.pass(1800); // 3.6 s after the grant: held only thanks to the renewal
@@ -143,10 +146,12 @@ export function leaseCases(c: CaseRegistry): void {
       async (s) => {
         const id = newId();
         const r = await s.acquire({ id, rules: [], costs: ones(5), lease: { limit: 5, ttl: 1000 } });
-        const last = r.leases![4]!.fence;
+        const last = leaseOf(r, 4).fence;
         await s.advance(86_400_000 * 3);
         const later = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 5, ttl: 1000 } });
-        expect(later.leases![0]!.fence).toBeGreaterThan(last);
+        expect(leaseOf(later, 0, 'a lease 3 days after every lease of the id expired').fence).toBeGreaterThan(
+          last,
+        );
       },
     );
   });

@@ -1,7 +1,19 @@
 /** Conformance cases: isolation of ids and rule digests, one budget per rule and id, rule sets and rule changes, and wake-ups. */
 import type { WakeEvent } from '../stores/store.js';
+import { AT_ONCE, slow3 } from './admission.js';
 import { expect } from './expect.js';
-import { type CaseRegistry, expectMs, hourly3, hourlyWindow, ones, rule, sleep, waitFor } from './suite.js';
+import {
+  acquireOn,
+  type CaseRegistry,
+  expectMs,
+  hourly3,
+  hourlyWindow,
+  leaseOf,
+  ones,
+  rule,
+  sleep,
+  waitFor,
+} from './suite.js';
 
 export function sharingCases(c: CaseRegistry): void {
   const { newId } = c;
@@ -11,10 +23,24 @@ export function sharingCases(c: CaseRegistry): void {
       const b = newId();
       expect((await s.acquire({ id: a, rules: [hourly3], costs: ones(4) })).granted).toBe(3);
       expect((await s.acquire({ id: b, rules: [hourly3], costs: ones(4) })).granted).toBe(3);
-      await s.store.pause(a, 60_000);
-      expect((await s.acquire({ id: b, rules: [], costs: [1] })).granted).toBe(1);
+      const untilA = await s.store.pause(a, 60_000);
+      expect((await s.acquire({ id: b, rules: [], costs: [1] })).granted, 'b granted while a is paused').toBe(
+        1,
+      );
+      // Each id keeps its own pause: pausing b neither ends nor moves a's.
+      const untilB = await s.store.pause(b, 30_000);
+      expect(untilB, "b's pause ends before a's").toBeLessThan(untilA);
+      const pausedA = await s.acquire({ id: a, rules: [], costs: [1] });
+      expect(pausedA.blocked, 'a, once b is paused too').toBe('pause');
+      expectMs(pausedA.pausedUntil!, untilA);
+      const pausedB = await s.acquire({ id: b, rules: [], costs: [1] });
+      expect(pausedB.blocked, 'b').toBe('pause');
+      expectMs(pausedB.pausedUntil!, untilB);
       await s.store.resume(b);
-      expect((await s.acquire({ id: a, rules: [], costs: [1] })).blocked).toBe('pause');
+      expect((await s.acquire({ id: b, rules: [], costs: [1] })).granted, 'b after resume(b)').toBe(1);
+      const stillA = await s.acquire({ id: a, rules: [], costs: [1] });
+      expect(stillA.blocked, 'a after resume(b)').toBe('pause');
+      expectMs(stillA.pausedUntil!, untilA);
     });
 
     c.it('different rules (digests) on one id do not share state', async (s) => {
@@ -45,6 +71,77 @@ export function sharingCases(c: CaseRegistry): void {
       expect((await s.acquire({ id, rules: [shared], costs: ones(2) })).granted).toBe(1);
     });
   });
+
+  if (c.shared)
+    c.describe('two stores on one state (shared)', () => {
+      c.itShared('a pause, a budget and leases set through one store hold in the other', async (s) => {
+        const { store: one, other } = s;
+        const id = newId();
+        const until = await one.pause(id, 60_000);
+        const paused = await acquireOn(other, { id, rules: [], costs: [1] });
+        expect(paused.blocked, 'the other store, while the first paused the id').toBe('pause');
+        expectMs(paused.pausedUntil!, until);
+        await other.resume(id);
+        expect(
+          (await acquireOn(one, { id, rules: [], costs: [1] })).granted,
+          'after resume() through the other',
+        ).toBe(1);
+
+        expect((await acquireOn(one, { id, rules: [slow3], costs: ones(2) })).granted).toBe(2);
+        expect(
+          (await acquireOn(other, { id, rules: [slow3], costs: ones(2) })).granted,
+          'the other store, after the first spent 2 of 3',
+        ).toBe(1);
+        expect((await acquireOn(one, { id, rules: [slow3], costs: [1] })).granted).toBe(0);
+
+        const lease = { limit: 2, ttl: 60_000 };
+        const held = await acquireOn(one, { id, rules: [], costs: [1], lease });
+        const mine = leaseOf(held, 0);
+        const theirs = await acquireOn(other, { id, rules: [], costs: ones(2), lease });
+        expect(theirs.granted, 'leases the other store grants while the first holds 1 of 2').toBe(1);
+        expect(leaseOf(theirs, 0).fence, "the other store's fence").toBeGreaterThan(mine.fence);
+        expect(
+          await other.renew(id, [mine.token], 60_000),
+          "renewing the first store's lease through the other",
+        ).toEqual([true]);
+        await other.release(id, [mine.token]);
+        expect(await one.renew(id, [mine.token], 60_000), 'a lease released through the other store').toEqual(
+          [false],
+        );
+        expect((await acquireOn(one, { id, rules: [], costs: ones(2), lease })).granted).toBe(1);
+      });
+
+      c.itShared(
+        `${AT_ONCE} acquisitions at once through two stores grant what the rules allow, in total`,
+        async (s) => {
+          const id = newId();
+          const leased = newId();
+          const lease = { limit: 3, ttl: 60_000 };
+          const stores = [s.store, s.other];
+          const results = await Promise.all(
+            Array.from({ length: AT_ONCE }, (_, i) =>
+              acquireOn(stores[i % 2]!, { id, rules: [slow3], costs: [1] }),
+            ),
+          );
+          const leases = await Promise.all(
+            Array.from({ length: AT_ONCE }, (_, i) =>
+              acquireOn(stores[i % 2]!, { id: leased, rules: [], costs: [1], lease }),
+            ),
+          );
+          expect(
+            results.reduce((sum, r) => sum + r.granted, 0),
+            `jobs granted by ${AT_ONCE} concurrent calls through two stores under GCRA 3 per hour, burst 3`,
+          ).toBe(3);
+          const held = leases.flatMap((r) => r.leases ?? []);
+          expect(
+            held,
+            `leases granted by ${AT_ONCE} concurrent calls through two stores under a limit of 3`,
+          ).toHaveLength(3);
+          expect(new Set(held.map((l) => l.token)).size, 'distinct tokens').toBe(3);
+          expect(new Set(held.map((l) => l.fence)).size, 'distinct fences').toBe(3);
+        },
+      );
+    });
 
   c.describe('rule sets and rule changes', () => {
     const fiveHourly = rule({ limit: 5, interval: '1h', algorithm: 'fixed-window' });
@@ -130,7 +227,7 @@ export function sharingCases(c: CaseRegistry): void {
           expect(events[1]).toEqual({ type: 'resume' });
 
           const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: 60_000 } });
-          await s.store.release(id, [r.leases![0]!.token]);
+          await s.store.release(id, [leaseOf(r, 0).token]);
           await waitFor(() => events.length >= 3);
           expect(events[2]).toEqual({ type: 'release' });
 

@@ -1,6 +1,14 @@
+import { describe as describeValue } from '../duration.js';
 import type { Rule, StoreRule } from '../rules/rule.js';
 import { normalizeRule } from '../rules/rule.js';
-import type { AcquireRequest, AcquireResult, MaybePromise, Store, WindowTicket } from '../stores/store.js';
+import type {
+  AcquireRequest,
+  AcquireResult,
+  Lease,
+  MaybePromise,
+  Store,
+  WindowTicket,
+} from '../stores/store.js';
 import { expect } from './expect.js';
 
 /** What `makeStore` returns: the store, and optionally a controlled clock and a cleanup. */
@@ -32,6 +40,12 @@ export interface CaseContext {
   defer(fn: () => MaybePromise<void>): void;
 }
 
+/** A case that runs only with `shared: true`: a second store from `makeStore()`, on the same state. */
+export interface SharedCaseContext extends CaseContext {
+  /** A second store from `makeStore()` (its cleanup runs after the case too). */
+  other: Store;
+}
+
 /** A case that runs only with a controlled clock: `advance` is there. */
 export interface ClockCaseContext extends CaseContext {
   advance: (ms: number) => MaybePromise<void>;
@@ -53,6 +67,8 @@ export interface CaseRegistry {
   itClock(name: string, body: (s: ClockCaseContext) => Promise<unknown>): void;
   /** Registered only with `turns: true` and `controlledClock: true`. */
   itTurns(name: string, body: (s: ClockCaseContext) => Promise<unknown>): void;
+  /** Registered only with `shared: true`: the case gets a second store from `makeStore()`. */
+  itShared(name: string, body: (s: SharedCaseContext) => Promise<unknown>): void;
   /** Registered unless `wakeUps: false`; fails when the store has no `subscribe()`. */
   itWake(name: string, body: (s: CaseContext) => Promise<unknown>): void;
   /**
@@ -72,11 +88,37 @@ export interface CaseRegistry {
   readonly wakeUps: boolean;
   /** Whether the line-of-turns cases are registered (`turns` and `controlledClock`). */
   readonly turns: boolean;
+  /** Whether the two-store cases are registered (`shared`). */
+  readonly shared: boolean;
+  /** Whether the fleet-window cases are registered (unless `window: false`). */
+  readonly window: boolean;
 }
 
 export const rule = (r: Rule): StoreRule => normalizeRule(r, 'rule');
 export const ones = (n: number): number[] => Array.from({ length: n }, () => 1);
 export const sleep = (ms: number): Promise<void> => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** `store.acquire` with `count` defaulting to `costs.length`. */
+export const acquireOn = async (
+  store: Store,
+  request: Omit<AcquireRequest, 'count'> & { count?: number },
+): Promise<AcquireResult> =>
+  await store.acquire({ ...request, count: request.count ?? request.costs.length });
+
+/** The lease of the `index`th granted job: a labelled failure when the store granted fewer. */
+export function leaseOf(r: AcquireResult, index: number, what = 'the lease'): Lease {
+  const lease = r.leases?.[index];
+  if (lease === undefined) {
+    expect(
+      r.leases?.length ?? 0,
+      `${what}: the answer holds ${r.leases === undefined ? 'no leases' : `${r.leases.length} lease(s)`} (granted ${r.granted}, blocked ${JSON.stringify(r.blocked)}), so lease #${index + 1} is missing; leases`,
+    ).toBeGreaterThan(index);
+  }
+  return lease!;
+}
+
+/** The methods every store has (docs/api.md, "The Store contract"); the others are optional. */
+const REQUIRED = ['acquire', 'pause', 'resume', 'renew', 'release'] as const;
 
 /** µs resolution: two ms values from the store agree when they round to the same µs. */
 export function expectMs(actual: number, expected: number): void {
@@ -105,6 +147,8 @@ export interface RegistryOptions {
   controlledClock: boolean;
   wakeUps: boolean;
   turns: boolean;
+  /** Two stores from makeStore() share their state: adds the cases that use two. */
+  shared: boolean;
   /** true: the store must keep a fleet window; false: no window case; undefined: checked if present. */
   window: boolean | undefined;
 }
@@ -115,33 +159,60 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
   let seq = 0;
   const run = Math.random().toString(36).slice(2, 8);
   const idName = name.replace(/[^A-Za-z0-9_.:-]/g, '_').slice(0, 40);
-  const missing = (what: string): Error =>
-    new Error(`storeContract(${JSON.stringify(name)}): the store was declared with ${what} but has none`);
+  const missing = (what: string, hint = ''): Error =>
+    new Error(
+      `storeContract(${JSON.stringify(name)}): the store was declared with ${what} but has none${hint}`,
+    );
+  const noClock = () =>
+    missing(
+      'a controlled clock',
+      ' (`controlledClock: true`, but makeStore() returned no `advance`): return `advance(ms)` from makeStore(), or leave `controlledClock` out',
+    );
+
+  const prefix = `storeContract(${JSON.stringify(name)})`;
+
+  /** Calls makeStore() and checks what it returned: a TypeError naming what is wrong. */
+  async function make(): Promise<StoreUnderTest> {
+    const made: unknown = await makeStore();
+    const store = (made as { store?: unknown } | null)?.store;
+    if (typeof made !== 'object' || made === null || typeof store !== 'object' || store === null) {
+      throw new TypeError(
+        `${prefix}: makeStore() must return { store } with a valve Store, got ${describeMade(made)}`,
+      );
+    }
+    const absent = REQUIRED.filter(
+      (method) => typeof (store as Record<string, unknown>)[method] !== 'function',
+    );
+    if (absent.length > 0) {
+      throw new TypeError(
+        `${prefix}: makeStore() returned a store without ${absent.map((m) => `${m}()`).join(', ')}: a valve Store has acquire(), pause(), resume(), renew() and release() (subscribe(), windowSend(), windowReport() and listening() are optional)`,
+      );
+    }
+    for (const key of ['advance', 'cleanup'] as const) {
+      const value = (made as Record<string, unknown>)[key];
+      if (value !== undefined && typeof value !== 'function') {
+        throw new TypeError(
+          `${prefix}: expected \`${key}\` from makeStore() to be a function or absent, got ${describeValue(value)}`,
+        );
+      }
+    }
+    return made as StoreUnderTest;
+  }
 
   /** Runs one case on a fresh store, then its deferred work and the store's cleanup, pass or fail. */
   async function runCase<C extends CaseContext>(
     body: (s: C) => Promise<unknown>,
     check: (s: CaseContext) => void,
+    two = false,
   ): Promise<void> {
-    const made = await makeStore();
-    if (
-      typeof made !== 'object' ||
-      made === null ||
-      typeof made.store !== 'object' ||
-      made.store === null ||
-      typeof made.store.acquire !== 'function'
-    ) {
-      throw new TypeError(
-        `storeContract(${JSON.stringify(name)}): makeStore() must return { store } with a valve Store, got ${describeMade(made)}`,
-      );
-    }
+    const made = await make();
     const deferred: (() => MaybePromise<void>)[] = [];
+    const cleanups: (() => MaybePromise<void>)[] = made.cleanup ? [made.cleanup] : [];
     const { store, advance } = made;
     const s: CaseContext = {
       store,
       advance,
-      acquire: async (request) =>
-        await store.acquire({ ...request, count: request.count ?? request.costs.length }),
+      acquire: async (request) => await acquireOn(store, request),
       pass: async (ms) => {
         if (advance) await advance(ms);
         else await sleep(ms);
@@ -153,13 +224,18 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
     let failed = false;
     let error: unknown;
     try {
+      if (two) {
+        const other = await make();
+        if (other.cleanup) cleanups.unshift(other.cleanup);
+        (s as SharedCaseContext).other = other.store;
+      }
       check(s);
       await body(s as C);
     } catch (err) {
       failed = true;
       error = err;
     }
-    for (const fn of [...deferred.reverse(), ...(made.cleanup ? [made.cleanup] : [])]) {
+    for (const fn of [...deferred.reverse(), ...cleanups]) {
       try {
         await fn();
       } catch (err) {
@@ -213,7 +289,7 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
           await body(w as C);
         },
         (s) => {
-          if (clock && !s.advance) throw missing('a controlled clock');
+          if (clock && !s.advance) throw noClock();
         },
       ),
     );
@@ -227,19 +303,28 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
     itClock: (title, body) => {
       if (!options.controlledClock) return;
       register(title, body, (s) => {
-        if (!s.advance) throw missing('a controlled clock');
+        if (!s.advance) throw noClock();
       });
     },
     itTurns: (title, body) => {
       if (!options.turns || !options.controlledClock) return;
       register(title, body, (s) => {
-        if (!s.advance) throw missing('a controlled clock');
+        if (!s.advance) throw noClock();
       });
+    },
+    itShared: (title, body) => {
+      if (!options.shared) return;
+      options.it(title, () => runCase(body, none, true));
     },
     itWake: (title, body) => {
       if (!options.wakeUps) return;
       register(title, body, (s) => {
-        if (typeof s.store.subscribe !== 'function') throw missing('wake-ups');
+        if (typeof s.store.subscribe !== 'function') {
+          throw missing(
+            'wake-ups',
+            ' (no subscribe(); `wakeUps` is true by default): pass `wakeUps: false` for a store without subscribe()',
+          );
+        }
       });
     },
     itWindow: (title, body) => windowCase(title, body, false),
@@ -249,6 +334,8 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
     controlledClock: options.controlledClock,
     wakeUps: options.wakeUps,
     turns: options.turns && options.controlledClock,
+    shared: options.shared,
+    window: options.window !== false,
   };
 }
 

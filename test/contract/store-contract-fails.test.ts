@@ -5,8 +5,9 @@
  * would call them) and run here one by one.
  */
 import { describe, expect, it } from 'vitest';
+import type { StoreRule } from '../../src/rules/rule.js';
 import { memoryStore } from '../../src/stores/memory.js';
-import type { AcquireRequest, Store } from '../../src/stores/store.js';
+import type { AcquireRequest, AcquireResult, Store } from '../../src/stores/store.js';
 import { type StoreUnderTest, storeContract } from '../../src/testing.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 
@@ -18,7 +19,7 @@ interface Collected {
 /** Registers the suite on a runner of our own and returns its cases by full name. */
 function collect(
   makeStore: () => StoreUnderTest | Promise<StoreUnderTest>,
-  options: { controlledClock?: boolean; wakeUps?: boolean; window?: boolean } = {},
+  options: { controlledClock?: boolean; wakeUps?: boolean; window?: boolean; shared?: boolean } = {},
   name = 'probe',
 ): Collected[] {
   const cases: Collected[] = [];
@@ -51,11 +52,11 @@ async function failing(cases: Collected[], only?: RegExp): Promise<string[]> {
   return failed;
 }
 
-/** A memory store on a fake clock with one method replaced. */
-function broken(patch: (inner: Store) => Partial<Store>): () => StoreUnderTest {
+/** A memory store on a fake clock (or the system clock) with one method replaced. */
+function broken(patch: (inner: Store) => Partial<Store>, controlled = true): () => StoreUnderTest {
   return () => {
     const clock = new FakeClock();
-    const inner = memoryStore({ clock });
+    const inner = controlled ? memoryStore({ clock }) : memoryStore();
     const store: Store = {
       acquire: (r) => inner.acquire(r),
       pause: (id, ms) => inner.pause(id, ms),
@@ -67,7 +68,112 @@ function broken(patch: (inner: Store) => Partial<Store>): () => StoreUnderTest {
       windowReport: (id, seq, remaining, resetMs) => inner.windowReport!(id, seq, remaining, resetMs),
       ...patch(inner),
     };
-    return { store, advance: (ms) => clock.advance(ms) };
+    return controlled ? { store, advance: (ms) => clock.advance(ms) } : { store };
+  };
+}
+
+/**
+ * A read-modify-write race: an acquisition arriving while an identical one is in flight (a
+ * network round trip away) gets the same answer, as when a store reads the state, decides,
+ * then writes it back.
+ */
+const nonAtomic = (inner: Store): Partial<Store> => {
+  const inflight = new Map<string, Promise<AcquireResult>>();
+  return {
+    acquire: async (r) => {
+      const key = JSON.stringify([r.id, r.rules.map((x) => x.digest), r.costs.slice(0, r.count), r.lease]);
+      const pending = inflight.get(key);
+      if (pending) return { ...(await pending) };
+      const p = (async () => {
+        await new Promise((resolve) => setTimeout(resolve, 1));
+        return inner.acquire(r);
+      })();
+      inflight.set(key, p);
+      try {
+        return await p;
+      } finally {
+        inflight.delete(key);
+      }
+    },
+  };
+};
+
+/**
+ * GCRA state that expires one emission interval after its last write instead of at its
+ * theoretical arrival time (a TTL bug of a Redis-backed limiter): a fresh burst right after one.
+ */
+const earlyExpiry = (inner: Store): Partial<Store> => {
+  const now = () => performance.timeOrigin + performance.now();
+  const lastWrite = new Map<string, number>();
+  const generation = new Map<string, number>();
+  const map = (id: string, r: StoreRule): StoreRule => {
+    if (r.algorithm !== 'gcra') return r;
+    const key = `${id}|${r.digest}`;
+    const last = lastWrite.get(key);
+    if (last !== undefined && now() - last > r.emissionUs / 1000) {
+      generation.set(key, (generation.get(key) ?? 0) + 1);
+    }
+    return { ...r, digest: `${r.digest}~${generation.get(key) ?? 0}` };
+  };
+  return {
+    acquire: async (r) => {
+      const result = await inner.acquire({
+        ...r,
+        rules: r.rules.map((x) => map(r.id, x)),
+        previous: r.previous?.map((x) => map(r.id, x)),
+      });
+      if (result.granted > 0) for (const x of r.rules) lastWrite.set(`${r.id}|${x.digest}`, now());
+      return result;
+    },
+  };
+};
+
+/** One pause for the whole store: pausing one id forgets another's pause. */
+const onePauseSlot = (inner: Store): Partial<Store> => {
+  let slot: { id: string; until: number } | undefined;
+  // The inner store's clock, read by an acquisition that spends nothing.
+  const now = async () => (await inner.acquire({ id: 'clock', rules: [], costs: [1], count: 1 })).now;
+  return {
+    pause: async (id, ms) => {
+      const until = Math.max((await now()) + ms, slot?.id === id ? slot.until : 0);
+      slot = { id, until };
+      return until;
+    },
+    resume: (id) => {
+      if (slot?.id === id) slot = undefined;
+    },
+    acquire: async (r) => {
+      const t = await now();
+      if (slot?.id !== r.id || slot.until <= t) return inner.acquire(r);
+      return {
+        granted: 0,
+        retryAfter: slot.until - t,
+        blocked: 'pause',
+        pausedUntil: slot.until,
+        now: t,
+        leases: r.lease ? [] : undefined,
+      };
+    },
+  };
+};
+
+/** Two stores on one inner store, each keeping pauses of its own (in the process, not shared). */
+function localPauses(): () => StoreUnderTest {
+  const inner = memoryStore();
+  return () => {
+    const own = memoryStore();
+    const store: Store = {
+      acquire: async (r) => {
+        const paused = await own.acquire({ ...r, rules: [], costs: [1], count: 1, lease: undefined });
+        if (paused.blocked === 'pause') return { ...paused, leases: r.lease ? [] : undefined };
+        return inner.acquire(r);
+      },
+      pause: (id, ms) => own.pause(id, ms),
+      resume: (id) => own.resume(id),
+      renew: (id, tokens, ttl) => inner.renew(id, tokens, ttl),
+      release: (id, tokens) => inner.release(id, tokens),
+    };
+    return { store };
   };
 }
 
@@ -228,7 +334,7 @@ describe('the conformance suite fails stores that break the contract', () => {
     }
     const noSubscribe = collect(broken(() => ({ subscribe: undefined })));
     const [wake] = noSubscribe.filter((c) => /wake-ups/.test(c.name));
-    await expect(wake!.run()).rejects.toThrow(/declared with wake-ups but has none/);
+    await expect(wake!.run()).rejects.toThrow(/declared with wake-ups but has none \(no subscribe\(\)/);
     const plain = collect(() => ({ store: memoryStore() }), { wakeUps: false });
     expect(plain.some((c) => /controlled clock|wake-ups/.test(c.name))).toBe(false);
   });
@@ -266,6 +372,158 @@ describe('the conformance suite fails stores that break the contract', () => {
     expect(() => storeContract('x', make, { ...run, window: 1 } as never)).toThrow(/`window`.*1/);
     expect(() => storeContract('x', make, { ...run, clock: true } as never)).toThrow(
       /Unknown option `clock`/,
+    );
+  });
+});
+
+describe('the conformance suite fails stores that pass every case made one at a time', () => {
+  it('a non-atomic acquire (two calls in flight read the same state): the concurrent cases fail', async () => {
+    for (const controlled of [true, false]) {
+      const cases = collect(broken(nonAtomic, controlled), { controlledClock: controlled, wakeUps: false });
+      expect(await failing(cases)).toEqual([
+        expect.stringMatching(/concurrent calls on one id › 20 acquisitions at once on one id grant/),
+        expect.stringMatching(
+          /concurrent calls on one id › 20 lease acquisitions at once hold at most the limit/,
+        ),
+      ]);
+    }
+  });
+
+  it('GCRA state that expires one emission interval after a burst: the real-time case fails', async () => {
+    const cases = collect(broken(earlyExpiry, false), { wakeUps: false });
+    const failed = await failing(cases);
+    expect(failed).toEqual([
+      expect.stringMatching(/real time \(any store\) › spent budget stays spent over a short wait/),
+    ]);
+    const error = await cases
+      .find((c) => /spent budget stays spent/.test(c.name))!
+      .run()
+      .catch((e: unknown) => e);
+    expect((error as Error).message).toMatch(
+      /units granted .* ms \(store clock\) after a burst of 10 at 10 per second/,
+    );
+  });
+
+  it('one pause for the whole store (pausing one id ends another\'s): "ids are isolated" fails', async () => {
+    for (const controlled of [true, false]) {
+      const cases = collect(broken(onePauseSlot, controlled), {
+        controlledClock: controlled,
+        wakeUps: false,
+      });
+      expect(await failing(cases)).toEqual([
+        expect.stringMatching(/ids are isolated: budget, pause and slots/),
+      ]);
+    }
+  });
+
+  it('with `shared`: two stores whose pauses stay in the process fail the two-store case; sound ones pass', async () => {
+    const cases = collect(localPauses(), { wakeUps: false, window: false, shared: true });
+    expect(await failing(cases, /two stores on one state/)).toEqual([
+      expect.stringMatching(/a pause, a budget and leases set through one store hold in the other/),
+    ]);
+    // Two non-atomic stores on one state over-admit under concurrent calls through both.
+    const inner = memoryStore();
+    const racing = collect(
+      () => ({
+        store: {
+          acquire: (r) => inner.acquire(r),
+          pause: (id, ms) => inner.pause(id, ms),
+          resume: (id) => inner.resume(id),
+          renew: (id, tokens, ttl) => inner.renew(id, tokens, ttl),
+          release: (id, tokens) => inner.release(id, tokens),
+          ...nonAtomic(inner),
+        },
+      }),
+      { wakeUps: false, window: false, shared: true },
+    );
+    // (The one-store concurrency cases fail too: the race is the same.)
+    expect(await failing(racing, /two stores on one state/)).toEqual([
+      expect.stringMatching(/20 acquisitions at once through two stores/),
+    ]);
+    const one = memoryStore();
+    const sound = collect(() => ({ store: one }), { wakeUps: false, window: false, shared: true });
+    expect(sound.filter((c) => /two stores on one state/.test(c.name))).toHaveLength(2);
+    expect(await failing(sound)).toEqual([]);
+    // Without `shared`, no two-store case.
+    expect(collect(() => ({ store: one })).some((c) => /two stores/.test(c.name))).toBe(false);
+  });
+});
+
+describe('mistakes in the setup fail with a message that names them', () => {
+  it('a store without subscribe() under the default options: pass `wakeUps: false`', async () => {
+    const cases = collect(broken(() => ({ subscribe: undefined })));
+    const wake = cases.filter((c) => /wake-ups/.test(c.name));
+    expect(wake.length).toBeGreaterThan(0);
+    for (const c of wake) await expect(c.run()).rejects.toThrow(/pass `wakeUps: false`/);
+  });
+
+  it('`advance` or `cleanup` that is not a function: a TypeError naming it', async () => {
+    const advance = collect(() => ({ store: memoryStore(), advance: 5 as never }), { controlledClock: true });
+    const error = await advance[0]!.run().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TypeError);
+    expect((error as Error).message).toMatch(
+      /expected `advance` from makeStore\(\) to be a function or absent, got 5/,
+    );
+    const cleanup = collect(() => ({ store: memoryStore(), cleanup: 'no' as never }));
+    await expect(cleanup[0]!.run()).rejects.toThrow(/`cleanup`.*"no"/);
+  });
+
+  it('a store without pause(), resume(), renew() or release(): a TypeError naming the missing methods', async () => {
+    const inner = memoryStore();
+    const cases = collect(() => ({ store: { acquire: (r: AcquireRequest) => inner.acquire(r) } as never }));
+    for (const c of cases.slice(0, 3)) {
+      const error = await c.run().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(TypeError);
+      expect((error as Error).message).toMatch(
+        /makeStore\(\) returned a store without pause\(\), resume\(\), renew\(\), release\(\)/,
+      );
+    }
+    // Optional methods may be absent.
+    const plain = collect(
+      broken(() => ({ subscribe: undefined, windowSend: undefined, windowReport: undefined })),
+      {
+        wakeUps: false,
+      },
+    );
+    expect(await failing(plain)).toEqual([]);
+  });
+
+  it("`advance` wired to another clock than the store's: the first case says so", async () => {
+    const cases = collect(
+      () => {
+        const other = new FakeClock();
+        return { store: memoryStore({ clock: new FakeClock() }), advance: (ms: number) => other.advance(ms) };
+      },
+      { controlledClock: true, wakeUps: false, window: false },
+    );
+    expect(cases[0]!.name).toMatch(/controlled clock › advance\(1000\) moves the store's clock/);
+    await expect(cases[0]!.run()).rejects.toThrow(
+      /moved by 0 ms over advance\(1000\).*wired to another clock/,
+    );
+    // A clock that moves by itself.
+    const drifting = collect(() => ({ store: memoryStore(), advance: () => {} }), {
+      controlledClock: true,
+      wakeUps: false,
+      window: false,
+    });
+    await expect(drifting[0]!.run()).rejects.toThrow(/between two calls without advance\(\)/);
+  });
+
+  it('a lease case on a store that grants none fails with a labelled assertion, not a TypeError', async () => {
+    const cases = collect(
+      broken((inner) => ({
+        acquire: async (r: AcquireRequest) => {
+          const result = await inner.acquire(r);
+          return r.lease ? { ...result, leases: [] } : result;
+        },
+      })),
+      { controlledClock: true },
+    );
+    const fences = cases.find((c) => /fences keep growing after every lease/.test(c.name))!;
+    const error = await fences.run().catch((e: unknown) => e);
+    expect((error as Error).name).toBe('AssertionError');
+    expect((error as Error).message).toMatch(
+      /the answer holds 0 lease\(s\) \(granted 5, blocked null\), so lease #5 is missing/,
     );
   });
 });

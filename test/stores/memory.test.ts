@@ -16,6 +16,10 @@ storeContract(
 
 storeContract('memory (system clock)', () => ({ store: memoryStore() }), { window: true });
 
+// One store for every case (the cases use fresh ids): two makeStore() calls share their state.
+const one = memoryStore();
+storeContract('memory (one store, shared)', () => ({ store: one }), { shared: true, window: false });
+
 const contents = (store: Store): MemoryStoreContents =>
   (store as unknown as { [inspectMemoryStore](): MemoryStoreContents })[inspectMemoryStore]();
 

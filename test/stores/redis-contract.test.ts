@@ -23,13 +23,16 @@ function suite(kind: ServerKind, family: (typeof CLIENT_FAMILIES)[number], clust
     afterAll(async () => {
       await c?.close();
     });
+    // One prefix for the file's cases (each uses fresh ids): two stores from makeStore() share
+    // their state, as two processes on one server do.
+    const prefix = uniquePrefix('contract');
     // iovalkey's Cluster cannot do sharded pub/sub: that store has no wake-ups (see docs/redis.md).
     storeContract(
       `redis:${kind}:${cluster ? 'cluster' : 'single'}:${family}`,
       () => ({
-        store: redisStore({ client: c.client, subscriber: c.subscriber, prefix: uniquePrefix('contract') }),
+        store: redisStore({ client: c.client, subscriber: c.subscriber, prefix }),
       }),
-      { wakeUps: !(cluster && family === 'iovalkey'), window: true },
+      { wakeUps: !(cluster && family === 'iovalkey'), window: true, shared: true },
     );
   });
 }
