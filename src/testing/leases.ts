@@ -118,11 +118,17 @@ export function leaseCases(c: CaseRegistry): void {
       const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: t } });
       const token = leaseOf(r, 0).token;
       await s.pass(1800);
+      const renewSent = performance.now();
       expect(await s.store.renew(id, [token], t)).toEqual([true]);
       await s.pass(1800); // 3.6 s after the grant: held only thanks to the renewal
       const blocked = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: t } });
-      expect(blocked.blocked).toBe('concurrency');
-      expect(await s.store.renew(id, [token], t)).toEqual([true]);
+      // In real time the renewal holds until its send + t at least: a machine that stalled past
+      // that cannot tell a lease the renewal extended from one that expired, so the checks need
+      // the acquisition answered before then (always so with a controlled clock).
+      if (s.advance !== undefined || performance.now() - renewSent < t) {
+        expect(blocked.blocked, 'a lease renewed 1.8 s ago, with a ttl of 3 s').toBe('concurrency');
+        expect(await s.store.renew(id, [token], t)).toEqual([true]);
+      }
     });
 
     c.itClock(
