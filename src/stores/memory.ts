@@ -31,7 +31,7 @@ import type {
   WakeEvent,
   WindowTicket,
 } from './store.js';
-import { advance, lineEnd, skipLate, standing, type TurnLine, turnOf } from './turns.js';
+import { advance, hasRoom, lineEnd, skipLate, standing, type TurnLine, turnOf } from './turns.js';
 import { WindowRecords } from './window-record.js';
 
 /** Options of {@link memoryStore}. */
@@ -216,7 +216,8 @@ class MemoryStore implements Store {
       }
     }
     // 5b. The line: the head's turn is used once it is granted; a caller refused on rate takes
-    // a ticket at the tail (or keeps the head, when it came before its slot opened).
+    // a ticket at the tail while the line has room (or keeps the head, when it came before its
+    // slot opened).
     let held = 0;
     if (lined && !behind) {
       if (head && granted > 0) {
@@ -236,10 +237,12 @@ class MemoryStore implements Store {
             step: batch.stepFor(n, costs[granted] as number, now),
           };
         }
-        held = line.tail;
-        line.tail += 1;
-        const turn = turnOf(line, held);
-        if (turn - now > waitUs) waitUs = turn - now;
+        if (hasRoom(line)) {
+          held = line.tail;
+          line.tail += 1;
+          const turn = turnOf(line, held);
+          if (turn - now > waitUs) waitUs = turn - now;
+        }
       }
     }
     if (behind) held = ticket!;

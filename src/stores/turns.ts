@@ -45,6 +45,24 @@ export function spacing(step: number): number {
   return step + Math.min(pad, TURN_PAD_US);
 }
 
+/**
+ * The farthest (µs) a line's last turn lies after its head's: 3 × 366 days (three of the
+ * longest waits a rule gives, as the Redis script's `LINE_AHEAD`). A caller refused on rate
+ * takes a ticket only while the line has room for it (hasRoom()); otherwise it holds none and
+ * waits for the rules alone, as a caller outside the line does. Without a bound, each waiting
+ * caller pushes the last turn one more step out, and a step can be half a year (a yearly rule
+ * of burst 2): a few hundred callers (closed valves' tickets wait out their turn too) carried
+ * the line past 2^53 µs, where the arithmetic is no longer exact. With it, every stored line
+ * keeps `(tail − head − 1) × spacing(step) ≤ TURN_SPAN_US` (the Redis script refuses a line
+ * key that does not), so its last turn lies at most this far after its head's.
+ */
+export const TURN_SPAN_US = 3 * 366 * 86_400_000_000;
+
+/** Whether a caller may take the ticket `tail`: its turn at most TURN_SPAN_US after the head's. */
+export function hasRoom(line: TurnLine): boolean {
+  return (line.tail - line.head) * spacing(line.step) <= TURN_SPAN_US;
+}
+
 /** The last moment (µs) the line holds anything: its last ticket's turn plus the grace. */
 export function lineEnd(line: TurnLine): number {
   return line.at + (line.tail - line.head - 1) * spacing(line.step) + TURN_GRACE_US;

@@ -276,6 +276,8 @@ for (const target of ['redis standalone', 'redis cluster', 'valkey standalone'] 
               }),
               { nil: undefined, freq: 3 },
             ),
+            // The line of turns on yearly rules: a step of up to a year per waiting caller.
+            caller: fc.option(fc.integer({ min: 0, max: 3 }), { nil: undefined, freq: 3 }),
           }),
         },
         {

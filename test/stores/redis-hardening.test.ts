@@ -5,10 +5,12 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { isValveError } from '../../src/errors.js';
 import { createValve } from '../../src/index.js';
-import { normalizeRule } from '../../src/rules/rule.js';
+import { normalizeRule, type Rule } from '../../src/rules/rule.js';
 import { MAX_BATCH } from '../../src/stores/checks.js';
+import { memoryStore } from '../../src/stores/memory.js';
 import { redisStore } from '../../src/stores/redis/index.js';
-import type { Store } from '../../src/stores/store.js';
+import type { AcquireResult, Store } from '../../src/stores/store.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { CLIENT_FAMILIES, type Connected, connectClient } from '../helpers/redis-clients.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
@@ -104,8 +106,11 @@ describe('keys holding what valve never writes: an error naming the key, never a
     });
   }
 
-  // The last: a head turn now, but 1e11 tickets of 2 s each (a wait and a TTL of 6,000 years).
-  const farLine = `1:99999999999:${Date.now() * 1000 + 500_000}:2000000`;
+  // The last three: a head turn now, but 1e11 tickets of 2 s each (a wait and a TTL of 6,000
+  // years); 11 tickets of 1e13 µs, the last 10 gaps (1e14 µs) after the head's turn, more than
+  // the 3 × 366 days (9.48672e13 µs) valve lets a line span; tickets past 2^53.
+  const headUs = Date.now() * 1000 + 500_000;
+  const farLine = `1:99999999999:${headUs}:2000000`;
   for (const value of [
     'abc',
     '5:3:1700000000000000:500',
@@ -113,6 +118,8 @@ describe('keys holding what valve never writes: an error naming the key, never a
     '1:2:-5:500',
     '1:2:3',
     farLine,
+    `1:12:${headUs}:10000000000000`,
+    `9007199254740993:9007199254740995:${headUs}:500`,
   ]) {
     it(`a line key holding ${JSON.stringify(value)}: refused before anything is spent`, async () => {
       const { store, id, key } = await setup();
@@ -152,6 +159,25 @@ describe('keys holding what valve never writes: an error naming the key, never a
       expect(await redis().exists(key(`r:${gcra.digest}`), key('leases'))).toBe(0);
     });
   }
+
+  it("a line as long as valve writes it (the last turn 3 × 365 days after the head's, a year ahead): read, not refused", async () => {
+    const { store, id, key } = await setup();
+    const k = key(`line:${gcra.digest}`);
+    // Tickets 1..4 of a yearly rule, the head's turn a year ahead: the last turn 4 years ahead
+    // (the scripts refused a line whose last turn was more than 3 × 366 days ahead, although
+    // each waiting caller adds a step and a step can be a year: every call then failed).
+    const year = 31_536_000_000_000;
+    const value = `1:5:${Date.now() * 1000 + year}:${year}`;
+    await redis().set(k, value, 'PX', 60_000);
+    // Ticket 7 is none of the line's: the rules are read, and grant.
+    expect((await store.acquire({ id, rules: [gcra], costs: [1], count: 1, turn: 7 })).granted).toBe(1);
+    // The last ticket: refused until its turn, four years away.
+    const behind = await store.acquire({ id, rules: [gcra], costs: [1], count: 1, turn: 4 });
+    expect(behind.granted).toBe(0);
+    expect(behind.turn).toBe(4);
+    expect(behind.retryAfter).toBeGreaterThan((4 * year) / 1000 - 60_000);
+    expect(await redis().get(k)).toBe(value);
+  });
 
   it('a line key of another type', async () => {
     const { store, id, key } = await setup();
@@ -233,6 +259,114 @@ describe('rules at the validation bounds', () => {
       await c.close();
     }
   });
+});
+
+describe('the line of turns on yearly rules (a step of up to a year per waiting caller)', () => {
+  let c: Connected;
+  beforeAll(async () => {
+    c = await connectClient('ioredis', sharedRedis());
+  });
+  afterAll(async () => {
+    await c?.close();
+  });
+  const DAY_MS = 86_400_000;
+
+  /**
+   * `callers` callers on one id, each sending the ticket of its last answer: the budget spent,
+   * then three rounds of every caller asking (1 ms apart), the clock moved `skipMs` between
+   * rounds. Every answer, or the error's message.
+   */
+  async function drive(store: Store, clock: FakeClock, callers: number, rule: Rule, skipMs: number) {
+    const rules = [normalizeRule(rule, 'rules[0]')];
+    const out: unknown[] = [];
+    const tickets = new Array<number>(callers).fill(0);
+    out.push(await store.acquire({ id: 'y', rules, costs: [1], count: 1, turn: 0 }));
+    for (let round = 0; round < 3; round++) {
+      for (let i = 0; i < callers; i++) {
+        try {
+          const r = await store.acquire({ id: 'y', rules, costs: [1], count: 1, turn: tickets[i] });
+          tickets[i] = r.turn ?? 0;
+          out.push(r);
+        } catch (e) {
+          out.push((e as Error).message);
+        }
+        clock.advance(1);
+      }
+      clock.advance(skipMs);
+    }
+    return out;
+  }
+
+  const rules: Rule[] = [
+    { limit: 1, interval: '365d' },
+    { limit: 2, interval: '365d', burst: 2 },
+    { limit: 10, interval: '365d', burst: 10 },
+    { limit: 3, interval: '30d', burst: 3 },
+  ];
+  for (const rule of rules) {
+    it(`${JSON.stringify(rule)}, 2 to 24 callers: Redis answers exactly as memory does, never VALVE_CORRUPT_STATE`, async () => {
+      for (const callers of [2, 4, 8, 24]) {
+        for (const skipMs of [1, 183 * DAY_MS, 366 * DAY_MS]) {
+          const start = 1_700_000_000_000.123;
+          const mc = new FakeClock(start);
+          const rc = new FakeClock(start);
+          const memory = await drive(memoryStore({ clock: mc }), mc, callers, rule, skipMs);
+          const redis = await drive(
+            redisStore({ client: c.client, prefix: uniquePrefix('yline'), unsafeTestClock: rc }),
+            rc,
+            callers,
+            rule,
+            skipMs,
+          );
+          expect(redis, `${callers} callers, ${skipMs} ms between rounds`).toEqual(memory);
+        }
+      }
+    });
+  }
+
+  it('the line stops at 3 × 366 days: callers beyond hold no ticket and wait for the rule alone', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const store = redisStore({ client: c.client, prefix: uniquePrefix('yline'), unsafeTestClock: clock });
+    // 182.5 days apart (plus the 100 µs pad): the head's turn and 6 more within 3 × 366 days.
+    const rules = [normalizeRule({ limit: 2, interval: '365d', burst: 2 }, 'rules[0]')];
+    await store.acquire({ id: 'y', rules, costs: [1, 1], count: 2, turn: 0 });
+    const answers: AcquireResult[] = [];
+    for (let i = 0; i < 10; i++) {
+      answers.push(await store.acquire({ id: 'y', rules, costs: [1], count: 1, turn: 0 }));
+      clock.advance(1);
+    }
+    const held = answers.filter((r) => (r.turn ?? 0) > 0);
+    expect(held).toHaveLength(7);
+    expect(new Set(held.map((r) => r.turn)).size).toBe(7);
+    // The last ticket's turn 6 steps after the first's; beyond it, the rule's wait (about half a year).
+    expect(held[6]!.retryAfter - held[0]!.retryAfter).toBeCloseTo(6 * 182.5 * DAY_MS - 6 + 0.6, 3);
+    for (const r of answers.slice(7)) {
+      expect(r.turn).toBe(0);
+      expect(r.retryAfter).toBeLessThanOrEqual(held[0]!.retryAfter);
+    }
+  });
+
+  it('eight valves waiting for their turn on Redis: no store errors', async () => {
+    const prefix = uniquePrefix('yvalve');
+    const rules = { limit: 2, interval: '365d', burst: 2 };
+    const valves = Array.from({ length: 9 }, () =>
+      createValve({ id: 'yearly', rules, store: redisStore({ client: c.client, prefix }) }),
+    );
+    const errors: string[] = [];
+    for (const v of valves) v.on('store-error', (e) => errors.push(String((e as Error).message)));
+    try {
+      await valves[0]!.run(() => 0);
+      await valves[0]!.run(() => 0); // the year's budget is spent
+      const waiting = valves.slice(1).map((v) => v.run(() => 1).catch((e: unknown) => e));
+      // Each asks, takes a ticket (or, past the line's span, none) and sleeps.
+      await new Promise((r) => setTimeout(r, 1000));
+      for (const v of valves) await v.close();
+      await Promise.all(waiting);
+    } finally {
+      for (const v of valves) await v.close();
+    }
+    expect(errors).toEqual([]);
+  }, 20_000);
 });
 
 describe('an out-of-memory server (maxmemory, noeviction): writing scripts fail before their first write', () => {

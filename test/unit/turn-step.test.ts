@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { normalizeRule } from '../../src/rules/rule.js';
 import { memoryStore } from '../../src/stores/memory.js';
 import type { AcquireResult } from '../../src/stores/store.js';
-import { turnStep } from '../../src/stores/turns.js';
+import { hasRoom, spacing, TURN_SPAN_US, turnStep } from '../../src/stores/turns.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 
 describe('turnStep', () => {
@@ -73,5 +73,54 @@ describe('a turn taken late', () => {
     // 3.5 ms late: 15 + 7 jobs refilled, but the bucket holds 20: 2 are lost (nothing catches up).
     clock.advance(7.5 + 3.5);
     expect(ask(30, first.turn!).granted).toBe(20);
+  });
+});
+
+describe("the line's span (TURN_SPAN_US: a ticket's turn at most 3 × 366 days after the head's)", () => {
+  it('hasRoom() lets a ticket in while its turn is within the span', () => {
+    const step = 10_000_000_000_000; // 1e13 µs: a gap of 1e13 + 100
+    const line = { head: 1, tail: 10, at: 5, step };
+    // The next ticket 9 gaps after the head's turn: 9.00000000009e13 ≤ 9.48672e13.
+    expect(9 * spacing(step)).toBeLessThanOrEqual(TURN_SPAN_US);
+    expect(hasRoom(line)).toBe(true);
+    line.tail = 11;
+    expect(hasRoom(line)).toBe(false);
+    // Any step of a short rule: room for billions of tickets.
+    expect(hasRoom({ head: 1, tail: 1_000_000_000, at: 5, step: 1000 })).toBe(true);
+  });
+
+  it('300 callers on a yearly rule: the line holds what fits in the span, every value exact', () => {
+    // Each ticket of a yearly rule (limit 1) waits a year more than the one before: without a
+    // span, the 230th caller's turn was past 2^53 µs (the arithmetic no longer exact), and the
+    // Redis script (which refuses a line longer than the span) failed every call on the id.
+    const clock = new FakeClock();
+    const store = memoryStore({ clock });
+    const rules = [normalizeRule({ limit: 1, interval: '365d' }, 'rule')];
+    const ask = (turn: number) =>
+      store.acquire({ id: 'y', rules, costs: [1], count: 1, turn }) as AcquireResult;
+    expect(ask(0).granted).toBe(1);
+    const held: number[] = [];
+    let firstWait = 0;
+    for (let i = 0; i < 300; i++) {
+      const r = ask(0);
+      expect(r.granted).toBe(0);
+      expect(Number.isSafeInteger(Math.round(r.retryAfter * 1000))).toBe(true);
+      if (r.turn! > 0) {
+        held.push(r.turn!);
+        if (held.length === 1) firstWait = r.retryAfter;
+        expect(r.retryAfter * 1000 - firstWait * 1000).toBeLessThanOrEqual(TURN_SPAN_US);
+      } else {
+        // Past the span: no ticket, the rule's own wait.
+        expect(r.retryAfter).toBeLessThanOrEqual(firstWait);
+      }
+      clock.advance(1);
+    }
+    // A gap of 365 days and 100 µs: the head's turn and 3 more within 3 × 366 days.
+    expect(held).toHaveLength(4);
+    // The tickets wait their turns: the second's comes a gap after the first's.
+    clock.advance(firstWait);
+    const first = ask(held[0]!);
+    expect(first.granted).toBe(1);
+    expect(ask(held[1]!).turn).toBe(held[1]);
   });
 });

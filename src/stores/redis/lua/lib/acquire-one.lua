@@ -20,7 +20,9 @@ local AHEAD = 366 * 86400000000
 local SPAN = 365 * 86400000000
 -- The farthest ahead a line's turn or step goes: a GCRA wait is at most a burst tolerance plus
 -- an interval (a converted state) plus a charge of burst + 1 emission intervals, each at most
--- 365 days; with the slack of AHEAD.
+-- 365 days; with the slack of AHEAD. Also the farthest its last turn lies after its head's
+-- (TURN_SPAN_US in src/stores/turns.ts): a ticket is taken only within it, so every line
+-- written keeps (tail - head - 1) * gap <= LINE_AHEAD, however many callers wait.
 local LINE_AHEAD = 3 * AHEAD
 local function corrupt(key, raw, expected)
   return redis.error_reply('VALVE_CORRUPT_STATE ' .. key .. ' holds ' .. format('%q', string.sub(raw, 1, 64)) ..
@@ -461,9 +463,11 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
       if raw_line then
         local h, t, a, s = match(raw_line, '^(%d+):(%d+):(%d+):(%d+)$')
         h, t, a, s = tonumber(h), tonumber(t), tonumber(a), tonumber(s)
-        -- The last ticket's turn too (a + (t - h - 1) gaps): a wait or a TTL beyond it is not valve's.
-        if not h or h >= t or s < 1 or a > now + LINE_AHEAD or s > LINE_AHEAD
-            or a + (t - h - 1) * (s + (s < 800 and floor(s / 8) or 100)) > now + LINE_AHEAD then
+        -- The last ticket's turn at most LINE_AHEAD after the head's (t - h - 1 gaps; tickets
+        -- are taken only within it, whatever the number of callers), so at most 2 * LINE_AHEAD
+        -- ahead: a wait or a TTL beyond it is not valve's. Tickets below 2^53 (exact).
+        if not h or h >= t or t > 9007199254740991 or s < 1 or a > now + LINE_AHEAD or s > LINE_AHEAD
+            or (t - h - 1) * (s + (s < 800 and floor(s / 8) or 100)) > LINE_AHEAD then
           return corrupt(KEYS[5 + m], raw_line, 'a line "<head>:<tail>:<turn µs>:<step µs>" with head < tail')
         end
         local gap = s + (s < 800 and floor(s / 8) or 100)
@@ -902,13 +906,18 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
         end
         lh, lt, la, ls = now, now, now + retry, step
       end
-      held = lt
-      lt = lt + 1
-      local turn = la + (held - lh) * (ls + (ls < 800 and floor(ls / 8) or 100))
-      if turn - now > retry then
-        retry = turn - now
+      -- hasRoom(): a ticket only while its turn is at most LINE_AHEAD after the head's;
+      -- otherwise none, and the wait is the rules' (a new line always has room).
+      local gap = ls + (ls < 800 and floor(ls / 8) or 100)
+      if (lt - lh) * gap <= LINE_AHEAD then
+        held = lt
+        lt = lt + 1
+        local turn = la + (held - lh) * gap
+        if turn - now > retry then
+          retry = turn - now
+        end
+        changed = true
       end
-      changed = true
     end
     if changed then
       if lh then
