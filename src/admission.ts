@@ -242,7 +242,8 @@ export class Admission {
     const line = this.line;
     const piped = line.inFlight > 0;
     const pace = this.pace;
-    if (piped && !line.mayPipeline(pace.failing)) return false;
+    // No second call while the store is failing or a rule change waits for its conversion.
+    if (piped && !line.mayPipeline(pace.failing || this.ruleSet.unconverted)) return false;
     // The jobs in line may all start: leave room for them.
     const free = this.limit - this.jobs.runningCount - line.length;
     if (free <= 0) return false;
@@ -250,7 +251,10 @@ export class Admission {
     if (this.wakeups.ensure()) this.recheckStore();
     const now = this.clock.now();
     if (now < pace.wakeAt || now < this.pauseEnd()) return false;
-    if (piped && pace.openUntil > now) return false;
+    // onStoreError 'open': jobs start without the store until openUntil, but never inside a
+    // known pause (pauseEnd() lets the store be asked during one, not jobs start open); arm()
+    // wakes admission at the earlier of the two ends.
+    if (pace.openUntil > now && (piped || now < this.pauses.until)) return false;
     const call = line.idleCall();
     // A second call carries only jobs of the first call's cost (see Line.mayPipeline).
     const firstCost = piped ? line.sentCall().uniform : Number.NaN;
@@ -293,7 +297,7 @@ export class Admission {
       // Answered later through the call's callbacks, as `.then(call.onAnswer, call.onFail)` would.
       call.sync = false;
       acquireWith.call(this.store, call.request as AcquireRequest, call.onAnswer, call.onFail);
-      return line.mayPipeline(pace.failing);
+      return line.mayPipeline(pace.failing || this.ruleSet.unconverted);
     }
     let result: AcquireResult | PromiseLike<AcquireResult>;
     try {
@@ -312,7 +316,7 @@ export class Admission {
         return true;
       }
       // Another round may send a second call while this one travels.
-      return line.mayPipeline(pace.failing);
+      return line.mayPipeline(pace.failing || this.ruleSet.unconverted);
     }
     call.sync = true;
     this.callSettled(call, true, result, false);
@@ -374,6 +378,10 @@ export class Admission {
     this.startInLine(granted, r.leases, now);
     this.line.recordAnswer(granted === n);
     this.pace.granted(r, granted, n, now, sentAt, this.answerWasSync, resumedSince);
+    // During a rule change's transition a refusal on rate may be the old rules' (a cost above
+    // an old rule's burst is charged a wait past the transition): never wait past its end,
+    // when the next call goes with the new rules alone.
+    if (granted < n && r.blocked === 'rate') this.pace.capRate(this.ruleSet.transitionEnd);
     // The answer ended a rule change: a refusal on rate may be the old rules' alone.
     if (this.ruleSet.ended && granted < n && r.blocked === 'rate') this.pace.unblock('rate');
     if (turnAt > 0) this.pace.keepTurn(turnAt, turnAsk);
@@ -426,7 +434,7 @@ export class Admission {
       this.jobs.runningCount < this.limit &&
       this.admitting
     ) {
-      next = Math.max(this.pace.wakeAt, this.pauseEnd());
+      next = Math.max(this.pace.wakeAt, this.pauseEnd(), this.openHeld());
     }
     const deadline = this.jobs.nextDeadline();
     if (deadline < next) next = deadline;
@@ -458,6 +466,16 @@ export class Admission {
       end = Math.min(until, trustedUntil);
     }
     return Math.max(held, end);
+  }
+
+  /**
+   * onStoreError 'open' inside a known pause: until the open window or the pause ends (the
+   * earlier), admission neither starts jobs open nor asks the store (see admit()); 0 otherwise.
+   */
+  private openHeld(): number {
+    const open = this.pace.openUntil;
+    if (open === 0) return 0;
+    return Math.min(open, this.pauses.until);
   }
 
   private readonly onTimer = (): void => {

@@ -162,13 +162,15 @@ export class Line {
 
   /**
    * Whether a second store call may be sent while one is in flight: only when the store is
-   * asynchronous, its last answer granted everything (the rules are not binding), nothing is
-   * failing, there is no global concurrency (leases go with the call that got them), and the
-   * call in flight asked for jobs of one cost. Two calls in flight halve the round trips a
+   * asynchronous, its last answer granted everything (the rules are not binding), nothing
+   * holds it back (`held`: the store is failing, or a rule change waits for its conversion:
+   * a call answered while the one that asked for it fails would spend the new rules
+   * unconverted), there is no global concurrency (leases go with the call that got them), and
+   * the call in flight asked for jobs of one cost. Two calls in flight halve the round trips a
    * saturated valve waits for.
    */
-  mayPipeline(failing: boolean): boolean {
-    if (this.sent !== 1 || !this.lastFull || this.global || failing) return false;
+  mayPipeline(held: boolean): boolean {
+    if (this.sent !== 1 || !this.lastFull || this.global || held) return false;
     const first = this.sentCall();
     return !first.sync && !Number.isNaN(first.uniform);
   }

@@ -173,6 +173,20 @@ export class Pace {
     }
   }
 
+  /**
+   * A rate wait ends by `at` at the latest (local clock): a rule change's transition ends
+   * there, and the wait may have been the old rules' alone. Still no empty call sooner than
+   * MIN_EMPTY_CALL_GAP after the last one.
+   */
+  capRate(at: number): void {
+    if (this.blocked !== 'rate') return;
+    const end = Math.max(at, this.lastEmptyAt + MIN_EMPTY_CALL_GAP);
+    if (this.nextAt > end) {
+      this.nextAt = end;
+      this.preciseRate = false;
+    }
+  }
+
   /** Wake-ups stopped being delivered: a wait that counted on one becomes a poll. */
   unconfirmed(now: number): void {
     if (this.blocked === 'concurrency') {

@@ -130,6 +130,25 @@ export class RuleSet {
   }
 
   /**
+   * A rule change waits for its conversion (no call that asked for it has been answered): no
+   * second call is pipelined meanwhile (Admission), since one that is answered while the call
+   * that asked fails would be checked against the new rules' unconverted state.
+   */
+  get unconverted(): boolean {
+    return this.convert;
+  }
+
+  /**
+   * Local ms at which the old rules of a change in progress stop being spent (fill() drops
+   * them): the conversion's answer plus one interval of the longest of them; Infinity with no
+   * change in progress or before its conversion is answered. A rate wait told by an answer that
+   * was checked against them never needs to last past it (Admission caps it there).
+   */
+  get transitionEnd(): number {
+    return this.previous === undefined ? Number.POSITIVE_INFINITY : this.previousEnd;
+  }
+
+  /**
    * The last answer (see answered()) ended a rule change: its call was still checked against the
    * old rules, so a refusal on rate in it may be theirs alone (a job no old rule can ever admit
    * is told to wait as if it could): the next call, with the new rules alone, may go at once.

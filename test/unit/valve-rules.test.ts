@@ -192,11 +192,11 @@ describe('setRules(): the conversion and the transition', () => {
     await valve.close({ drain: false }).catch(() => {});
   });
 
-  it('one call in flight asks for the conversion: a pipelined call does not convert again', async () => {
+  it('the call that asks for the conversion goes alone: nothing is pipelined behind it until it is answered', async () => {
     const t0 = 1_700_000_000_000;
     const clock = new FakeClock(t0);
     const { valve, store } = setup(
-      { rules: { limit: 100, interval: 1000, algorithm: 'fixed-window' } },
+      { rules: { limit: 1000, interval: 1000, algorithm: 'fixed-window' } },
       clock,
     );
     store.async = { delay: 1 };
@@ -204,15 +204,56 @@ describe('setRules(): the conversion and the transition', () => {
     for (let i = 0; i < 40; i++) valve.run(() => starts.push(clock.now())).catch(() => {});
     await clock.tickAsync(10);
     expect(starts.length).toBe(40);
-    await valve.setRules({ limit: 90, interval: 1000, algorithm: 'fixed-window' });
-    for (let i = 0; i < 60; i++) valve.run(() => starts.push(clock.now())).catch(() => {});
+    await valve.setRules({ limit: 900, interval: 1000, algorithm: 'fixed-window' });
+    for (let i = 0; i < 200; i++) valve.run(() => starts.push(clock.now())).catch(() => {});
     await clock.tickAsync(500);
-    expect(store.maxInFlight).toBe(2);
+    expect(starts.length).toBe(240);
     const requests = store.calls.filter((c) => c.op === 'acquire').map((c) => c.args[0] as AcquireRequest);
+    const asking = requests.findIndex((r) => r.convert === true);
     expect(requests.filter((r) => r.convert === true).length).toBe(1);
-    // 40 before the change: the new rule allows 90 in this window, so 50 more.
-    expect(starts.filter((t) => t < t0 + 1000).length).toBe(90);
+    // No other call was sent while it was in flight...
+    const conversion = store.acquires[asking]!;
+    const during = store.acquires.filter(
+      (a) => a !== conversion && a.at >= conversion.at && a.at < conversion.repliedAt!,
+    );
+    expect(during).toEqual([]);
+    // ...and pipelining resumed once it was answered.
+    expect(store.maxInFlight).toBe(2);
     await valve.close({ drain: false }).catch(() => {});
+  });
+
+  it('a conversion call that fails does not let a call pipelined behind it spend the new rules unconverted', async () => {
+    // Fixed window 1 per 1 s, one unit at 1 ms; cut to a sliding 1 per 10 s at 999 ms: the unit
+    // counts for 10 s, whatever happens to the call that asks for the conversion.
+    const clock = new FakeClock(1_700_000_000_000);
+    const t0 = clock.now();
+    const { valve, store } = setup({ rules: { limit: 1, interval: 1000, algorithm: 'fixed-window' } }, clock);
+    store.async = { delay: 1 };
+    valve.on('store-error', () => {});
+    const starts: number[] = [];
+    const run = () => valve.run(() => starts.push(clock.now() - t0)).catch(() => {});
+    const first = run();
+    await clock.tickAsync(999);
+    await valve.setRules({ limit: 1, interval: 10_000, algorithm: 'sliding-window' });
+    store.fail.acquire = new Error('down'); // the call that asks fails...
+    const a = run();
+    await flushMicrotasks();
+    delete store.fail.acquire; // ...one sent behind it would succeed
+    const b = run();
+    await flushMicrotasks();
+    await clock.tickAsync(30_000);
+    await Promise.all([first, a, b]);
+    const requests = store.calls.filter((c) => c.op === 'acquire').map((c) => c.args[0] as AcquireRequest);
+    // Every call of the change that was answered before the conversion was, asked for it.
+    const firstAnswered = requests.findIndex(
+      (r, i) => r.convert === true && store.acquires[i]!.granted !== undefined,
+    );
+    for (let i = 0; i < firstAnswered; i++) {
+      if (requests[i]!.previous !== undefined) expect(store.acquires[i]!.granted).toBeUndefined();
+    }
+    expect(starts.length).toBe(3);
+    expect(starts[1]).toBeGreaterThanOrEqual(10_001);
+    expect(starts[2]! - starts[1]!).toBeGreaterThanOrEqual(10_000);
   });
 
   it('a conversion call that failed is followed by another that asks', async () => {
@@ -265,6 +306,43 @@ describe('setRules(): the conversion and the transition', () => {
     expect(smallAt).toBeLessThanOrEqual(61_000);
     await valve.close({ drain: false }).catch(() => {});
   });
+});
+
+describe("setRules(): a job an old rule can never admit waits for the transition's end, no longer", () => {
+  const H = 3_600_000;
+  const D = 24 * H;
+  const cases = [
+    { name: 'GCRA 1 per 7 d (burst 1), cost 2', rules: { limit: 1, interval: '7d' }, cost: 2 },
+    { name: 'GCRA 1 per 7 d (burst 1), cost 3', rules: { limit: 1, interval: '7d' }, cost: 3 },
+    {
+      name: 'fixed window 2 per 7 d, cost 3',
+      rules: { limit: 2, interval: '7d', algorithm: 'fixed-window' },
+      cost: 3,
+    },
+    {
+      name: 'sliding window 2 per 7 d, cost 3',
+      rules: { limit: 2, interval: '7d', algorithm: 'sliding-window' },
+      cost: 3,
+    },
+  ] as const;
+  for (const { name, rules, cost } of cases) {
+    it(`${name}: starts when the transition ends (one old interval after the conversion)`, async () => {
+      const clock = new FakeClock(1_700_000_000_000);
+      const valve = createValve({ id: 't', clock, store: memoryStore({ clock }), rules });
+      await valve.run(() => {}); // one unit spent at t0
+      const t0 = clock.now();
+      await clock.tickAsync(H);
+      await valve.setRules({ limit: 5, interval: '7d', burst: 5 });
+      const job = track(valve.run(() => clock.now() - t0, { cost }));
+      await clock.tickAsync(7 * D - 1);
+      expect(job.done).toBe(false);
+      await clock.tickAsync(1);
+      // The conversion was answered at t0 + 1 h: the old rules are dropped 7 d later, and the
+      // wait the old rule told (14 d, or the next fixed window at 8 d) is cut there.
+      expect(job.value).toBe(7 * D + H);
+      await valve.close({ drain: false }).catch(() => {});
+    });
+  }
 });
 
 describe("'rule-mismatch'", () => {

@@ -149,6 +149,47 @@ describe("onStoreError 'open' and a known pause", () => {
     expect(job.value).toBe(60_000);
   });
 
+  it('a pause learnt before the store went down holds them to its end, with wake-ups unconfirmed (polling)', async () => {
+    // The store is asked again during the pause (every PAUSE_RECHECK while polling), and each
+    // failure opens the store-less window: no job starts open inside the known pause.
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    let failing = false;
+    let calls = 0;
+    const store: Store = {
+      acquire: (r) => {
+        calls++;
+        if (failing) throw down;
+        return inner.acquire(r);
+      },
+      pause: (id, ms, by) => inner.pause(id, ms, by),
+      resume: (id) => inner.resume(id),
+      renew: (id, t, ttl) => inner.renew(id, t, ttl),
+      release: (id, t) => inner.release(id, t),
+      // Held but never confirmed (a subscriber that lost its connection): the valve polls.
+      subscribe: (_id, _onWake, onStatus) => {
+        queueMicrotask(() => onStatus?.({ listening: false }));
+        return () => {};
+      },
+    };
+    const valve = createValve({ id: 'o', clock, store, onStoreError: 'open' });
+    valve.on('store-error', () => {});
+    await createValve({ id: 'o', clock, store: inner }).pause(120_000);
+    const t0 = clock.now();
+    const job = track(valve.run(() => clock.now() - t0));
+    await clock.tickAsync(10);
+    expect(valve.stats().pausedUntil).toBe(t0 + 120_000);
+    failing = true;
+    await clock.tickAsync(119_989);
+    expect(job.done).toBe(false);
+    // Still asked during the pause, with the open window as its backoff (up to 5 s).
+    expect(calls).toBeGreaterThan(20);
+    expect(calls).toBeLessThan(40);
+    // The pause ends while the store is still down: the job starts open then, no later.
+    await clock.tickAsync(1);
+    expect(job.value).toBe(120_000);
+  });
+
   it('with no pause known they still start open at once', async () => {
     const { valve, clock, store } = setup({ onStoreError: 'open' });
     valve.on('store-error', () => {});
