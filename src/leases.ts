@@ -20,8 +20,16 @@ import type { Lease, Store } from './stores/store.js';
  *
  * A new lease counts from its acquisition's send time, as a renewed one from its renewal's:
  * its first renewal is due ttl / 3 after that send, and a grant processed after sentAt + ttl
- * never starts its job (Line.start asks `outlived`; the lease is released, the job requeued).
+ * never starts its job (Line.start asks `outlived`; the lease is released, the job requeued,
+ * and after OUTLIVED_LIMIT such grants in a row it ends with LEASE_LOST).
  */
+
+/**
+ * Grants of one job in a row that came too late to be used (see Leases.outlived): at this many
+ * the job ends with LEASE_LOST instead of asking again (a store that always answers later than
+ * leaseTtl would otherwise grant, and spend rate budget, forever without the job ever running).
+ */
+export const OUTLIVED_LIMIT = 3;
 
 /** A running job as this room sees it (the job room's Context). */
 export interface LeaseHolder {
@@ -73,6 +81,12 @@ export class Leases {
   private releasing = 0;
   /** Leases lost while their job ran (only grows). */
   private lostCount = 0;
+  /**
+   * Grants that came too late, per job that got one (see grantOutlived): kept off the Job
+   * record, which every queued job carries, since this happens only with a store slower than
+   * leaseTtl. Created at the first.
+   */
+  private outlivedGrants: WeakMap<object, number> | null = null;
 
   constructor(
     /** The valve's id: every renew and release names it. */
@@ -105,6 +119,28 @@ export class Leases {
    */
   outlived(sentAt: number): boolean {
     return sentAt + this.ttl <= this.clock.now();
+  }
+
+  /**
+   * A grant for `job`, sent at `sentAt`, came too late to be used (see Line.start): the
+   * LEASE_LOST error the job ends with when that makes OUTLIVED_LIMIT in a row, else null.
+   * (A job's grants in a row: one in time starts it.)
+   */
+  grantOutlived(job: object, sentAt: number): ValveError | null {
+    if (this.outlivedGrants === null) this.outlivedGrants = new WeakMap();
+    const n = (this.outlivedGrants.get(job) ?? 0) + 1;
+    this.outlivedGrants.set(job, n);
+    return n >= OUTLIVED_LIMIT ? this.outlivedError(this.clock.now() - sentAt) : null;
+  }
+
+  /** The error of a job whose last OUTLIVED_LIMIT grants all came too late; `waited`: how long (ms) the last one took. */
+  private outlivedError(waited: number): ValveError {
+    return new ValveError(
+      'LEASE_LOST',
+      `The job was granted a global lease ${OUTLIVED_LIMIT} times in a row, but the store answered later than ` +
+        `leaseTtl (${this.ttl} ms) each time (the last answer took ${Math.round(waited)} ms), so no grant could be used. ` +
+        "Raise leaseTtl to at least ~3x the store's call timeout, or check the store's latency and the event loop.",
+    );
   }
 
   /** A job started with `holder.heldLease`, granted by a call sent at `sentAt`. */

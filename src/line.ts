@@ -239,7 +239,8 @@ export class Line {
    * every later grant of the answer (same send time) are given up: their leases are released,
    * their jobs stay in line and go back to the queue at their place (requeue; with global
    * concurrency no other call is in flight), to be asked for again. Their rate budget stays
-   * spent, as for a job cancelled in flight.
+   * spent, as for a job cancelled in flight. A job given up so OUTLIVED_LIMIT times in a row
+   * ends with LEASE_LOST (left in line: requeue skips it).
    */
   start(count: number, leases: readonly Lease[] | undefined, sentAt: number, now: number): void {
     const line = this.entries;
@@ -248,7 +249,13 @@ export class Line {
       const lease = leases?.[k];
       if (lease !== undefined && this.leases.outlived(sentAt)) {
         const last = Math.min(count, k + this.end - this.head);
-        for (let j = k; j < last; j++) this.leases.releaseLater(leases![j]!.token);
+        for (let j = k; j < last; j++) {
+          this.leases.releaseLater(leases![j]!.token);
+          // A job whose grants keep coming too late ends (the store answers later than leaseTtl).
+          const late = line[this.head + j - k]!;
+          const error = late.state === INFLIGHT ? this.leases.grantOutlived(late, sentAt) : null;
+          if (error !== null) this.jobs.end(late, error);
+        }
         return;
       }
       line[this.head++] = undefined;

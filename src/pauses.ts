@@ -61,6 +61,15 @@ export interface PausesHost {
 
 const REMOTE: PauseCause = { source: 'remote', header: undefined, model: undefined };
 
+/**
+ * How long after resume() succeeded (local clock, ms) a 'pause' wake-up ending no later than the
+ * deleted pause is taken for the stale wake-up of that pause's own write: it was published
+ * before the resume, so it comes within the store's latency. Later, it is a pause of its own.
+ */
+const STALE_WAKEUP_MS = 2000;
+/** The same while the resume call is still in flight: its answer usually shortens it to STALE_WAKEUP_MS. */
+const STALE_WAKEUP_PENDING_MS = 30_000;
+
 export class Pauses {
   /** End of the known shared pause on the local clock (an estimate); 0 after a resume or an answer that reports none. */
   private localUntil = 0;
@@ -87,10 +96,31 @@ export class Pauses {
   /** What applied heldUntil. */
   private heldCause: PauseCause | null = null;
   /**
-   * End (store clock) of the pause the last resume() deleted: a 'pause' wake-up ending no later
-   * was sent before that resume (its own 'resume' wake-up, which follows, resets this).
+   * End (store clock) of the pause the last resume() deleted: a 'pause' wake-up ending no later,
+   * heard before `deletedBy`, was sent before that resume and is dropped. 0: none. Narrow on
+   * purpose (a pause another process writes later may end earlier, and must be heard): reset
+   * by a 'resume' wake-up (the resume's own, which follows), by a failed store.resume (the
+   * pause may still be there), by a new subscription (it cannot carry what was sent before),
+   * and ignored from `deletedBy` on.
    */
   private deletedUntil = 0;
+  /**
+   * Until when (local clock) deletedUntil holds: STALE_WAKEUP_MS after store.resume answered,
+   * or after a pause write sent before it answered; STALE_WAKEUP_PENDING_MS while it is in flight.
+   */
+  private deletedBy = 0;
+  /** The resume() calls: a store answer or a write remembers it, to tell which resume it predates. */
+  private deletions = 0;
+  /** Whether the last resume()'s store call is still in flight. */
+  private deleting = false;
+  /** This valve's pause writes sent before the last resume() and not answered yet. */
+  private staleWrites = 0;
+  /**
+   * The latest end (store clock) of 'pause' wake-ups heard while staleWrites were in flight,
+   * ending after deletedUntil: maybe one of those writes' own (the store decided it later than
+   * this process estimated). Learnt once they answered, unless one of them reports that end.
+   */
+  private deferredUntil = 0;
 
   constructor(
     /** The valve's id: the pause is shared by every valve of this id. */
@@ -161,10 +191,15 @@ export class Pauses {
   /** valve.resume(): forgets the pause at once, then deletes it on the store. */
   resume(): Promise<void> {
     this.resumes++;
+    const deletion = ++this.deletions;
     // The store's own 'pause' wake-up for the pause deleted here may still be on its way.
     const end = this.until;
     const deleted = end > 0 ? end + this.offset : 0;
     this.deletedUntil = Math.max(this.storeUntil, deleted);
+    this.deletedBy = this.clock.now() + STALE_WAKEUP_PENDING_MS;
+    this.deleting = true;
+    this.staleWrites = this.ownWrites;
+    this.deferredUntil = 0;
     this.localUntil = 0;
     this.storeUntil = 0;
     this.cause = null;
@@ -176,18 +211,29 @@ export class Pauses {
     try {
       result = this.store.resume(this.id);
     } catch (err) {
+      this.resumeFailed(deletion);
       return Promise.reject(this.storeFailure(err, 'resume'));
     }
     if (isThenable(result)) {
       return Promise.resolve(result).then(
-        () => this.resumed(),
+        () => this.resumed(deletion),
         (err: unknown) => {
+          this.resumeFailed(deletion);
           throw this.storeFailure(err, 'resume');
         },
       );
     }
-    this.resumed();
+    this.resumed(deletion);
     return Promise.resolve();
+  }
+
+  /**
+   * A new subscription to the store's wake-ups started: it cannot carry a wake-up sent before
+   * the last resume() was done (nor, then, a stale one), so every 'pause' wake-up from now on
+   * is a pause written since, however short.
+   */
+  subscribed(): void {
+    if (!this.deleting && this.staleWrites === 0) this.clearDeleted();
   }
 
   /**
@@ -240,8 +286,15 @@ export class Pauses {
   heard(storeUntil: unknown): void {
     if (typeof storeUntil !== 'number' || !Number.isFinite(storeUntil)) return;
     if (storeUntil - this.offset - this.clock.now() > MAX_DURATION_MS + 86_400_000) return;
-    // Sent before a resume() of this valve: that pause is deleted.
-    if (storeUntil <= this.deletedUntil) return;
+    if (this.deletedActive()) {
+      // Sent before a resume() of this valve (within the store's latency): that pause is deleted.
+      if (storeUntil <= this.deletedUntil) return;
+      // Maybe a write sent before that resume, decided later than estimated: its answer tells.
+      if (this.staleWrites > 0) {
+        if (storeUntil > this.deferredUntil) this.deferredUntil = storeUntil;
+        return;
+      }
+    }
     this.learn(storeUntil, false);
   }
 
@@ -255,8 +308,9 @@ export class Pauses {
     this.cause = null;
     this.heldUntil = 0;
     this.heldCause = null;
-    // Wake-ups are delivered in order: any later 'pause' one is for a pause written after it.
-    this.deletedUntil = 0;
+    // Wake-ups are delivered in order: any later 'pause' one is for a pause written after it
+    // (and one held back for a write's answer was sent before it: deleted).
+    this.clearDeleted();
     this.host.pauseDeleted();
     if (had) this.events.emit('resume', { source: 'remote' });
   }
@@ -329,19 +383,24 @@ export class Pauses {
     if (isThenable(result)) {
       this.ownWrites++;
       const epoch = this.resumes;
+      const deletion = this.deletions;
       const done = Promise.resolve(result).then(
         (until) => {
           this.ownWrites--;
           // A resume() called after this write deleted the pause: report it, do not keep it (nor
-          // its 'pause' wake-up, if no 'resume' wake-up came since: that one is still on its way).
+          // its 'pause' wake-up, if no 'resume' wake-up came since: that one is still on its way,
+          // and ends where this answer says).
           if (this.resumes === epoch) this.confirmed(end);
-          else if (this.deletedUntil > 0 && typeof until === 'number' && until > this.deletedUntil) {
-            this.deletedUntil = until;
+          else if (deletion !== this.deletions && this.deletedActive()) {
+            if (typeof until === 'number' && until > this.deletedUntil) this.deletedUntil = until;
+            if (!this.deleting) this.deletedBy = Math.max(this.deletedBy, this.clock.now() + STALE_WAKEUP_MS);
           }
           this.paused(until, source, detail, this.resumes === epoch);
+          if (deletion !== this.deletions) this.staleWriteDone();
         },
         (err: unknown) => {
           this.ownWrites--;
+          if (deletion !== this.deletions) this.staleWriteDone();
           const error = this.storeFailure(err, 'pause');
           if (confirm) throw error;
         },
@@ -370,8 +429,51 @@ export class Pauses {
     );
   }
 
-  private resumed(): void {
+  private resumed(deletion: number): void {
+    if (deletion === this.deletions) {
+      this.deleting = false;
+      // The stale 'pause' wake-up, if any, comes within the store's latency of this answer.
+      if (this.deletedUntil > 0) this.deletedBy = this.clock.now() + STALE_WAKEUP_MS;
+    }
     this.events.emit('resume', { source: 'manual' });
+  }
+
+  /** store.resume failed: the pause may still be on the store, so its wake-ups are heard again. */
+  private resumeFailed(deletion: number): void {
+    if (deletion !== this.deletions) return;
+    this.deleting = false;
+    this.deletedUntil = 0;
+    this.deletedBy = 0;
+    this.learnDeferred();
+  }
+
+  /** Whether a 'pause' wake-up ending by deletedUntil is still taken for a stale one. */
+  private deletedActive(): boolean {
+    if (this.deletedUntil === 0) return false;
+    if (this.clock.now() < this.deletedBy) return true;
+    this.deletedUntil = 0;
+    return false;
+  }
+
+  private clearDeleted(): void {
+    this.deletedUntil = 0;
+    this.deletedBy = 0;
+    this.deferredUntil = 0;
+  }
+
+  /** A pause write sent before the last resume() answered or failed. */
+  private staleWriteDone(): void {
+    if (this.staleWrites > 0 && --this.staleWrites === 0) this.learnDeferred();
+  }
+
+  /** Learns a 'pause' wake-up held back for the stale writes' answers, unless one of them reported it. */
+  private learnDeferred(): void {
+    const deferred = this.deferredUntil;
+    if (deferred === 0 || this.staleWrites > 0) return;
+    this.deferredUntil = 0;
+    if (this.deletedActive() && deferred <= this.deletedUntil) return;
+    this.learn(deferred, false);
+    this.host.pauseChanged();
   }
 
   /** Reports a failed pause/resume and returns the error its promise rejects with. */

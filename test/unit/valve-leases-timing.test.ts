@@ -260,3 +260,58 @@ describe('the first renewal counts from the acquisition', () => {
     expect(y.value).toBe('done');
   });
 });
+
+describe('grants that keep coming too late', () => {
+  // A store that answers later than leaseTtl used to make the job ask again forever: every
+  // grant outlived, its lease released and the job requeued, spending rate budget, silently.
+
+  function slowStore(ttl = 1000) {
+    const clock = new FakeClock(T0);
+    const store = spyStore(memoryStore({ clock }), clock);
+    store.timing.acquire = { delay: ttl + 100 };
+    const a = createValve({
+      id: 'slow',
+      clock,
+      store,
+      rules: { limit: 10, interval: '1s' },
+      concurrency: { limit: 1, scope: 'global', leaseTtl: ttl },
+    });
+    const lost = vi.fn();
+    a.on('lease-lost', lost);
+    return { clock, store, a, lost };
+  }
+
+  it('after 3 outlived grants in a row the job rejects LEASE_LOST, naming leaseTtl; it never ran', async () => {
+    const { clock, store, a, lost } = slowStore();
+    const ran = vi.fn();
+    const job = track(a.run(ran));
+    await clock.tickAsync(60_000);
+    expect(job.done).toBe(true);
+    expect(job.error).toMatchObject({ code: 'LEASE_LOST' });
+    expect((job.error as Error).message).toMatch(/later than leaseTtl \(1000 ms/);
+    expect((job.error as Error).message).toMatch(/Raise leaseTtl/);
+    expect(ran).not.toHaveBeenCalled();
+    expect(store.acquires.reduce((n, c) => n + (c.granted ?? 0), 0)).toBe(3);
+    expect(released(store).length).toBe(3);
+    // The job never ran: no 'lease-lost' (a running job's lease), counted as rejected.
+    expect(lost).not.toHaveBeenCalled();
+    expect(a.stats()).toMatchObject({ rejected: 1, started: 0, failed: 0 });
+    // Each job counts its own grants: with a store answering in time, the next one runs.
+    store.timing.acquire = null;
+    const next = track(a.run(() => 'ran'));
+    await clock.tickAsync(10);
+    expect(next.value).toBe('ran');
+  });
+
+  it('fewer outlived grants: the job still runs on the next grant that comes in time', async () => {
+    const { clock, store, a, lost } = slowStore();
+    const job = track(a.run(() => 'ran'));
+    await clock.tickAsync(1100); // the first grant came too late: asked again at once
+    await clock.tickAsync(500);
+    store.timing.acquire = { delay: 10 }; // the second comes too late too, the third in time
+    await clock.tickAsync(1000);
+    expect(job.value).toBe('ran');
+    expect(store.acquires.reduce((n, c) => n + (c.granted ?? 0), 0)).toBe(3);
+    expect(lost).not.toHaveBeenCalled();
+  });
+});

@@ -449,3 +449,150 @@ describe("'pause' and 'resume' events", () => {
     expect(resumed).not.toHaveBeenCalled();
   });
 });
+
+describe("the stale 'pause' wake-up of a resumed pause is dropped only briefly", () => {
+  // resume() drops the store's own 'pause' wake-up of the pause it deleted (still on its way).
+  // That used to last until the resume's own 'resume' wake-up, which never comes when the valve
+  // was idle, when store.resume failed or when the message was lost: every later pause of
+  // another process ending before the old one was then ignored.
+
+  /** A valve waiting for its rule (subscribed, no store call for an hour) and another valve of its id on `other`. */
+  async function subscribedPair(store: Store, other: Store, clock: FakeClock) {
+    const a = createValve({ id: 'du', clock, store, rules: { limit: 1, interval: '1h' } });
+    const b = createValve({ id: 'du', clock, store: other });
+    const events: string[] = [];
+    a.on('pause', (e) => events.push(`pause ${e.source}`));
+    a.on('resume', (e) => events.push(`resume ${e.source}`));
+    await a.run(() => 1); // spends the budget
+    const queued = track(a.run(() => 2)); // waits for the rule: subscribed
+    await flushMicrotasks();
+    return { a, b, events, queued };
+  }
+
+  it('a valve that resumed while idle hears a shorter pause of another valve once it runs a job', async () => {
+    const clock = new FakeClock();
+    const store = memoryStore({ clock });
+    const a = createValve({ id: 'idle', clock, store });
+    const b = createValve({ id: 'idle', clock, store });
+    const events: string[] = [];
+    a.on('pause', (e) => events.push(`pause ${e.source}`));
+    a.on('resume', (e) => events.push(`resume ${e.source}`));
+    await a.pause(3_600_000); // idle: not subscribed, its own 'resume' wake-up is never heard
+    await a.resume();
+    await clock.tickAsync(1000);
+    events.length = 0;
+    let finish = () => {};
+    const job = track(a.run(() => new Promise<void>((r) => (finish = r)))); // subscribes
+    await clock.tickAsync(10);
+    await b.pause(600_000);
+    await flushMicrotasks();
+    expect(events).toEqual(['pause remote']);
+    expect(a.stats().pausedUntil).toBe(clock.now() + 600_000);
+    finish();
+    await flushMicrotasks();
+    expect(job.done).toBe(true);
+  });
+
+  it("its own 'resume' wake-up lost: a shorter pause of another valve is heard a few seconds later", async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const store: Store = {
+      acquire: (r) => inner.acquire(r),
+      pause: (id, ms, by) => inner.pause(id, ms, by),
+      resume: (id) => inner.resume(id),
+      renew: (id, t, ttl) => inner.renew(id, t, ttl),
+      release: (id, t) => inner.release(id, t),
+      // Pub/sub delivers at most once: every 'resume' wake-up is lost.
+      subscribe: (id, onWake) => inner.subscribe!(id, (e: WakeEvent) => e.type !== 'resume' && onWake(e)),
+    };
+    const { a, b, events, queued } = await subscribedPair(store, inner, clock);
+    await a.pause(3_600_000);
+    await a.resume();
+    await flushMicrotasks();
+    expect(events).toEqual(['pause manual', 'resume manual']);
+    await clock.tickAsync(3000);
+    await b.pause(600_000);
+    await flushMicrotasks();
+    expect(events).toEqual(['pause manual', 'resume manual', 'pause remote']);
+    expect(a.stats().pausedUntil).toBe(clock.now() + 600_000);
+    await a.close();
+    expect(queued.done).toBe(true);
+  });
+
+  it("the deleted pause's own wake-up, delivered 1.5 s late, is still dropped", async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const store: Store = {
+      acquire: (r) => inner.acquire(r),
+      pause: (id, ms, by) => inner.pause(id, ms, by),
+      resume: (id) => inner.resume(id),
+      renew: (id, t, ttl) => inner.renew(id, t, ttl),
+      release: (id, t) => inner.release(id, t),
+      // A slow subscriber connection, and the 'resume' wake-up lost.
+      subscribe: (id, onWake) =>
+        inner.subscribe!(id, (e: WakeEvent) => {
+          if (e.type !== 'resume') clock.setTimeout(() => onWake(e), 1500);
+        }),
+    };
+    const { a, events, queued } = await subscribedPair(store, inner, clock);
+    await a.pause(3_600_000);
+    await a.resume();
+    await clock.tickAsync(1600);
+    expect(events).toEqual(['pause manual', 'resume manual']);
+    expect(a.stats().pausedUntil).toBeNull();
+    await a.close();
+    expect(queued.done).toBe(true);
+  });
+
+  it('store.resume failed: the pause still on the store is heard again through its wake-ups', async () => {
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const store: Store = {
+      acquire: (r) => inner.acquire(r),
+      pause: (id, ms, by) => inner.pause(id, ms, by),
+      resume: () => Promise.reject(new Error('down')),
+      renew: (id, t, ttl) => inner.renew(id, t, ttl),
+      release: (id, t) => inner.release(id, t),
+      subscribe: (id, onWake) => inner.subscribe!(id, onWake),
+    };
+    const { a, b, events, queued } = await subscribedPair(store, inner, clock);
+    a.on('store-error', () => {});
+    const end = clock.now() + 3_600_000;
+    await a.pause(3_600_000);
+    await expect(a.resume()).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' });
+    expect(a.stats().pausedUntil).toBeNull();
+    await clock.tickAsync(10);
+    // Another valve pauses for less: the store keeps (and announces) the hour still there.
+    await b.pause(600_000);
+    await flushMicrotasks();
+    expect(events).toEqual(['pause manual', 'pause remote']);
+    expect(a.stats().pausedUntil).toBe(end);
+    await a.close();
+    expect(queued.done).toBe(true);
+  });
+
+  it('pause() then resume() in one tick on a store that decides them after the call: no stray remote events', async () => {
+    // The store decided the pause 5 ms after the call, so its 'pause' wake-up ended 5 ms after
+    // the deleted pause as estimated here: taken for another valve's, then its own 'resume'
+    // wake-up emitted a stray 'resume' { source: 'remote' }.
+    const clock = new FakeClock();
+    const store = spyStore(memoryStore({ clock }), clock);
+    store.timing.pause = { delay: 10, decideAt: 5 };
+    store.timing.resume = { delay: 10, decideAt: 6 };
+    const valve = createValve({ id: 'late', clock, store, rules: { limit: 1, interval: '1h' } });
+    const events: string[] = [];
+    valve.on('pause', (e) => events.push(`pause ${e.source}`));
+    valve.on('resume', (e) => events.push(`resume ${e.source}`));
+    await valve.run(() => 1);
+    const queued = track(valve.run(() => 2));
+    await flushMicrotasks();
+    const both = Promise.all([valve.pause(60_000), valve.resume()]);
+    await clock.tickAsync(20);
+    await both;
+    await flushMicrotasks();
+    expect(events).toEqual(['pause manual', 'resume manual']);
+    expect(valve.stats().pausedUntil).toBeNull();
+    await valve.close();
+    expect(queued.done).toBe(true);
+  });
+});
