@@ -168,6 +168,17 @@ export class Admission {
     this.pace.unblock(reason);
   }
 
+  /**
+   * A wake-up this valve could not trust (see Pauses.heard): with jobs queued, the next store
+   * call goes out now, whatever the waits say (a rate refusal's included); its answer tells.
+   */
+  askStore(): void {
+    if (this.waiting.count === 0) return;
+    this.recheckStore();
+    this.pace.unblock('rate');
+    this.schedulePump();
+  }
+
   /** Wake-ups may have been missed: the next store call goes out whatever the cached pause or a wait for a wake-up says. */
   private recheckStore(): void {
     this.recheck = true;
@@ -381,7 +392,10 @@ export class Admission {
     // During a rule change's transition a refusal on rate may be the old rules' (a cost above
     // an old rule's burst is charged a wait past the transition): never wait past its end,
     // when the next call goes with the new rules alone.
-    if (granted < n && r.blocked === 'rate') this.pace.capRate(this.ruleSet.transitionEnd);
+    // Only for such a job: a wait the new rules set is followed as the store told it.
+    if (granted < n && r.blocked === 'rate' && this.ruleSet.oldRulesCannotAdmit(call.costs[granted]!)) {
+      this.pace.capRate(this.ruleSet.transitionEnd);
+    }
     // The answer ended a rule change: a refusal on rate may be the old rules' alone.
     if (this.ruleSet.ended && granted < n && r.blocked === 'rate') this.pace.unblock('rate');
     if (turnAt > 0) this.pace.keepTurn(turnAt, turnAsk);

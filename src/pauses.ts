@@ -57,6 +57,12 @@ export interface PausesHost {
   pauseChanged(): void;
   /** The pause was deleted: a wait on a 'pause' refusal ends at once. */
   pauseDeleted(): void;
+  /**
+   * A 'pause' wake-up was taken for the stale one of a pause this valve deleted, though another
+   * valve may have written it: the next store call goes out now, whatever the waits say, and
+   * its answer tells.
+   */
+  askStore(): void;
 }
 
 const REMOTE: PauseCause = { source: 'remote', header: undefined, model: undefined };
@@ -287,8 +293,12 @@ export class Pauses {
     if (typeof storeUntil !== 'number' || !Number.isFinite(storeUntil)) return;
     if (storeUntil - this.offset - this.clock.now() > MAX_DURATION_MS + 86_400_000) return;
     if (this.deletedActive()) {
-      // Sent before a resume() of this valve (within the store's latency): that pause is deleted.
-      if (storeUntil <= this.deletedUntil) return;
+      // Sent before a resume() of this valve (within the store's latency): that pause is
+      // deleted. Or another valve's shorter pause, written since: the store is asked.
+      if (storeUntil <= this.deletedUntil) {
+        this.host.askStore();
+        return;
+      }
       // Maybe a write sent before that resume, decided later than estimated: its answer tells.
       if (this.staleWrites > 0) {
         if (storeUntil > this.deferredUntil) this.deferredUntil = storeUntil;

@@ -53,6 +53,8 @@ export class RuleSet {
   private previousEnd = Number.POSITIVE_INFINITY;
   /** The longest interval of the old rules, ms. */
   private previousSpan = 0;
+  /** The largest cost every old rule can admit (the smallest maxCost among them). */
+  private previousMaxCost = Number.POSITIVE_INFINITY;
   /** The last answer ended a change: its call still carried the old rules (see `ended`). */
   private endedNow = false;
   /** 'rule-mismatch' was emitted for the current rules. */
@@ -86,7 +88,11 @@ export class RuleSet {
     this.record = recordOf(rules);
     this.previous = previous;
     this.previousSpan = 0;
-    for (const rule of previous) this.previousSpan = Math.max(this.previousSpan, rule.intervalUs / 1000);
+    this.previousMaxCost = Number.POSITIVE_INFINITY;
+    for (const rule of previous) {
+      this.previousSpan = Math.max(this.previousSpan, rule.intervalUs / 1000);
+      this.previousMaxCost = Math.min(this.previousMaxCost, rule.maxCost);
+    }
     this.convert = true;
     this.converting = undefined;
     this.previousUntil = Number.NaN;
@@ -146,6 +152,15 @@ export class RuleSet {
    */
   get transitionEnd(): number {
     return this.previous === undefined ? Number.POSITIVE_INFINITY : this.previousEnd;
+  }
+
+  /**
+   * Whether a job of `cost` is one some old rule of the change in progress can never admit: its
+   * rate refusal may be that rule's alone (charged a wait past the transition), not the new
+   * rules'.
+   */
+  oldRulesCannotAdmit(cost: number): boolean {
+    return this.previous !== undefined && cost > this.previousMaxCost;
   }
 
   /**

@@ -139,6 +139,7 @@ class ValveImpl implements Valve {
     this.pauses = new Pauses(o.id, store, o.clock, events, {
       storeError,
       pauseChanged: () => this.admission.schedulePump(),
+      askStore: () => this.admission.askStore(),
       pauseDeleted: () => {
         this.admission.unblock('pause');
         if (pauseWaiters.size > 0) {

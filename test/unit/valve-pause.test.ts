@@ -450,6 +450,41 @@ describe("'pause' and 'resume' events", () => {
   });
 });
 
+describe("a pause another valve writes in the seconds after resume(), its 'resume' wake-up lost", () => {
+  it('is learnt from the store at once by a valve with a job queued (the wake-up is not trusted either way)', async () => {
+    // It was dropped as this valve's own stale wake-up: a valve waiting on a 1 h rule never
+    // knew of the 10-minute pause (pausedUntil null at every minute).
+    const clock = new FakeClock();
+    const inner = memoryStore({ clock });
+    const store: Store = {
+      acquire: (r) => inner.acquire(r),
+      pause: (id, ms, by) => inner.pause(id, ms, by),
+      resume: (id) => inner.resume(id),
+      renew: (id, t, ttl) => inner.renew(id, t, ttl),
+      release: (id, t) => inner.release(id, t),
+      // Pub/sub delivers at most once: every 'resume' wake-up is lost.
+      subscribe: (id, onWake) => inner.subscribe!(id, (e) => e.type !== 'resume' && onWake(e)),
+    };
+    const a = createValve({ id: 'heard', clock, store, rules: { limit: 1, interval: '1h' } });
+    const b = createValve({ id: 'heard', clock, store });
+    const events: string[] = [];
+    a.on('pause', (e) => events.push(`pause ${e.source}`));
+    await a.run(() => 1);
+    const queued = track(a.run(() => 2)); // waits an hour for the rule
+    await flushMicrotasks();
+    await a.pause(3_600_000);
+    await a.resume();
+    await clock.tickAsync(1000);
+    events.length = 0;
+    await b.pause(600_000); // another process, 1 s after the resume, shorter than the deleted pause
+    await clock.tickAsync(10);
+    expect(events).toEqual(['pause remote']);
+    expect(a.stats().pausedUntil).toBeGreaterThan(clock.now() + 590_000);
+    await a.close();
+    expect(queued.done).toBe(true);
+  });
+});
+
 describe("the stale 'pause' wake-up of a resumed pause is dropped only briefly", () => {
   // resume() drops the store's own 'pause' wake-up of the pause it deleted (still on its way).
   // That used to last until the resume's own 'resume' wake-up, which never comes when the valve

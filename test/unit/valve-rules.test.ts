@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../src/stores/memory.js';
 import type { AcquireRequest, Store } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
+import { spyStore } from '../helpers/spy-store.js';
 import { FakeClock, flushMicrotasks, setup, track } from './harness.js';
 
 /** Lets fake time pass (100 ms steps) until `promise` settles; returns its outcome. */
@@ -343,6 +344,29 @@ describe("setRules(): a job an old rule can never admit waits for the transition
       await valve.close({ drain: false }).catch(() => {});
     });
   }
+});
+
+describe('setRules(): a wait the new rules set is followed', () => {
+  it("a refusal by the stricter new rules is not cut at the transition's end", async () => {
+    // It was: the valve asked again at the old interval's end (10 s) and was refused once more.
+    const clock = new FakeClock(1_700_000_000_000);
+    const store = spyStore(memoryStore({ clock }), clock);
+    const valve = createValve({ id: 'follow', clock, store, rules: { limit: 1, interval: '10s' } });
+    await valve.run(() => 1);
+    valve.setRules({ limit: 1, interval: '1h' });
+    const job = track(valve.run(() => 2));
+    await clock.tickAsync(1);
+    const first = store.acquires.at(-1)!;
+    expect(first.blocked).toBe('rate');
+    // The old spend counts in the new rule (converted): 2 h.
+    expect(first.retryAfter).toBe(7_200_000);
+    const calls = store.acquires.length;
+    await clock.tickAsync(60_000);
+    expect(store.acquires.length).toBe(calls);
+    await clock.tickAsync(first.retryAfter);
+    expect(job).toMatchObject({ done: true, value: 2 });
+    await valve.close();
+  });
 });
 
 describe("'rule-mismatch'", () => {
