@@ -363,7 +363,7 @@ describe('setRules(): a wait the new rules set is followed', () => {
     const calls = store.acquires.length;
     await clock.tickAsync(60_000);
     expect(store.acquires.length).toBe(calls);
-    await clock.tickAsync(first.retryAfter);
+    await clock.tickAsync(first.retryAfter!);
     expect(job).toMatchObject({ done: true, value: 2 });
     await valve.close();
   });
