@@ -4,12 +4,12 @@
  * rule changes answered exactly as the memory store answers (a conversion meeting a pause, a
  * cut of a rule longer than a day, a job no old rule can ever admit).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createValve, createValveGroup } from '../../src/index.js';
 import { normalizeRule, type Rule } from '../../src/rules/rule.js';
 import { memoryStore } from '../../src/stores/memory.js';
 import { redisStore } from '../../src/stores/redis/index.js';
-import type { AcquireResult } from '../../src/stores/store.js';
+import type { AcquireResult, Store } from '../../src/stores/store.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { type Connected, connectClient } from '../helpers/redis-clients.js';
 import { runChange, type Step, stricterViolations } from '../helpers/rule-change.js';
@@ -282,7 +282,20 @@ describe('rule changes on Redis, answered as the memory store answers', () => {
 
   it('a valve over Redis starts such a job when the transition ends, without store errors', async () => {
     const clock = new FakeClock(T0);
-    const store = redisStore({ client: c.client, prefix: uniquePrefix('over'), unsafeTestClock: clock });
+    const inner = redisStore({ client: c.client, prefix: uniquePrefix('over'), unsafeTestClock: clock });
+    // The fake clock moves only while no acquisition travels: a loaded machine cannot make an
+    // answer land hours (of fake time) after its call.
+    let inFlight = 0;
+    const store: Store = {
+      acquire: (request) => {
+        inFlight++;
+        return Promise.resolve(inner.acquire(request)).finally(() => inFlight--);
+      },
+      pause: (id, ms, by) => inner.pause(id, ms, by),
+      resume: (id) => inner.resume(id),
+      renew: (id, tokens, ttl) => inner.renew(id, tokens, ttl),
+      release: (id, tokens) => inner.release(id, tokens),
+    };
     const valve = createValve({ id: 'v', store, clock, rules: { limit: 1, interval: '1d' } });
     const errors: unknown[] = [];
     valve.on('store-error', (e: unknown) => errors.push(e));
@@ -290,9 +303,10 @@ describe('rule changes on Redis, answered as the memory store answers', () => {
     let startedAt = Number.NaN;
     valve.run(() => (startedAt = clock.now()), { cost: 2e8 }).catch(() => {});
     for (let i = 0; i < 30; i++) {
+      await vi.waitFor(() => expect(inFlight).toBe(0), { timeout: 10_000, interval: 1 });
       await clock.tickAsync(3_600_000);
-      await new Promise((r) => setTimeout(r, 1));
     }
+    await vi.waitFor(() => expect(inFlight).toBe(0), { timeout: 10_000, interval: 1 });
     expect(errors).toEqual([]);
     expect(startedAt - T0).toBeGreaterThanOrEqual(86_400_000);
     expect(startedAt - T0).toBeLessThanOrEqual(86_400_000 + 3_600_000);
