@@ -234,3 +234,16 @@ export function spyMemoryStore(clock: FakeClock, options?: SpyStoreOptions): Spy
 export function count(spy: SpyStore, op: StoreOp): number {
   return spy.calls.filter((c) => c.op === op).length;
 }
+
+/** A store that is `inner` with some of its methods replaced (the rest delegate to it). */
+export function storeWith(inner: Store, replace: Partial<Store>): Store {
+  return {
+    acquire: (r) => inner.acquire(r),
+    pause: (id, ms, by) => inner.pause(id, ms, by),
+    resume: (id) => inner.resume(id),
+    renew: (id, t, ttl) => inner.renew(id, t, ttl),
+    release: (id, t) => inner.release(id, t),
+    subscribe: (id, onWake, onStatus) => inner.subscribe!(id, onWake, onStatus),
+    ...replace,
+  };
+}

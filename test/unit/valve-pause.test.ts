@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../src/stores/memory.js';
 import type { Store, WakeEvent, WakeStatus } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
-import { count, spyStore } from '../helpers/spy-store.js';
+import { count, spyStore, storeWith } from '../helpers/spy-store.js';
 import { FakeClock, flushMicrotasks, setup, track } from './harness.js';
 
 describe('pause() and resume()', () => {
@@ -432,13 +432,7 @@ describe("'pause' and 'resume' events", () => {
   it("a pause that ended on the store's clock is not reported as resumed", async () => {
     const clock = new FakeClock();
     const inner = memoryStore({ clock });
-    const store: Store = {
-      acquire: (r) => inner.acquire(r),
-      pause: (id, ms, by) => inner.pause(id, ms, by),
-      resume: (id) => inner.resume(id),
-      renew: (id, t, ttl) => inner.renew(id, t, ttl),
-      release: (id, t) => inner.release(id, t),
-    };
+    const store = storeWith(inner, {});
     const valve = createValve({ id: 'ended', clock, store });
     const resumed = vi.fn();
     valve.on('resume', resumed);
@@ -456,15 +450,10 @@ describe("a pause another valve writes in the seconds after resume(), its 'resum
     // knew of the 10-minute pause (pausedUntil null at every minute).
     const clock = new FakeClock();
     const inner = memoryStore({ clock });
-    const store: Store = {
-      acquire: (r) => inner.acquire(r),
-      pause: (id, ms, by) => inner.pause(id, ms, by),
-      resume: (id) => inner.resume(id),
-      renew: (id, t, ttl) => inner.renew(id, t, ttl),
-      release: (id, t) => inner.release(id, t),
+    const store = storeWith(inner, {
       // Pub/sub delivers at most once: every 'resume' wake-up is lost.
       subscribe: (id, onWake) => inner.subscribe!(id, (e) => e.type !== 'resume' && onWake(e)),
-    };
+    });
     const a = createValve({ id: 'heard', clock, store, rules: { limit: 1, interval: '1h' } });
     const b = createValve({ id: 'heard', clock, store });
     const events: string[] = [];
@@ -531,15 +520,10 @@ describe("the stale 'pause' wake-up of a resumed pause is dropped only briefly",
   it("its own 'resume' wake-up lost: a shorter pause of another valve is heard a few seconds later", async () => {
     const clock = new FakeClock();
     const inner = memoryStore({ clock });
-    const store: Store = {
-      acquire: (r) => inner.acquire(r),
-      pause: (id, ms, by) => inner.pause(id, ms, by),
-      resume: (id) => inner.resume(id),
-      renew: (id, t, ttl) => inner.renew(id, t, ttl),
-      release: (id, t) => inner.release(id, t),
+    const store = storeWith(inner, {
       // Pub/sub delivers at most once: every 'resume' wake-up is lost.
       subscribe: (id, onWake) => inner.subscribe!(id, (e: WakeEvent) => e.type !== 'resume' && onWake(e)),
-    };
+    });
     const { a, b, events, queued } = await subscribedPair(store, inner, clock);
     await a.pause(3_600_000);
     await a.resume();
@@ -557,18 +541,13 @@ describe("the stale 'pause' wake-up of a resumed pause is dropped only briefly",
   it("the deleted pause's own wake-up, delivered 1.5 s late, is still dropped", async () => {
     const clock = new FakeClock();
     const inner = memoryStore({ clock });
-    const store: Store = {
-      acquire: (r) => inner.acquire(r),
-      pause: (id, ms, by) => inner.pause(id, ms, by),
-      resume: (id) => inner.resume(id),
-      renew: (id, t, ttl) => inner.renew(id, t, ttl),
-      release: (id, t) => inner.release(id, t),
+    const store = storeWith(inner, {
       // A slow subscriber connection, and the 'resume' wake-up lost.
       subscribe: (id, onWake) =>
         inner.subscribe!(id, (e: WakeEvent) => {
           if (e.type !== 'resume') clock.setTimeout(() => onWake(e), 1500);
         }),
-    };
+    });
     const { a, events, queued } = await subscribedPair(store, inner, clock);
     await a.pause(3_600_000);
     await a.resume();
@@ -582,14 +561,9 @@ describe("the stale 'pause' wake-up of a resumed pause is dropped only briefly",
   it('store.resume failed: the pause still on the store is heard again through its wake-ups', async () => {
     const clock = new FakeClock();
     const inner = memoryStore({ clock });
-    const store: Store = {
-      acquire: (r) => inner.acquire(r),
-      pause: (id, ms, by) => inner.pause(id, ms, by),
+    const store = storeWith(inner, {
       resume: () => Promise.reject(new Error('down')),
-      renew: (id, t, ttl) => inner.renew(id, t, ttl),
-      release: (id, t) => inner.release(id, t),
-      subscribe: (id, onWake) => inner.subscribe!(id, onWake),
-    };
+    });
     const { a, b, events, queued } = await subscribedPair(store, inner, clock);
     a.on('store-error', () => {});
     const end = clock.now() + 3_600_000;

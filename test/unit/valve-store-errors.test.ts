@@ -4,7 +4,7 @@ import { createValveGroup } from '../../src/group.js';
 import { memoryStore } from '../../src/stores/memory.js';
 import type { Store } from '../../src/stores/store.js';
 import { createValve } from '../../src/valve.js';
-import { count, spyMemoryStore } from '../helpers/spy-store.js';
+import { count, spyMemoryStore, storeWith } from '../helpers/spy-store.js';
 import { FakeClock, flushMicrotasks, setup, track } from './harness.js';
 
 const down = new Error('store down');
@@ -156,22 +156,18 @@ describe("onStoreError 'open' and a known pause", () => {
     const inner = memoryStore({ clock });
     let failing = false;
     let calls = 0;
-    const store: Store = {
+    const store = storeWith(inner, {
       acquire: (r) => {
         calls++;
         if (failing) throw down;
         return inner.acquire(r);
       },
-      pause: (id, ms, by) => inner.pause(id, ms, by),
-      resume: (id) => inner.resume(id),
-      renew: (id, t, ttl) => inner.renew(id, t, ttl),
-      release: (id, t) => inner.release(id, t),
       // Held but never confirmed (a subscriber that lost its connection): the valve polls.
       subscribe: (_id, _onWake, onStatus) => {
         queueMicrotask(() => onStatus?.({ listening: false }));
         return () => {};
       },
-    };
+    });
     const valve = createValve({ id: 'o', clock, store, onStoreError: 'open' });
     valve.on('store-error', () => {});
     await createValve({ id: 'o', clock, store: inner }).pause(120_000);
