@@ -10,6 +10,7 @@ import type {
   StoreOperation,
 } from './events.js';
 import { isThenable } from './maybe-promise.js';
+import { ResumeEcho } from './resume-echo.js';
 import { MAX_DURATION_MS } from './stores/checks.js';
 import type { AcquireResult, Store } from './stores/store.js';
 
@@ -67,15 +68,6 @@ export interface PausesHost {
 
 const REMOTE: PauseCause = { source: 'remote', header: undefined, model: undefined };
 
-/**
- * How long after resume() succeeded (local clock, ms) a 'pause' wake-up ending no later than the
- * deleted pause is taken for the stale wake-up of that pause's own write: it was published
- * before the resume, so it comes within the store's latency. Later, it is a pause of its own.
- */
-const STALE_WAKEUP_MS = 2000;
-/** The same while the resume call is still in flight: its answer usually shortens it to STALE_WAKEUP_MS. */
-const STALE_WAKEUP_PENDING_MS = 30_000;
-
 export class Pauses {
   /** End of the known shared pause on the local clock (an estimate); 0 after a resume or an answer that reports none. */
   private localUntil = 0;
@@ -101,32 +93,8 @@ export class Pauses {
   private heldUntil = 0;
   /** What applied heldUntil. */
   private heldCause: PauseCause | null = null;
-  /**
-   * End (store clock) of the pause the last resume() deleted: a 'pause' wake-up ending no later,
-   * heard before `deletedBy`, was sent before that resume and is dropped. 0: none. Narrow on
-   * purpose (a pause another process writes later may end earlier, and must be heard): reset
-   * by a 'resume' wake-up (the resume's own, which follows), by a failed store.resume (the
-   * pause may still be there), by a new subscription (it cannot carry what was sent before),
-   * and ignored from `deletedBy` on.
-   */
-  private deletedUntil = 0;
-  /**
-   * Until when (local clock) deletedUntil holds: STALE_WAKEUP_MS after store.resume answered,
-   * or after a pause write sent before it answered; STALE_WAKEUP_PENDING_MS while it is in flight.
-   */
-  private deletedBy = 0;
-  /** The resume() calls: a store answer or a write remembers it, to tell which resume it predates. */
-  private deletions = 0;
-  /** Whether the last resume()'s store call is still in flight. */
-  private deleting = false;
-  /** This valve's pause writes sent before the last resume() and not answered yet. */
-  private staleWrites = 0;
-  /**
-   * The latest end (store clock) of 'pause' wake-ups heard while staleWrites were in flight,
-   * ending after deletedUntil: maybe one of those writes' own (the store decided it later than
-   * this process estimated). Learnt once they answered, unless one of them reports that end.
-   */
-  private deferredUntil = 0;
+  /** Which 'pause' wake-ups after a resume() may be the deleted pause's echo (resume-echo.ts). */
+  private readonly echo = new ResumeEcho();
 
   constructor(
     /** The valve's id: the pause is shared by every valve of this id. */
@@ -197,15 +165,10 @@ export class Pauses {
   /** valve.resume(): forgets the pause at once, then deletes it on the store. */
   resume(): Promise<void> {
     this.resumes++;
-    const deletion = ++this.deletions;
     // The store's own 'pause' wake-up for the pause deleted here may still be on its way.
     const end = this.until;
-    const deleted = end > 0 ? end + this.offset : 0;
-    this.deletedUntil = Math.max(this.storeUntil, deleted);
-    this.deletedBy = this.clock.now() + STALE_WAKEUP_PENDING_MS;
-    this.deleting = true;
-    this.staleWrites = this.ownWrites;
-    this.deferredUntil = 0;
+    const deleted = Math.max(this.storeUntil, end > 0 ? end + this.offset : 0);
+    const deletion = this.echo.deleted(deleted, this.ownWrites, this.clock.now());
     this.localUntil = 0;
     this.storeUntil = 0;
     this.cause = null;
@@ -239,7 +202,7 @@ export class Pauses {
    * is a pause written since, however short.
    */
   subscribed(): void {
-    if (!this.deleting && this.staleWrites === 0) this.clearDeleted();
+    this.echo.subscribed();
   }
 
   /**
@@ -292,20 +255,11 @@ export class Pauses {
   heard(storeUntil: unknown): void {
     if (typeof storeUntil !== 'number' || !Number.isFinite(storeUntil)) return;
     if (storeUntil - this.offset - this.clock.now() > MAX_DURATION_MS + 86_400_000) return;
-    if (this.deletedActive()) {
-      // Sent before a resume() of this valve (within the store's latency): that pause is
-      // deleted. Or another valve's shorter pause, written since: the store is asked.
-      if (storeUntil <= this.deletedUntil) {
-        this.host.askStore();
-        return;
-      }
-      // Maybe a write sent before that resume, decided later than estimated: its answer tells.
-      if (this.staleWrites > 0) {
-        if (storeUntil > this.deferredUntil) this.deferredUntil = storeUntil;
-        return;
-      }
-    }
-    this.learn(storeUntil, false);
+    const verdict = this.echo.verdict(storeUntil, this.clock.now());
+    // The echo of a pause this valve deleted, or another valve's shorter pause written since:
+    // not trusted either way, the store is asked.
+    if (verdict === 'echo' && this.echo.echoed()) this.host.askStore();
+    if (verdict === 'heard') this.learn(storeUntil, false);
   }
 
   /** A 'resume' wake-up: another valve deleted the pause. */
@@ -320,7 +274,7 @@ export class Pauses {
     this.heldCause = null;
     // Wake-ups are delivered in order: any later 'pause' one is for a pause written after it
     // (and one held back for a write's answer was sent before it: deleted).
-    this.clearDeleted();
+    this.echo.clear();
     this.host.pauseDeleted();
     if (had) this.events.emit('resume', { source: 'remote' });
   }
@@ -393,24 +347,21 @@ export class Pauses {
     if (isThenable(result)) {
       this.ownWrites++;
       const epoch = this.resumes;
-      const deletion = this.deletions;
+      const deletion = this.echo.deletion;
       const done = Promise.resolve(result).then(
         (until) => {
           this.ownWrites--;
-          // A resume() called after this write deleted the pause: report it, do not keep it (nor
-          // its 'pause' wake-up, if no 'resume' wake-up came since: that one is still on its way,
-          // and ends where this answer says).
           if (this.resumes === epoch) this.confirmed(end);
-          else if (deletion !== this.deletions && this.deletedActive()) {
-            if (typeof until === 'number' && until > this.deletedUntil) this.deletedUntil = until;
-            if (!this.deleting) this.deletedBy = Math.max(this.deletedBy, this.clock.now() + STALE_WAKEUP_MS);
-          }
+          // A resume() called after this write deleted the pause: report it, do not keep it (nor
+          // its 'pause' wake-up, still on its way if no 'resume' wake-up came since: the echo
+          // ends where this answer says).
+          const deferred = this.echo.writeSettled(deletion, until, this.clock.now());
           this.paused(until, source, detail, this.resumes === epoch);
-          if (deletion !== this.deletions) this.staleWriteDone();
+          this.learnDeferred(deferred);
         },
         (err: unknown) => {
           this.ownWrites--;
-          if (deletion !== this.deletions) this.staleWriteDone();
+          this.learnDeferred(this.echo.writeSettled(deletion, undefined, this.clock.now()));
           const error = this.storeFailure(err, 'pause');
           if (confirm) throw error;
         },
@@ -440,48 +391,19 @@ export class Pauses {
   }
 
   private resumed(deletion: number): void {
-    if (deletion === this.deletions) {
-      this.deleting = false;
-      // The stale 'pause' wake-up, if any, comes within the store's latency of this answer.
-      if (this.deletedUntil > 0) this.deletedBy = this.clock.now() + STALE_WAKEUP_MS;
-    }
+    // The echo, if any, comes within the store's latency of this answer.
+    if (this.echo.resumed(deletion, this.clock.now())) this.host.askStore();
     this.events.emit('resume', { source: 'manual' });
   }
 
   /** store.resume failed: the pause may still be on the store, so its wake-ups are heard again. */
   private resumeFailed(deletion: number): void {
-    if (deletion !== this.deletions) return;
-    this.deleting = false;
-    this.deletedUntil = 0;
-    this.deletedBy = 0;
-    this.learnDeferred();
+    this.learnDeferred(this.echo.resumeFailed(deletion, this.clock.now()));
   }
 
-  /** Whether a 'pause' wake-up ending by deletedUntil is still taken for a stale one. */
-  private deletedActive(): boolean {
-    if (this.deletedUntil === 0) return false;
-    if (this.clock.now() < this.deletedBy) return true;
-    this.deletedUntil = 0;
-    return false;
-  }
-
-  private clearDeleted(): void {
-    this.deletedUntil = 0;
-    this.deletedBy = 0;
-    this.deferredUntil = 0;
-  }
-
-  /** A pause write sent before the last resume() answered or failed. */
-  private staleWriteDone(): void {
-    if (this.staleWrites > 0 && --this.staleWrites === 0) this.learnDeferred();
-  }
-
-  /** Learns a 'pause' wake-up held back for the stale writes' answers, unless one of them reported it. */
-  private learnDeferred(): void {
-    const deferred = this.deferredUntil;
-    if (deferred === 0 || this.staleWrites > 0) return;
-    this.deferredUntil = 0;
-    if (this.deletedActive() && deferred <= this.deletedUntil) return;
+  /** Learns a 'pause' wake-up the echo room held back for the stale writes' answers (0: none). */
+  private learnDeferred(deferred: number): void {
+    if (deferred === 0) return;
     this.learn(deferred, false);
     this.host.pauseChanged();
   }

@@ -580,28 +580,31 @@ describe("the stale 'pause' wake-up of a resumed pause is dropped only briefly",
     expect(queued.done).toBe(true);
   });
 
-  it('pause() then resume() in one tick on a store that decides them after the call: no stray remote events', async () => {
-    // The store decided the pause 5 ms after the call, so its 'pause' wake-up ended 5 ms after
-    // the deleted pause as estimated here: taken for another valve's, then its own 'resume'
-    // wake-up emitted a stray 'resume' { source: 'remote' }.
-    const clock = new FakeClock();
-    const store = spyStore(memoryStore({ clock }), clock);
-    store.timing.pause = { delay: 10, decideAt: 5 };
-    store.timing.resume = { delay: 10, decideAt: 6 };
-    const valve = createValve({ id: 'late', clock, store, rules: { limit: 1, interval: '1h' } });
-    const events: string[] = [];
-    valve.on('pause', (e) => events.push(`pause ${e.source}`));
-    valve.on('resume', (e) => events.push(`resume ${e.source}`));
-    await valve.run(() => 1);
-    const queued = track(valve.run(() => 2));
-    await flushMicrotasks();
-    const both = Promise.all([valve.pause(60_000), valve.resume()]);
-    await clock.tickAsync(20);
-    await both;
-    await flushMicrotasks();
-    expect(events).toEqual(['pause manual', 'resume manual']);
-    expect(valve.stats().pausedUntil).toBeNull();
-    await valve.close();
-    expect(queued.done).toBe(true);
-  });
+  for (const decideAt of [0, 5]) {
+    it(`pause() then resume() in one tick on a store that decides them ${decideAt} ms after the call: no stray remote events`, async () => {
+      // 5 ms: the store's 'pause' wake-up ended 5 ms after the deleted pause as estimated here:
+      // taken for another valve's, then its own 'resume' wake-up emitted a stray 'resume'
+      // { source: 'remote' }. 0 ms: the echo made the valve ask the store while the resume was
+      // still in flight, and the answer (decided before the resume) cached the pause again.
+      const clock = new FakeClock();
+      const store = spyStore(memoryStore({ clock }), clock);
+      store.timing.pause = { delay: 10, decideAt };
+      store.timing.resume = { delay: 10, decideAt: decideAt + 1 };
+      const valve = createValve({ id: 'late', clock, store, rules: { limit: 1, interval: '1h' } });
+      const events: string[] = [];
+      valve.on('pause', (e) => events.push(`pause ${e.source}`));
+      valve.on('resume', (e) => events.push(`resume ${e.source}`));
+      await valve.run(() => 1);
+      const queued = track(valve.run(() => 2));
+      await flushMicrotasks();
+      const both = Promise.all([valve.pause(60_000), valve.resume()]);
+      await clock.tickAsync(20);
+      await both;
+      await flushMicrotasks();
+      expect(events).toEqual(['pause manual', 'resume manual']);
+      expect(valve.stats().pausedUntil).toBeNull();
+      await valve.close();
+      expect(queued.done).toBe(true);
+    });
+  }
 });
