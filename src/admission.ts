@@ -119,12 +119,8 @@ export class Admission {
     this.mode = o.onStoreError;
     const lease = o.global ? { limit: o.limit, ttl: o.leaseTtl } : undefined;
     const settled = (call: Call, ok: boolean, value: unknown): void => this.callSettled(call, ok, value);
-    // The clock ends a rule change's transition; `sending` lets one call in flight at a time ask
-    // for its conversion.
-    this.ruleSet = new RuleSet(o.rules, o.recordTtl, o.clock, (request) => {
-      const line = this.line;
-      return line.inFlight === 2 || (line.inFlight === 1 && line.sentCall().request === request);
-    });
+    // The clock ends a rule change's transition.
+    this.ruleSet = new RuleSet(o.rules, o.recordTtl, o.clock);
     this.line = new Line(o.id, o.rules, lease, jobs, leases, settled);
     this.pump = new Pump(
       () => this.admit(),

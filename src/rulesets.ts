@@ -37,13 +37,11 @@ export class RuleSet {
   private record: string;
   /** The old rules, still spent while a change is in progress; undefined otherwise. */
   private previous: StoreRule[] | undefined;
-  /** The store is to convert (until a call that asked is answered). */
-  private convert = false;
   /**
-   * The call that asks for the conversion (its request), or undefined: while it is in flight no
-   * other call asks (two would both convert, counting the old spend twice).
+   * The store is to convert (until a call that asked is answered). No call is pipelined behind
+   * the one that asks (`unconverted`), so one asks at a time: two would count the old spend twice.
    */
-  private converting: RulesRequest | undefined = undefined;
+  private convert = false;
   /** Store-clock ms from which the old rules are dropped; NaN until the conversion is answered. */
   private previousUntil = Number.NaN;
   /**
@@ -68,8 +66,6 @@ export class RuleSet {
     private readonly recordTtl: number | undefined = undefined,
     /** The local clock (the valve's); without it, only the answers' store clock ends a change. */
     private readonly clock: { now(): number } | undefined = undefined,
-    /** Whether the call of `request` is in flight (sent, not settled); without it, never. */
-    private readonly sending: (request: RulesRequest) => boolean = () => false,
   ) {
     this.rules = rules;
     this.record = recordOf(rules);
@@ -94,7 +90,6 @@ export class RuleSet {
       this.previousMaxCost = Math.min(this.previousMaxCost, rule.maxCost);
     }
     this.convert = true;
-    this.converting = undefined;
     this.previousUntil = Number.NaN;
     this.previousEnd = Number.POSITIVE_INFINITY;
     this.mismatched = false;
@@ -113,17 +108,8 @@ export class RuleSet {
     if (this.previous !== undefined && now >= this.previousEnd) this.previous = undefined;
     request.rules = this.rules;
     request.previous = this.previous;
-    let convert = false;
-    if (this.previous !== undefined && this.convert) {
-      // One call in flight asks: this one, unless another that asked is still in flight (one
-      // that settled without being answered, failed, is followed by this one).
-      const asking = this.converting;
-      if (asking === undefined || asking === request || !this.sending(asking)) {
-        convert = true;
-        this.converting = request;
-      }
-    }
-    request.convert = this.previous === undefined ? undefined : convert;
+    // Until a call that asked is answered, every call asks (one that failed is followed by one).
+    request.convert = this.previous === undefined ? undefined : this.convert;
     const ttl = this.recordTtl;
     if (ttl === undefined || this.previous !== undefined || now - this.recordSentAt >= ttl / 4) {
       request.record = this.record;
@@ -181,7 +167,6 @@ export class RuleSet {
     if (this.previous !== undefined && request.previous === this.previous) {
       if (request.convert === true && this.convert) {
         this.convert = false;
-        this.converting = undefined;
         this.previousUntil = result.now + this.previousSpan;
         if (this.clock !== undefined) this.previousEnd = this.clock.now() + this.previousSpan;
       } else if (result.now >= this.previousUntil) {
