@@ -5,24 +5,17 @@ import type { Emitter, StoreErrorContext, StoreOperation } from './events.js';
 import type { Job, Jobs } from './job.js';
 import type { Leases } from './leases.js';
 import { type Call, Line } from './line.js';
-import { isThenable } from './maybe-promise.js';
 import type { NormalizedOptions, StoreErrorMode } from './options.js';
 import { joinsLine, Pace, sharpen, spinHelps } from './pace.js';
+import { PauseGate } from './pause-gate.js';
 import type { Pauses } from './pauses.js';
 import { Pump } from './pump.js';
 import type { StoreRule } from './rules/rule.js';
 import { RuleSet } from './rulesets.js';
-import {
-  ACQUIRE_WITH,
-  type AcquireRequest,
-  type AcquireResult,
-  type AcquireWith,
-  type Lease,
-  type Store,
-} from './stores/store.js';
+import type { AcquireResult, Lease, Store } from './stores/store.js';
 import { Timer } from './timer.js';
 import type { Waiting } from './waiting.js';
-import { PAUSE_RECHECK, PAUSE_TRUST, Wakeups } from './wakeups.js';
+import { Wakeups } from './wakeups.js';
 
 /*
  * The admission room: the store calls that ask for the start of waiting jobs (taken from the
@@ -77,10 +70,8 @@ export class Admission {
    * refusal on concurrency answered to a call sent before was decided before the release.
    */
   private releases = 0;
-  /** The next store call is sent even under the cached pause (wake-ups may have been missed); cleared when sent. */
-  private recheck = false;
-  /** When the last acquisition was sent (local clock): an unconfirmed subscription rechecks the pause after PAUSE_RECHECK. */
-  private lastSentAt = Number.NEGATIVE_INFINITY;
+  /** Until when the known pause holds the next store call back. */
+  private readonly gate: PauseGate;
   /** The rules sent, their changes and the id's rule-set record (rulesets.ts). */
   private readonly ruleSet: RuleSet;
   /**
@@ -141,6 +132,7 @@ export class Admission {
       },
       storeError: host.storeError,
     });
+    this.gate = new PauseGate(pauses, this.wakeups);
     this.spin = o.precision === 'spin';
     this.pace = new Pace(o.batch, this.spin && spinHelps(o.rules), this.wakeups);
     sharpen(this.clock, this.spin, o.rules);
@@ -177,7 +169,7 @@ export class Admission {
 
   /** Wake-ups may have been missed: the next store call goes out whatever the cached pause or a wait for a wake-up says. */
   private recheckStore(): void {
-    this.recheck = true;
+    this.gate.recheck = true;
     this.pace.unblock('pause');
     this.pace.unblock('concurrency');
   }
@@ -257,9 +249,9 @@ export class Admission {
     // Wake-ups are followed from the first store call while there is work.
     if (this.wakeups.ensure()) this.recheckStore();
     const now = this.clock.now();
-    if (now < pace.wakeAt || now < this.pauseEnd()) return false;
+    if (now < pace.wakeAt || now < this.gate.end()) return false;
     // onStoreError 'open': jobs start without the store until openUntil, but never inside a
-    // known pause (pauseEnd() lets the store be asked during one, not jobs start open); arm()
+    // known pause (the gate lets the store be asked during one, not jobs start open); arm()
     // wakes admission at the earlier of the two ends.
     if (pace.openUntil > now && (piped || now < this.pauses.until)) return false;
     const call = line.idleCall();
@@ -296,38 +288,11 @@ export class Admission {
     call.request.turn = lined ? this.turn : undefined;
     line.send(call, now, this.pauses.raiseEpoch, this.pauses.resumeEpoch);
     call.releaseEpoch = this.releases;
-    this.lastSentAt = now;
-    this.recheck = false;
-    // The store's acquire() through callbacks, when it has one (see ACQUIRE_WITH): no promise per call.
-    const acquireWith = (this.store.acquire as { [ACQUIRE_WITH]?: AcquireWith })[ACQUIRE_WITH];
-    if (acquireWith !== undefined) {
-      // Answered later through the call's callbacks, as `.then(call.onAnswer, call.onFail)` would.
-      call.sync = false;
-      acquireWith.call(this.store, call.request as AcquireRequest, call.onAnswer, call.onFail);
-      return line.mayPipeline(pace.failing || this.ruleSet.unconverted);
-    }
-    let result: AcquireResult | PromiseLike<AcquireResult>;
-    try {
-      result = this.store.acquire(call.request as AcquireRequest);
-    } catch (err) {
-      call.sync = true;
-      this.callSettled(call, false, err, false);
-      return true;
-    }
-    if (isThenable(result)) {
-      call.sync = false;
-      try {
-        result.then(call.onAnswer, call.onFail);
-      } catch (err) {
-        this.callSettled(call, false, err, false);
-        return true;
-      }
-      // Another round may send a second call while this one travels.
-      return line.mayPipeline(pace.failing || this.ruleSet.unconverted);
-    }
-    call.sync = true;
-    this.callSettled(call, true, result, false);
-    return true;
+    this.gate.sent(now);
+    // Answered now (a synchronous store): processed in this round, without another pump.
+    if (call.ask(this.store, this.settledNow)) return true;
+    // Another round may send a second call while this one travels.
+    return line.mayPipeline(pace.failing || this.ruleSet.unconverted);
   }
 
   /** Starts up to `count` jobs from the front of the line; with no call left in flight, the rest go back to the queue. */
@@ -343,6 +308,10 @@ export class Admission {
   }
 
   // ---------------------------------------------------------------- store answers
+
+  /** A store call settled synchronously, inside admit(): the round goes on after it. */
+  private readonly settledNow = (call: Call, ok: boolean, value: unknown): void =>
+    this.callSettled(call, ok, value, false);
 
   /** A store call settled. Answers are used as they come: grants go to the front of the line. */
   private callSettled(call: Call, ok: boolean, value: unknown, thenPump = true): void {
@@ -444,7 +413,7 @@ export class Admission {
       this.jobs.runningCount < this.limit &&
       this.admitting
     ) {
-      next = Math.max(this.pace.wakeAt, this.pauseEnd(), this.openHeld());
+      next = Math.max(this.pace.wakeAt, this.gate.end(), this.gate.openHeld(this.pace.openUntil));
     }
     const deadline = this.jobs.nextDeadline();
     if (deadline < next) next = deadline;
@@ -452,40 +421,6 @@ export class Admission {
     if (lease < next) next = lease;
     const precise = this.pace.preciseWake(next) && this.clock.setPreciseTimeout !== undefined;
     this.timer.wakeAt(next, precise);
-  }
-
-  /**
-   * Until when the cached pause holds admission back: its end, or (wake-ups not confirmed, so
-   * a resume may go unnoticed) a second after the last store call, and with confirmed ones
-   * PAUSE_TRUST after the pause was last heard of (a wake-up can be lost); 0 when the store is
-   * to be asked anyway.
-   */
-  private pauseEnd(): number {
-    const pauses = this.pauses;
-    // A pause this valve applied that the store has not confirmed (its write failed or is in
-    // flight): no store answer can end it, so the store is not asked before its end.
-    const held = pauses.unconfirmedUntil;
-    if (this.recheck) return held;
-    const until = pauses.cachedUntil;
-    let end: number;
-    if (until > this.lastSentAt + PAUSE_RECHECK && this.wakeups.polling) {
-      end = this.lastSentAt + PAUSE_RECHECK;
-    } else {
-      // Confirmed wake-ups: still asked at least every PAUSE_TRUST after the pause was last heard of.
-      const trustedUntil = Math.max(this.lastSentAt, pauses.heardAt) + PAUSE_TRUST;
-      end = Math.min(until, trustedUntil);
-    }
-    return Math.max(held, end);
-  }
-
-  /**
-   * onStoreError 'open' inside a known pause: until the open window or the pause ends (the
-   * earlier), admission neither starts jobs open nor asks the store (see admit()); 0 otherwise.
-   */
-  private openHeld(): number {
-    const open = this.pace.openUntil;
-    if (open === 0) return 0;
-    return Math.min(open, this.pauses.until);
   }
 
   private readonly onTimer = (): void => {

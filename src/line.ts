@@ -1,7 +1,15 @@
 import { INFLIGHT, type Job, type Jobs, ranksAhead } from './job.js';
 import type { Leases } from './leases.js';
+import { isThenable } from './maybe-promise.js';
 import type { StoreRule } from './rules/rule.js';
-import type { AcquireResult, Lease } from './stores/store.js';
+import {
+  ACQUIRE_WITH,
+  type AcquireRequest,
+  type AcquireResult,
+  type AcquireWith,
+  type Lease,
+  type Store,
+} from './stores/store.js';
 import type { Waiting } from './waiting.js';
 
 /*
@@ -82,6 +90,43 @@ export class Call {
     };
     this.onAnswer = (result) => settled(this, true, result);
     this.onFail = (err) => settled(this, false, err);
+  }
+
+  /**
+   * Sends the request to `store`: through its callbacks form when it has one (see
+   * ACQUIRE_WITH: no promise per call), else acquire(). Returns true when the call settled
+   * synchronously (an answer or a throw, handed to `settledNow`), false when it settles later
+   * through onAnswer/onFail, as `.then(onAnswer, onFail)` would.
+   */
+  ask(store: Store, settledNow: (call: Call, ok: boolean, value: unknown) => void): boolean {
+    const request = this.request as AcquireRequest;
+    const acquireWith = (store.acquire as { [ACQUIRE_WITH]?: AcquireWith })[ACQUIRE_WITH];
+    if (acquireWith !== undefined) {
+      this.sync = false;
+      acquireWith.call(store, request, this.onAnswer, this.onFail);
+      return false;
+    }
+    let result: AcquireResult | PromiseLike<AcquireResult>;
+    try {
+      result = store.acquire(request);
+    } catch (err) {
+      this.sync = true;
+      settledNow(this, false, err);
+      return true;
+    }
+    if (isThenable(result)) {
+      this.sync = false;
+      try {
+        result.then(this.onAnswer, this.onFail);
+      } catch (err) {
+        settledNow(this, false, err);
+        return true;
+      }
+      return false;
+    }
+    this.sync = true;
+    settledNow(this, true, result);
+    return true;
   }
 }
 

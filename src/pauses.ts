@@ -95,6 +95,11 @@ export class Pauses {
   private heldCause: PauseCause | null = null;
   /** Which 'pause' wake-ups after a resume() may be the deleted pause's echo (resume-echo.ts). */
   private readonly echo = new ResumeEcho();
+  /**
+   * Called, and emptied, when the pause is deleted (resume(), a 'resume' wake-up): a wait that
+   * sleeps through the known pause (wrapFetch's fleet ticket) adds itself here to end with it.
+   */
+  readonly waiters = new Set<() => void>();
 
   constructor(
     /** The valve's id: the pause is shared by every valve of this id. */
@@ -174,7 +179,7 @@ export class Pauses {
     this.cause = null;
     this.heldUntil = 0;
     this.heldCause = null;
-    this.host.pauseDeleted();
+    this.deleted();
     this.host.pauseChanged();
     let result: unknown;
     try {
@@ -275,8 +280,18 @@ export class Pauses {
     // Wake-ups are delivered in order: any later 'pause' one is for a pause written after it
     // (and one held back for a write's answer was sent before it: deleted).
     this.echo.clear();
-    this.host.pauseDeleted();
+    this.deleted();
     if (had) this.events.emit('resume', { source: 'remote' });
+  }
+
+  /** The pause was deleted: admission's wait on it ends, and so do the waits in `waiters`. */
+  private deleted(): void {
+    this.host.pauseDeleted();
+    const waiters = this.waiters;
+    if (waiters.size === 0) return;
+    const woken = [...waiters];
+    waiters.clear();
+    for (const wake of woken) wake();
   }
 
   private pauseMs(duration: unknown): number {

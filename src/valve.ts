@@ -135,19 +135,11 @@ class ValveImpl implements Valve {
         if (this.closed) this.checkClosed();
       },
     });
-    const pauseWaiters = new Set<() => void>();
     this.pauses = new Pauses(o.id, store, o.clock, events, {
       storeError,
       pauseChanged: () => this.admission.schedulePump(),
       askStore: () => this.admission.askStore(),
-      pauseDeleted: () => {
-        this.admission.unblock('pause');
-        if (pauseWaiters.size > 0) {
-          const woken = [...pauseWaiters];
-          pauseWaiters.clear();
-          for (const wake of woken) wake();
-        }
-      },
+      pauseDeleted: () => this.admission.unblock('pause'),
     });
     this.waiting = new Waiting(this.jobs, {
       jobLeft: () => this.admission.schedulePump(),
@@ -167,7 +159,7 @@ class ValveImpl implements Valve {
       // observe() reaches the pause directly: feedback → pauses → store.
       pauseInBackground: (ms, source, detail) => pauses.pauseInBackground(ms, source, detail),
       knownPauseEnd: () => pauses.until,
-      pauseWaiters,
+      pauseWaiters: pauses.waiters,
       isClosed: () => this.closed,
       emit: (event, payload) => {
         if (event !== 'error') events.emit(event, payload);
