@@ -1,18 +1,13 @@
 import type { Clock } from './clock.js';
-import { describe, parseDuration } from './duration.js';
 import { ValveError } from './errors.js';
-import type {
-  Emitter,
-  FeedbackModel,
-  PauseCause,
-  PauseSource,
-  StoreErrorContext,
-  StoreOperation,
-} from './events.js';
+import type { Emitter, PauseCause, PauseSource, StoreErrorContext, StoreOperation } from './events.js';
 import { isThenable } from './maybe-promise.js';
+import { pauseMs, pauseOrigin } from './pause-args.js';
 import { ResumeEcho } from './resume-echo.js';
 import { MAX_DURATION_MS } from './stores/checks.js';
 import type { AcquireResult, Store } from './stores/store.js';
+
+export { pauseOrigin } from './pause-args.js';
 
 /*
  * The local view of the shared pause: the cached end of the pause, the epochs that guard it
@@ -24,31 +19,14 @@ import type { AcquireResult, Store } from './stores/store.js';
  * apart as `heldUntil`, which no store answer clears (the store may not have it): only
  * resume(), a 'resume' wake-up or its end do. So a failed write keeps this process paused for
  * the whole pause (it only ever delays this process).
+ *
+ * A 'pause' event announces an end (store clock) later than any announced since the pause was
+ * last cleared (`reported`): a write the store answered with an end it already had applied
+ * nothing. While this valve's writes are in flight, a pause learnt from the store may be one of
+ * theirs (its wake-up can come before the write's answer): it is held as `unclaimed`, and the
+ * write answering that end or a later one claims it (cause and event are the write's); one left
+ * once they all answered is another process's ('remote'). The later end names the cause.
  */
-
-const MODELS: ReadonlySet<unknown> = new Set<FeedbackModel>([
-  'wait',
-  'window',
-  'token-bucket',
-  'leaky-bucket',
-  'backoff',
-]);
-
-/**
- * Which header and model produced a pause, from the `detail` the feedback module passed with it
- * (a FeedbackReading); both undefined for manual and remote pauses and for anything else.
- */
-export function pauseOrigin(detail: unknown): {
-  header: string | undefined;
-  model: FeedbackModel | undefined;
-} {
-  if (detail === null || typeof detail !== 'object') return { header: undefined, model: undefined };
-  const { header, model } = detail as { header?: unknown; model?: unknown };
-  return {
-    header: typeof header === 'string' ? header : undefined,
-    model: MODELS.has(model) ? (model as FeedbackModel) : undefined,
-  };
-}
 
 /** What the pauses room may call above it (wired by valve.ts). */
 export interface PausesHost {
@@ -79,11 +57,19 @@ export class Pauses {
   private raises = 0;
   /** Bumped by resume() and by a 'resume' wake-up: a store answer sent before cannot bring back the pause it deleted. */
   private resumes = 0;
-  /** This valve's pause writes in flight: their wake-ups are not reported as 'remote' pauses. */
+  /** This valve's pause writes in flight: a pause learnt meanwhile may be theirs (`unclaimed`). */
   private ownWrites = 0;
+  /** The latest end (store clock) a 'pause' event announced since the pause was last cleared. */
+  private reported = 0;
+  /** The latest end (store clock) learnt from the store while writes were in flight, after `reported`: maybe theirs. */
+  private unclaimed = 0;
+  /** 'resume' events emitted: a write answered after one emitted since it was sent announces nothing. */
+  private resumeEvents = 0;
+  /** `reported` when the pause was last deleted: a write answered after that, before its 'resume', is announced only beyond it. */
+  private deletedReported = 0;
   /** Store clock minus local clock, estimated at the last acquisition that reported the store's time. */
   private offset = 0;
-  /** What set localUntil last (this valve's write, or 'remote' for a longer pause learnt from the store); null once cleared. */
+  /** What produced the latest known end (this valve's write, or 'remote' for a longer pause learnt from the store); null once cleared. */
   private cause: PauseCause | null = null;
   /**
    * End (local clock) of the longest pause this valve applied that the store has not confirmed:
@@ -136,7 +122,7 @@ export class Pauses {
 
   /** What produced the known pause (see `until`), or null. */
   get origin(): PauseCause | null {
-    return this.heldUntil > this.localUntil ? this.heldCause : this.cause;
+    return this.heldUntil !== 0 && this.heldUntil >= this.localUntil ? this.heldCause : this.cause;
   }
 
   /** Changes whenever this process raises its known pause (a store call remembers it when sent). */
@@ -153,7 +139,7 @@ export class Pauses {
   pause(duration: unknown): Promise<void> {
     let ms: number;
     try {
-      ms = this.pauseMs(duration);
+      ms = pauseMs(duration, this.clock.now());
     } catch (err) {
       return Promise.reject(err);
     }
@@ -174,9 +160,8 @@ export class Pauses {
     const end = this.until;
     const deleted = Math.max(this.storeUntil, end > 0 ? end + this.offset : 0);
     const deletion = this.echo.deleted(deleted, this.ownWrites, this.clock.now());
-    this.localUntil = 0;
-    this.storeUntil = 0;
-    this.cause = null;
+    this.deletedReported = this.reported;
+    this.forget();
     this.heldUntil = 0;
     this.heldCause = null;
     this.deleted();
@@ -220,35 +205,30 @@ export class Pauses {
     // A resume() called while this acquisition was in flight deleted the pause it may report.
     const resumedSince = resumeEpoch !== this.resumes;
     if (typeof r.pausedUntil === 'number' && r.pausedUntil > 0) {
-      if (!resumedSince) this.learn(r.pausedUntil, false);
+      if (!resumedSince) this.learn(r.pausedUntil);
     } else if (this.localUntil !== 0 && raiseEpoch === this.raises) {
       // The store had the pause and it had not ended on its clock: another valve resumed it.
       const storeUntil = this.storeUntil;
       const resumed =
         storeUntil > 0 &&
         (typeof r.now === 'number' && Number.isFinite(r.now) ? r.now < storeUntil : this.localUntil > now);
-      this.localUntil = 0;
-      this.storeUntil = 0;
-      this.cause = null;
-      if (resumed) this.events.emit('resume', { source: 'remote' });
+      this.forget();
+      if (resumed) this.emitResume('remote');
     }
     return resumedSince;
   }
 
-  /** Records a pause the store reported (store-clock epoch ms). Emits a 'remote' pause event for one this valve did not write. */
-  learn(storeUntil: number, own: boolean): void {
-    const local = storeUntil - this.offset;
-    this.lastHeard = this.clock.now();
-    const isNew = storeUntil > this.storeUntil;
-    if (isNew) this.storeUntil = storeUntil;
-    if (local > this.localUntil) {
-      this.localUntil = local;
-      this.raises++;
-      if (!own) this.cause = REMOTE;
-    }
-    if (!own && isNew && this.ownWrites === 0 && local > this.clock.now()) {
-      this.events.emit('pause', { until: storeUntil, source: 'remote' });
-    }
+  /**
+   * Records a pause the store reported (store-clock epoch ms) through an acquisition's answer or
+   * a wake-up. Ending later than any announced, it is another process's, and emits a 'remote'
+   * 'pause' event; or, while this valve's writes are in flight, maybe one of theirs: held until
+   * they answer.
+   */
+  learn(storeUntil: number): void {
+    this.raise(storeUntil);
+    if (storeUntil <= this.reported) return;
+    if (this.ownWrites === 0) this.remote(storeUntil);
+    else if (storeUntil > this.unclaimed) this.unclaimed = storeUntil;
   }
 
   /**
@@ -264,7 +244,7 @@ export class Pauses {
     // The echo of a pause this valve deleted, or another valve's shorter pause written since:
     // not trusted either way, the store is asked.
     if (verdict === 'echo' && this.echo.echoed()) this.host.askStore();
-    if (verdict === 'heard') this.learn(storeUntil, false);
+    if (verdict === 'heard') this.learn(storeUntil);
   }
 
   /** A 'resume' wake-up: another valve deleted the pause. */
@@ -272,16 +252,29 @@ export class Pauses {
     // Answers already on the wire may predate this resume: they report, but do not re-cache, a pause.
     this.resumes++;
     const had = this.until > this.clock.now();
-    this.localUntil = 0;
-    this.storeUntil = 0;
-    this.cause = null;
+    this.deletedReported = this.reported;
+    this.forget();
     this.heldUntil = 0;
     this.heldCause = null;
     // Wake-ups are delivered in order: any later 'pause' one is for a pause written after it
     // (and one held back for a write's answer was sent before it: deleted).
     this.echo.clear();
     this.deleted();
-    if (had) this.events.emit('resume', { source: 'remote' });
+    if (had) this.emitResume('remote');
+  }
+
+  /** Forgets the cached pause (not the held one): deleted, or the store reports none. */
+  private forget(): void {
+    this.localUntil = 0;
+    this.storeUntil = 0;
+    this.cause = null;
+    this.reported = 0;
+    this.unclaimed = 0;
+  }
+
+  private emitResume(source: 'manual' | 'remote'): void {
+    this.resumeEvents++;
+    this.events.emit('resume', { source });
   }
 
   /** The pause was deleted: admission's wait on it ends, and so do the waits in `waiters`. */
@@ -294,40 +287,6 @@ export class Pauses {
     for (const wake of woken) wake();
   }
 
-  private pauseMs(duration: unknown): number {
-    if (typeof duration === 'number' || typeof duration === 'string') {
-      const ms = parseDuration(duration, 'pause');
-      if (ms > MAX_DURATION_MS) {
-        throw new RangeError(
-          `Expected \`pause\` to be at most ${MAX_DURATION_MS} ms (365 days), got ${describe(duration)}`,
-        );
-      }
-      return ms;
-    }
-    if (typeof duration === 'object' && duration !== null && 'until' in duration) {
-      const until = (duration as { until: unknown }).until;
-      const at = until instanceof Date ? until.getTime() : until;
-      if (typeof at !== 'number') {
-        throw new TypeError(`Expected \`until\` to be a Date or epoch milliseconds, got ${describe(until)}`);
-      }
-      if (!Number.isFinite(at)) {
-        throw new RangeError(
-          `Expected \`until\` to be a valid Date or finite epoch milliseconds, got ${String(until)}`,
-        );
-      }
-      const ms = at - this.clock.now();
-      if (ms > MAX_DURATION_MS) {
-        throw new RangeError(
-          `Expected \`until\` to be at most 365 days ahead, got ${until instanceof Date ? until.toISOString() : String(at)} (${Math.round(ms / 86_400_000)} days ahead)`,
-        );
-      }
-      return ms;
-    }
-    throw new TypeError(
-      `Expected pause() to get milliseconds, a duration string such as '30s', or { until: Date | number }, got ${describe(duration)}`,
-    );
-  }
-
   /** Applies a pause locally at once, then writes it to the store. */
   private write(
     ms: number,
@@ -338,8 +297,7 @@ export class Pauses {
     const now = this.clock.now();
     this.lastHeard = now;
     const end = now + ms;
-    const cause: PauseCause | null =
-      end > this.localUntil || end > this.heldUntil ? { source, ...pauseOrigin(detail) } : null;
+    const cause: PauseCause = { source, ...pauseOrigin(detail) };
     if (end > this.localUntil) {
       this.localUntil = end;
       this.raises++;
@@ -362,21 +320,30 @@ export class Pauses {
     if (isThenable(result)) {
       this.ownWrites++;
       const epoch = this.resumes;
+      const said = this.resumeEvents;
       const deletion = this.echo.deletion;
       const done = Promise.resolve(result).then(
         (until) => {
           this.ownWrites--;
-          if (this.resumes === epoch) this.confirmed(end);
-          // A resume() called after this write deleted the pause: report it, do not keep it (nor
-          // its 'pause' wake-up, still on its way if no 'resume' wake-up came since: the echo
-          // ends where this answer says).
+          const kept = this.resumes === epoch;
+          if (kept) this.confirmed(end);
+          // A resume() called after this write deleted the pause: do not keep it (nor its 'pause'
+          // wake-up, still on its way if no 'resume' wake-up came since: the echo ends where this
+          // answer says). Announced only if no 'resume' came since it was sent (the pending
+          // resume's follows) and it ends later than what was announced before the deletion.
           const deferred = this.echo.writeSettled(deletion, until, this.clock.now());
-          this.paused(until, source, detail, this.resumes === epoch);
+          if (kept) this.written(until, cause, detail);
+          else if (this.resumeEvents === said && typeof until === 'number' && until > this.deletedReported) {
+            this.deletedReported = until;
+            this.paused(until, source, detail);
+          }
           this.learnDeferred(deferred);
+          this.settle();
         },
         (err: unknown) => {
           this.ownWrites--;
           this.learnDeferred(this.echo.writeSettled(deletion, undefined, this.clock.now()));
+          this.settle();
           const error = this.storeFailure(err, 'pause');
           if (confirm) throw error;
         },
@@ -384,8 +351,49 @@ export class Pauses {
       return confirm ? done : undefined;
     }
     this.confirmed(end);
-    this.paused(result, source, detail);
+    this.written(result, cause, detail);
     return confirm ? Promise.resolve() : undefined;
+  }
+
+  /**
+   * A write of this valve answered `until` (store clock), no resume since. It claims a pause
+   * learnt meanwhile that ends no later (that was its own wake-up), and is announced only if it
+   * ends later than any announced (it applied or extended the pause).
+   */
+  private written(until: unknown, cause: PauseCause, detail: unknown): void {
+    if (typeof until !== 'number' || !Number.isFinite(until)) return;
+    this.raise(until);
+    if (until >= this.unclaimed) this.unclaimed = 0;
+    if (until <= this.reported) return;
+    this.reported = until;
+    if (until >= this.storeUntil) this.cause = cause;
+    this.paused(until, cause.source, detail);
+  }
+
+  /** Once this valve's writes all answered, a pause learnt meanwhile that none of them claimed is another process's. */
+  private settle(): void {
+    if (this.ownWrites > 0 || this.unclaimed === 0) return;
+    const until = this.unclaimed;
+    this.unclaimed = 0;
+    if (until > this.reported) this.remote(until);
+  }
+
+  /** Another process's pause, ending at `until` (store clock), later than any announced. */
+  private remote(until: number): void {
+    this.reported = until;
+    if (until >= this.storeUntil) this.cause = REMOTE;
+    if (until - this.offset > this.clock.now()) this.events.emit('pause', { until, source: 'remote' });
+  }
+
+  /** Raises the cached pause to `storeUntil` (store clock). */
+  private raise(storeUntil: number): void {
+    const local = storeUntil - this.offset;
+    this.lastHeard = this.clock.now();
+    if (storeUntil > this.storeUntil) this.storeUntil = storeUntil;
+    if (local > this.localUntil) {
+      this.localUntil = local;
+      this.raises++;
+    }
   }
 
   /** The store recorded a pause this valve applied until `end`: a longer one still unconfirmed stays held. */
@@ -396,9 +404,8 @@ export class Pauses {
     }
   }
 
-  private paused(until: unknown, source: PauseSource, detail: unknown, learn = true): void {
+  private paused(until: unknown, source: PauseSource, detail: unknown): void {
     if (typeof until !== 'number' || !Number.isFinite(until)) return;
-    if (learn) this.learn(until, true);
     this.events.emit(
       'pause',
       detail === undefined ? { until, source } : { until, source, ...pauseOrigin(detail), detail },
@@ -408,7 +415,7 @@ export class Pauses {
   private resumed(deletion: number): void {
     // The echo, if any, comes within the store's latency of this answer.
     if (this.echo.resumed(deletion, this.clock.now())) this.host.askStore();
-    this.events.emit('resume', { source: 'manual' });
+    this.emitResume('manual');
   }
 
   /** store.resume failed: the pause may still be on the store, so its wake-ups are heard again. */
@@ -419,7 +426,7 @@ export class Pauses {
   /** Learns a 'pause' wake-up the echo room held back for the stale writes' answers (0: none). */
   private learnDeferred(deferred: number): void {
     if (deferred === 0) return;
-    this.learn(deferred, false);
+    this.learn(deferred);
     this.host.pauseChanged();
   }
 

@@ -1,0 +1,165 @@
+/**
+ * The 'pause' events and stats().pausedBy of a valve's own pauses on a store that answers like a
+ * network store: its own pause's wake-up can come before the write's answer, answers can come
+ * out of order, and a write inside a longer pause applies nothing.
+ */
+import { describe, expect, it } from 'vitest';
+import { memoryStore } from '../../src/stores/memory.js';
+import { createValve } from '../../src/valve.js';
+import { spyStore } from '../helpers/spy-store.js';
+import { FakeClock, flushMicrotasks, track } from './harness.js';
+
+/** A valve on a store that decides each pause 5 ms after the call and answers 5 ms later, with a job queued (so subscribed). */
+async function subscribedValve(id: string) {
+  const clock = new FakeClock();
+  const inner = memoryStore({ clock });
+  const store = spyStore(inner, clock);
+  store.timing.pause = { delay: 10, decideAt: 5 };
+  const valve = createValve({ id, clock, store, rules: { limit: 1, interval: '1h' } });
+  const events: string[] = [];
+  valve.on('pause', (e) => events.push(`pause ${e.source}`));
+  valve.on('resume', (e) => events.push(`resume ${e.source}`));
+  await valve.run(() => 1); // spends the budget
+  const queued = track(valve.run(() => 2)); // waits an hour for the rule: subscribed
+  await flushMicrotasks();
+  return { clock, inner, store, valve, events, queued };
+}
+
+describe("a valve's own pause, its wake-up coming before the write's answer", () => {
+  it("pause(): stats().pausedBy says 'manual', not 'remote'", async () => {
+    // The wake-up was learnt as another process's pause and its cause kept: 'remote'.
+    const { clock, valve, events, queued } = await subscribedValve('own');
+    const t0 = clock.now();
+    const pausing = valve.pause(60_000);
+    await clock.tickAsync(20);
+    await pausing;
+    expect(events).toEqual(['pause manual']);
+    expect(valve.stats().pausedBy).toEqual({ source: 'manual', header: undefined, model: undefined });
+    expect(valve.stats().pausedUntil).toBe(t0 + 5 + 60_000);
+    await valve.close();
+    expect(queued.done).toBe(true);
+  });
+
+  it('observe(): stats().pausedBy keeps the header and model', async () => {
+    const { clock, valve, events, queued } = await subscribedValve('own-observe');
+    valve.observe({ status: 429, headers: { 'retry-after': '30' } });
+    await clock.tickAsync(20);
+    expect(events).toEqual(['pause retry-after']);
+    expect(valve.stats().pausedBy).toEqual({ source: 'retry-after', header: 'retry-after', model: 'wait' });
+    await valve.close();
+    expect(queued.done).toBe(true);
+  });
+
+  it('two writes in flight: the later end names the cause, and neither is remote', async () => {
+    const { clock, valve, events, queued } = await subscribedValve('own-two');
+    const pausing = valve.pause(60_000);
+    valve.observe({ status: 429, headers: { 'retry-after': '120' } });
+    await clock.tickAsync(20);
+    await pausing;
+    expect(events).toEqual(['pause manual', 'pause retry-after']);
+    expect(valve.stats().pausedBy).toMatchObject({ source: 'retry-after', header: 'retry-after' });
+    await valve.close();
+    expect(queued.done).toBe(true);
+  });
+
+  it("another process's longer pause heard while the write is in flight is still 'remote'", async () => {
+    const { clock, inner, valve, events, queued } = await subscribedValve('own-remote');
+    const other = createValve({ id: 'own-remote', clock, store: inner });
+    const t0 = clock.now();
+    const pausing = valve.pause(60_000);
+    await clock.tickAsync(7); // this valve's write decided at 5 ms, its answer comes at 10 ms
+    await other.pause(120_000);
+    await clock.tickAsync(13);
+    await pausing;
+    expect(events).toEqual(['pause manual', 'pause remote']);
+    expect(valve.stats().pausedBy?.source).toBe('remote');
+    expect(valve.stats().pausedUntil).toBe(t0 + 7 + 120_000);
+    await valve.close();
+    expect(queued.done).toBe(true);
+  });
+});
+
+describe("a 'pause' event is no later than its 'resume'", () => {
+  it("resume() answered before the pause write: no 'pause' after the 'resume'", async () => {
+    // The events were 'resume' then 'pause': a listener thought the valve paused, it was not.
+    const clock = new FakeClock();
+    const store = spyStore(memoryStore({ clock }), clock);
+    store.timing.pause = { delay: 30 };
+    store.timing.resume = { delay: 10 };
+    const valve = createValve({ id: 'order', clock, store });
+    const events: string[] = [];
+    valve.on('pause', (e) => events.push(`pause ${e.source}`));
+    valve.on('resume', (e) => events.push(`resume ${e.source}`));
+    const pausing = valve.pause(60_000);
+    await clock.tickAsync(1);
+    const resuming = valve.resume();
+    await clock.tickAsync(50);
+    await pausing;
+    await resuming;
+    expect(events).toEqual(['resume manual']);
+    expect(valve.stats().pausedUntil).toBeNull();
+    // The next pause is announced again.
+    const next = valve.pause(1000);
+    await clock.tickAsync(40);
+    await next;
+    expect(events).toEqual(['resume manual', 'pause manual']);
+    await valve.close();
+  });
+});
+
+describe("'pause' events only for pauses applied or extended", () => {
+  it('a shorter write answered after resume() was called, before its answer: no second event', async () => {
+    const clock = new FakeClock();
+    const store = spyStore(memoryStore({ clock }), clock);
+    store.timing.pause = { delay: 10 };
+    store.timing.resume = { delay: 20 };
+    const valve = createValve({ id: 'shorter-resumed', clock, store });
+    const events: string[] = [];
+    valve.on('pause', (e) => events.push(`pause ${e.source}`));
+    valve.on('resume', (e) => events.push(`resume ${e.source}`));
+    const first = valve.pause(60_000);
+    await clock.tickAsync(10);
+    await first;
+    const shorter = valve.pause(1_000);
+    await clock.tickAsync(1);
+    const resuming = valve.resume();
+    await clock.tickAsync(30);
+    await shorter;
+    await resuming;
+    expect(events).toEqual(['pause manual', 'resume manual']);
+    await valve.close();
+  });
+
+  it('a shorter pause() or a 429 inside a longer pause emits nothing; a longer one does', async () => {
+    // Every write answered emitted 'pause', with the same `until`: valve.pauses counted 3.
+    const clock = new FakeClock();
+    const valve = createValve({ id: 'inside', clock });
+    const untils: number[] = [];
+    valve.on('pause', (e) => untils.push(e.until));
+    const t0 = clock.now();
+    await valve.pause(60_000);
+    await valve.pause(1_000);
+    valve.observe({ status: 429, headers: { 'retry-after': '5' } });
+    await clock.tickAsync(10);
+    expect(untils).toEqual([t0 + 60_000]);
+    expect(valve.stats().pausedBy?.source).toBe('manual');
+    await valve.pause(120_000);
+    expect(untils).toEqual([t0 + 60_000, clock.now() + 120_000]);
+    await valve.close();
+  });
+
+  it('the same on a store that answers later (the wake-ups of the writes that applied nothing)', async () => {
+    const { clock, valve, events, queued } = await subscribedValve('inside-async');
+    const first = valve.pause(60_000);
+    await clock.tickAsync(20);
+    await first;
+    const second = valve.pause(1_000);
+    valve.observe({ status: 429, headers: { 'retry-after': '5' } });
+    await clock.tickAsync(20);
+    await second;
+    expect(events).toEqual(['pause manual']);
+    expect(valve.stats().pausedBy?.source).toBe('manual');
+    await valve.close();
+    expect(queued.done).toBe(true);
+  });
+});
