@@ -1,6 +1,7 @@
 /**
  * The client settings of docs/timeouts-and-reconnection.md: no offline queue, no resend of
- * sent commands, unanswered commands failed on disconnect, a bounded reconnect backoff.
+ * sent commands (on an ioredis Cluster, none after a node connection closed either),
+ * unanswered commands failed on disconnect, a bounded reconnect backoff.
  * Each function connects with them and returns the connection(s);
  * test/acceptance/docs-examples.test.ts connects each to the suite's Redis (standalone or
  * cluster), runs a valve through it, and checks that a command fails at once while the client
@@ -46,6 +47,7 @@ export async function ioredisCluster(nodes: { host: string; port: number }[]) {
   const client = new Redis.Cluster(nodes, {
     lazyConnect: true,
     enableOfflineQueue: false,
+    retryDelayOnFailover: 0, // never resend a command whose node connection closed: it may have run
     clusterRetryStrategy: (times) => Math.min(times * 100, 2000),
     redisOptions: { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 0, connectTimeout: 5000 },
   });

@@ -13,7 +13,10 @@ export async function tlsClients(url: string, nodes: { host: string; port: numbe
   // ioredis / iovalkey
   const client = new Redis(url, { tls: { ca: readFileSync('ca.pem') } });
   // ioredis Cluster
-  const cluster = new Cluster(nodes, { redisOptions: { tls: { ca: readFileSync('ca.pem') } } });
+  const cluster = new Cluster(nodes, {
+    retryDelayOnFailover: 0, // see docs/timeouts-and-reconnection.md
+    redisOptions: { tls: { ca: readFileSync('ca.pem') } },
+  });
   // node-redis
   const nodeClient = await createClient({ url, socket: { tls: true, ca: readFileSync('ca.pem') } }).connect();
   // node-redis cluster

@@ -6,7 +6,8 @@ import { redisStore } from '../../src/index.js';
 
 export async function setup(nodes: { host: string; port: number }[]) {
   // #region docs
-  const client = new Cluster(nodes, { enableOfflineQueue: false });
+  // retryDelayOnFailover: 0, or the Cluster resends a command whose connection closed after it ran.
+  const client = new Cluster(nodes, { enableOfflineQueue: false, retryDelayOnFailover: 0 });
   const subscriber = new Cluster(nodes);
   client.on('error', (err) => console.warn('valkey:', err.message));
   subscriber.on('error', (err) => console.warn('valkey subscriber:', err.message));

@@ -356,6 +356,7 @@ export class Acquires {
     }
     specs.clear();
     this.specList.length = 0;
+    // A late answer gives back the leases of the requests that asked for some (Deadlines.lateAnswer).
     this.deadlines.dispatch(
       ACQUIRE_MANY,
       requests[0]!.id,
@@ -368,7 +369,7 @@ export class Acquires {
       count,
       (value) => this.answered(requests, value),
       (err) => this.failed(requests, err),
-    );
+    ).late = requests;
   }
 
   /** An acquire-many.lua reply: each request gets its own answer (or error). */

@@ -21,9 +21,21 @@ export interface CommandAdapter {
   readonly cluster: boolean;
   /** Runs a script by SHA1 (EVALSHA): rejects with NOSCRIPT when the server does not have it cached. */
   call(script: LuaScript, numKeys: number, all: readonly string[]): Promise<unknown>;
-  /** After a NOSCRIPT from call(): loads the script (one load at a time) and runs the call. */
-  recover(script: LuaScript, numKeys: number, all: readonly string[]): Promise<unknown>;
+  /**
+   * After a NOSCRIPT from call(): loads the script (one load at a time per server) and runs the
+   * call, unless `call.done` (valve gave up on it) by the time it would be sent.
+   */
+  recover(script: LuaScript, numKeys: number, all: readonly string[], call?: Gone): Promise<unknown>;
 }
+
+/** A call's state as recover() reads it: once done (answered elsewhere or timed out), it is never sent again. */
+export interface Gone {
+  readonly done: boolean;
+}
+
+/** The rejection of recover() for a call valve gave up on before it was sent again (nobody hears it). */
+const GAVE_UP = new Error('valve: the call timed out before its script was loaded; not sent again');
+const NEVER_DONE: Gone = { done: false };
 
 type Fn = (...args: unknown[]) => unknown;
 
@@ -44,56 +56,133 @@ type ScriptCall = (text: string, numKeys: number, all: readonly string[]) => Pro
 /** Rounds of "wait for the load in flight, then EVALSHA again" before a call sends its own EVAL. */
 const MAX_LOAD_ROUNDS = 32;
 
+/** Where a call goes: the server of its first key's slot on a cluster (see ScriptLoads). */
+type NodeOf = (key: string) => string;
+
 /**
- * Runs scripts by SHA1 and loads each one at most once at a time. Without it, a server that lost
- * its script cache (a restart, a failover, SCRIPT FLUSH, or simply the first use) answers every
- * call in flight with NOSCRIPT, and each would send the whole script (acquire.lua is 27 KB) with
- * EVAL: 10,000 valves of a group starting at once sent 270 MB, and the server spent seconds
- * hashing them while every call timed out. Here the first NOSCRIPT sends EVAL (which loads the
- * script as it runs the call); the calls refused meanwhile wait for it, then EVALSHA again. On a
- * cluster another node may still lack the script: the next NOSCRIPT loads it there, one node per
- * round.
+ * Runs scripts by SHA1 and loads each one at most once at a time per server. Without it, a
+ * server that lost its script cache (a restart, a failover, SCRIPT FLUSH, or simply the first
+ * use) answers every call in flight with NOSCRIPT, and each would send the whole script
+ * (acquire.lua is 27 KB) with EVAL: 10,000 valves of a group starting at once sent 270 MB, and
+ * the server spent seconds hashing them while every call timed out. Here the first NOSCRIPT
+ * sends EVAL (which loads the script as it runs the call); the calls to the same server refused
+ * meanwhile wait for it, then EVALSHA again. On a cluster the loads are tracked per node (the
+ * master of the call's slot): a call never waits for another node's load, so one slow node
+ * does not hold back the others. A call valve gave up on meanwhile is not sent again.
  */
 class ScriptLoads {
-  /** The EVAL in flight per script (settled ones are removed). */
-  private readonly inFlight = new Map<LuaScript, Promise<unknown>>();
+  /** The EVAL in flight per script and server (settled ones are removed). */
+  private readonly inFlight = new Map<LuaScript, Map<string, Promise<unknown>>>();
 
   constructor(
     /** EVALSHA with the script's SHA1. */
     private readonly evalsha: ScriptCall,
     /** EVAL with the script's source. */
     private readonly evalSource: ScriptCall,
+    /** The server a key's call goes to ('' for a standalone client). */
+    private readonly nodeOf: NodeOf,
   ) {}
 
   call(script: LuaScript, numKeys: number, all: readonly string[]): Promise<unknown> {
     return this.evalsha(script.sha, numKeys, all);
   }
 
-  /** The call was answered NOSCRIPT: waits for the load in flight, or loads the script itself. */
-  async recover(script: LuaScript, numKeys: number, all: readonly string[]): Promise<unknown> {
+  /** The call was answered NOSCRIPT: waits for its server's load in flight, or loads the script itself. */
+  async recover(
+    script: LuaScript,
+    numKeys: number,
+    all: readonly string[],
+    call: Gone = NEVER_DONE,
+  ): Promise<unknown> {
+    let loads = this.inFlight.get(script);
+    if (loads === undefined) {
+      loads = new Map();
+      this.inFlight.set(script, loads);
+    }
     for (let round = 0; round < MAX_LOAD_ROUNDS; round++) {
-      const loading = this.inFlight.get(script);
-      if (loading === undefined) return this.load(script, numKeys, all);
+      if (call.done) throw GAVE_UP;
+      const node = numKeys > 0 ? this.nodeOf(all[0]!) : '';
+      const loading = loads.get(node);
+      if (loading === undefined) return this.load(loads, node, script, numKeys, all);
       await loading.catch(() => {});
+      if (call.done) throw GAVE_UP;
       try {
         return await this.evalsha(script.sha, numKeys, all);
       } catch (err) {
         if (!isNoScript(err)) throw err;
       }
     }
+    if (call.done) throw GAVE_UP;
     return this.evalSource(script.source, numKeys, all);
   }
 
-  private async load(script: LuaScript, numKeys: number, all: readonly string[]): Promise<unknown> {
+  private async load(
+    loads: Map<string, Promise<unknown>>,
+    node: string,
+    script: LuaScript,
+    numKeys: number,
+    all: readonly string[],
+  ): Promise<unknown> {
     const loading = this.evalSource(script.source, numKeys, all);
-    this.inFlight.set(script, loading);
+    loads.set(node, loading);
     try {
       return await loading;
     } finally {
-      if (this.inFlight.get(script) === loading) this.inFlight.delete(script);
+      if (loads.get(node) === loading) loads.delete(node);
     }
   }
 }
+
+/** CRC16 (XMODEM) table of Redis Cluster's key slots. */
+const CRC16 = new Uint16Array(256);
+for (let i = 0; i < 256; i++) {
+  let crc = i << 8;
+  for (let b = 0; b < 8; b++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  CRC16[i] = crc;
+}
+
+/** A key's Redis Cluster slot: CRC16 of its hash tag (or of the whole key) mod 16384. */
+export function keySlot(key: string): number {
+  let bytes = Buffer.from(key, 'utf8');
+  const open = bytes.indexOf(0x7b);
+  if (open !== -1) {
+    const close = bytes.indexOf(0x7d, open + 1);
+    if (close > open + 1) bytes = bytes.subarray(open + 1, close);
+  }
+  let crc = 0;
+  for (let i = 0; i < bytes.length; i++)
+    crc = ((crc << 8) & 0xffff) ^ CRC16[((crc >> 8) ^ bytes[i]!) & 0xff]!;
+  return crc & 0x3fff;
+}
+
+/**
+ * The server a cluster client sends a key's call to: the master of its slot in the client's
+ * slot map (ioredis and iovalkey: `slots[slot][0]`, "host:port"; node-redis:
+ * `getSlotMaster(slot).address`), or the slot itself while the map does not know it.
+ */
+function clusterNodeOf(client: object, family: 'ioredis' | 'node-redis'): NodeOf {
+  return (key) => {
+    const slot = keySlot(key);
+    try {
+      if (family === 'ioredis') {
+        const owners = (client as { slots?: unknown }).slots;
+        const first = Array.isArray(owners) ? (owners[slot] as unknown[] | undefined)?.[0] : undefined;
+        if (typeof first === 'string') return first;
+      } else {
+        const master = (client as { getSlotMaster: (slot: number) => unknown }).getSlotMaster(slot) as
+          | { address?: unknown; host?: unknown; port?: unknown }
+          | undefined;
+        if (typeof master?.address === 'string') return master.address;
+        if (master?.host !== undefined) return `${String(master.host)}:${String(master.port)}`;
+      }
+    } catch {
+      // No slot map yet: fall through.
+    }
+    return `slot ${slot}`;
+  };
+}
+
+const STANDALONE: NodeOf = () => '';
 
 /** One adapter per client, so that every store on a client shares its script loads. */
 const adapters = new WeakMap<object, CommandAdapter>();
@@ -128,12 +217,13 @@ function adapt(client: object): CommandAdapter {
           keys: all.slice(0, numKeys),
           arguments: all.slice(numKeys),
         }) as Promise<unknown>,
+      cluster ? clusterNodeOf(client, 'node-redis') : STANDALONE,
     );
     return {
       family: 'node-redis',
       cluster,
       call: (script, numKeys, all) => loads.call(script, numKeys, all),
-      recover: (script, numKeys, all) => loads.recover(script, numKeys, all),
+      recover: (script, numKeys, all, call) => loads.recover(script, numKeys, all, call),
     };
   }
   const evalsha = method(client, 'evalsha');
@@ -143,17 +233,68 @@ function adapt(client: object): CommandAdapter {
       (!cluster && directEvalsha(client)) ||
         ((text, numKeys, all) => evalsha.call(client, text, numKeys, all) as Promise<unknown>),
       (text, numKeys, all) => evalNode.call(client, text, numKeys, all) as Promise<unknown>,
+      cluster ? clusterNodeOf(client, 'ioredis') : STANDALONE,
     );
     return {
       family: 'ioredis',
       cluster,
       call: (script, numKeys, all) => loads.call(script, numKeys, all),
-      recover: (script, numKeys, all) => loads.recover(script, numKeys, all),
+      recover: (script, numKeys, all, call) => loads.recover(script, numKeys, all, call),
     };
   }
   throw new TypeError(
     'Expected `client` to be an ioredis, iovalkey or node-redis client (or cluster): it has neither `evalsha` (ioredis) nor `evalSha` (node-redis)',
   );
+}
+
+/** The `keyPrefix` of an ioredis or iovalkey connection (Redis or Cluster), '' for none or another client. */
+function ioKeyPrefix(client: object): string {
+  if (typeof (client as { evalsha?: unknown }).evalsha !== 'function') return '';
+  const prefix = (client as { options?: { keyPrefix?: unknown } }).options?.keyPrefix;
+  return typeof prefix === 'string' ? prefix : '';
+}
+
+/** The process warned once about an ioredis Cluster that resends commands (see checkClusterClient). */
+let resendWarned = false;
+
+/**
+ * Checks the connections of a store. A subscriber with an ioredis `keyPrefix` cannot follow
+ * sharded channels: ioredis prefixes SSUBSCRIBE's channels (they are keys to it), while the
+ * scripts publish the names valve built: refused. An ioredis or iovalkey Cluster command client:
+ * a `keyPrefix` with a hash tag puts every
+ * key in the prefix's slot and the wake channel in the id's (the scripts' publish would be
+ * cross-slot): refused. A `retryDelayOnFailover` above 0 (ioredis' default is 100) resends a
+ * command whose node connection closed before its answer came, though it may have run (an
+ * acquire twice, its budget spent twice): warned once per process.
+ */
+export function checkClients(client: object, cmd: CommandAdapter, subscriber: unknown, mode: string): void {
+  if (
+    mode === 'sharded' &&
+    typeof subscriber === 'object' &&
+    subscriber !== null &&
+    ioKeyPrefix(subscriber)
+  ) {
+    throw new TypeError(
+      "Expected `subscriber` to have no ioredis `keyPrefix` with sharded pub/sub: ioredis prefixes the channels it SSUBSCRIBEs, not the ones valve's scripts publish to, so wake-ups would never arrive. Use valve's `prefix` option instead, or pubsub: 'classic' in every process",
+    );
+  }
+  if (cmd.family !== 'ioredis' || !cmd.cluster) return;
+  const keyPrefix = ioKeyPrefix(client);
+  if (/[{}]/.test(keyPrefix)) {
+    throw new TypeError(
+      `Expected the Cluster's \`keyPrefix\` to contain no '{' or '}', got ${JSON.stringify(keyPrefix)}: a hash tag in it puts every key in one slot and the wake-up channels in others. Use valve's \`prefix\` option instead`,
+    );
+  }
+  const retry = (client as { options?: { retryDelayOnFailover?: unknown } }).options?.retryDelayOnFailover;
+  if (typeof retry === 'number' && retry > 0 && !resendWarned) {
+    resendWarned = true;
+    process.emitWarning(
+      `valve: this ioredis/iovalkey Cluster has retryDelayOnFailover: ${retry} (ioredis' default is 100): when a node ` +
+        'connection closes after a script ran and before its answer came, the Cluster sends it again, so an acquire can ' +
+        'run twice (its budget spent twice). Pass retryDelayOnFailover: 0; see docs/timeouts-and-reconnection.md.',
+      { code: 'VALVE_REDIS_CLUSTER_RESEND' },
+    );
+  }
 }
 
 /** An ioredis (or iovalkey) `Command`: its arguments and its promise. */

@@ -11,7 +11,7 @@
  * at once) must not declare timed out the answers already waiting in its socket buffer, retry
  * them, and fall further behind.
  */
-import { type CommandAdapter, isNoScript } from './adapter.js';
+import { type CommandAdapter, isNoScript, replyNumber, replyString } from './adapter.js';
 import type { LuaScript } from './scripts.generated.js';
 
 /** Reads a script's reply into what the store method returns (throws on an unexpected reply). */
@@ -21,6 +21,41 @@ export type ReadReply = (reply: unknown, call: Pending) => unknown;
 export type Settle = (value: unknown) => void;
 
 const NO_KEYS: readonly string[] = [];
+
+/**
+ * Errors meaning the server did not run the command (a cluster slot being migrated, a slot
+ * moved, the cluster down): the client may send it again, which the call does after
+ * RETRY_DELAY while its deadline allows.
+ */
+const NOT_RUN = /^(?:TRYAGAIN|CLUSTERDOWN|MOVED|ASK)\b/;
+/** The wait before a call refused with one of NOT_RUN's errors is sent again (ms). */
+export const RETRY_DELAY = 50;
+
+/** True for an error meaning the command did not run (see NOT_RUN). */
+export function notRun(err: unknown): boolean {
+  return err instanceof Error && NOT_RUN.test(err.message);
+}
+
+/** What a late acquire-many answer needs of each request it carried. */
+export interface LateRequest {
+  readonly id: string;
+  readonly leased: boolean;
+}
+
+/** The lease tokens of an acquire.lua reply (none for anything else). */
+export function leaseTokens(reply: unknown): string[] {
+  if (!Array.isArray(reply) || reply.length < 6) return [];
+  const granted = replyNumber(reply[0], 'acquire');
+  const tokens: string[] = [];
+  for (let i = 0; i < granted && 6 + 2 * i < reply.length; i++) {
+    tokens.push(replyString(reply[6 + 2 * i], 'acquire'));
+  }
+  return tokens;
+}
+
+function resend(call: Pending): void {
+  call.resend();
+}
 
 /** One call in flight. */
 export class Pending {
@@ -33,8 +68,10 @@ export class Pending {
   next: Pending | null = null;
   resolve: ((value: unknown) => void) | null = null;
   reject: ((err: unknown) => void) | null = null;
-  /** The call's keys (the first numKeys) and arguments, kept for a NOSCRIPT retry until the command is answered. */
+  /** The call's keys (the first numKeys) and arguments, kept for a retry until the command is answered. */
   all: readonly string[];
+  /** An acquire-many call: its requests, whose leases a late answer gives back (see Deadlines.late). */
+  late: readonly LateRequest[] | null = null;
 
   constructor(
     private readonly list: Deadlines,
@@ -59,7 +96,12 @@ export class Pending {
   readonly ok = (value: unknown): void => {
     this.all = NO_KEYS;
     this.list.answeredAt = performance.now();
-    if (this.done) return;
+    if (this.done) {
+      // Too late: the caller was told it failed. The leases it created would hold their slots
+      // until their TTL, so they are given back.
+      if (this.leased || this.late !== null) this.list.lateAnswer(this, value);
+      return;
+    }
     const resolve = this.resolve!;
     const reject = this.reject!;
     this.settle();
@@ -79,14 +121,21 @@ export class Pending {
 
   /**
    * Settles with the command's failure, unless it timed out first. A NOSCRIPT loads the script
-   * and runs the call, even one that timed out meanwhile: like any call past its deadline, it
-   * may still execute (as it would have, had the server had the script).
+   * and runs the call (once), an error meaning the command did not run (TRYAGAIN during a slot
+   * migration...) sends it again after RETRY_DELAY, both only while the call is not done: once
+   * valve gave up on a call, it never sends it again.
    */
   readonly fail = (err: unknown): void => {
-    if (!this.recovering && isNoScript(err)) {
-      this.recovering = true;
-      this.list.cmd.recover(this.script, this.numKeys, this.all).then(this.ok, this.fail);
-      return;
+    if (!this.done) {
+      if (!this.recovering && isNoScript(err)) {
+        this.recovering = true;
+        this.list.cmd.recover(this.script, this.numKeys, this.all, this).then(this.ok, this.fail);
+        return;
+      }
+      if (notRun(err) && performance.now() + RETRY_DELAY < this.deadline) {
+        setTimeout(resend, RETRY_DELAY, this).unref?.();
+        return;
+      }
     }
     this.all = NO_KEYS;
     if (this.done) return;
@@ -94,6 +143,22 @@ export class Pending {
     this.settle();
     reject(err);
   };
+
+  /** Sends the call again (see fail()), unless it is done meanwhile. */
+  resend(): void {
+    if (this.done) {
+      this.all = NO_KEYS;
+      return;
+    }
+    let command: Promise<unknown>;
+    try {
+      command = this.list.cmd.call(this.script, this.numKeys, this.all);
+    } catch (err) {
+      this.fail(err);
+      return;
+    }
+    command.then(this.ok, this.fail);
+  }
 
   /** Done (answered or timed out): leaves the list and lets go of the caller's promise. */
   settle(): void {
@@ -122,6 +187,8 @@ export class Deadlines {
   settled: (() => void) | null = null;
   /** Told after calls were rejected for their deadline. */
   timedOut: (() => void) | null = null;
+  /** Gives back (releases) the leases of an acquire answered after its deadline: id, tokens. */
+  releaseLate: ((id: string, tokens: string[]) => void) | null = null;
 
   constructor(
     /** The command connection. */
@@ -151,6 +218,7 @@ export class Deadlines {
   /**
    * send(), settling through `resolve` and `reject` instead of a promise of its own; `leased`,
    * `recorded` and `turned` are for `read` (see Pending), `weight` the requests it carries.
+   * Returns the call.
    */
   dispatch(
     script: LuaScript,
@@ -164,7 +232,7 @@ export class Deadlines {
     weight: number,
     resolve: Settle,
     reject: Settle,
-  ): void {
+  ): Pending {
     const call = new Pending(
       this,
       performance.now() + this.timeout,
@@ -193,9 +261,34 @@ export class Deadlines {
       command = this.cmd.call(script, numKeys, all);
     } catch (err) {
       call.fail(err);
-      return;
+      return call;
     }
     command.then(call.ok, call.fail);
+    return call;
+  }
+
+  /**
+   * An acquire's answer came after its deadline: the leases it granted are released in the
+   * background (errors ignored: unreleased, they expire after their TTL as before).
+   */
+  lateAnswer(call: Pending, value: unknown): void {
+    const release = this.releaseLate;
+    if (release === null) return;
+    try {
+      if (call.late === null) {
+        const tokens = leaseTokens(value);
+        if (tokens.length > 0) release(call.id, tokens);
+        return;
+      }
+      if (!Array.isArray(value)) return;
+      for (let i = 0; i < call.late.length && i < value.length; i++) {
+        const request = call.late[i]!;
+        const tokens = request.leased ? leaseTokens(value[i]) : [];
+        if (tokens.length > 0) release(request.id, tokens);
+      }
+    } catch {
+      // An unexpected reply: its leases expire after their TTL.
+    }
   }
 
   /** Removes a settled call from the list. */

@@ -4,6 +4,7 @@
  * from the validated prefix, the validated id and fixed suffixes.
  */
 import { describe } from '../../duration.js';
+import { checkId } from '../checks.js';
 
 /** The keys and channel of one valve id under one prefix. */
 export interface IdKeys {
@@ -45,8 +46,8 @@ export function idKeys(prefix: string, id: string): IdKeys {
 }
 
 /**
- * Validates a key prefix: 1 to 200 characters without `{` or `}` (which would change the hash
- * tag), whitespace, or the glob characters `*`, `?`, `[`, `]` and `\` (which would widen the
+ * Validates a key prefix: 1 to 200 characters of well-formed Unicode (no lone surrogate) without
+ * `{` or `}` (which would change the hash tag), whitespace, or the glob characters `*`, `?`, `[`, `]` and `\` (which would widen the
  * ACL patterns `~<prefix>:*` and `&<prefix>:*` that docs/redis.md recommends).
  */
 export function validatePrefix(prefix: unknown): string {
@@ -63,5 +64,6 @@ export function validatePrefix(prefix: unknown): string {
       `Expected \`prefix\` to contain none of the ACL glob characters '*', '?', '[', ']' or '\\', got ${JSON.stringify(prefix)}`,
     );
   }
-  return prefix;
+  // A lone surrogate: UTF-8 cannot encode it, so 'p\ud800' and 'p\udfff' would name the same keys.
+  return checkId(prefix, 'prefix');
 }

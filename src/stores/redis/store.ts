@@ -28,7 +28,13 @@ import {
 import { checkWindowInt } from '../window-record.js';
 import { acquireArgs, readAcquire, shapeOf, small } from './acquire-call.js';
 import { Acquires } from './acquires.js';
-import { type CommandAdapter, detectCommandClient, replyArray, replyNumber } from './adapter.js';
+import {
+  type CommandAdapter,
+  checkClients,
+  detectCommandClient,
+  replyArray,
+  replyNumber,
+} from './adapter.js';
 import { Deadlines } from './deadlines.js';
 import { type IdKeys, idKeys, validatePrefix } from './keys.js';
 import { type LuaScript, PAUSE, PROBE, RELEASE, RENEW, RESUME, WINDOW } from './scripts.generated.js';
@@ -144,11 +150,16 @@ class RedisStore implements Store {
                 'behind calls the server did not answer',
         ),
     );
+    // An acquire answered after its deadline: its leases are given back instead of held for their TTL.
+    this.deadlines.releaseLate = (id, tokens) => {
+      this.release(id, tokens).catch(() => {});
+    };
     const mode = options.pubsub === undefined ? (this.cmd.cluster ? 'sharded' : 'classic') : options.pubsub;
     if (mode !== 'classic' && mode !== 'sharded') {
       throw new TypeError(`Expected \`pubsub\` to be 'classic' or 'sharded', got ${describe(mode)}`);
     }
     this.publish = mode === 'sharded' ? 's' : 'p';
+    checkClients(options.client, this.cmd, options.subscriber, mode);
     if (options.subscriber !== undefined) {
       if (typeof options.subscriber !== 'object' || options.subscriber === null) {
         throw new TypeError('Expected `subscriber` to be a Redis connection');

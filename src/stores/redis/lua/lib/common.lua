@@ -73,10 +73,13 @@ local function stored_ms_to_us(raw, now)
 end
 
 -- Wake-up notification on the id's channel: 'p' PUBLISH, 's' SPUBLISH (cluster), '' none.
+-- Called after the script's writes: a refused publish (an ACL without the channel, a
+-- cross-slot channel) must not fail a call whose writes are done, so its error is ignored.
+-- Wake-ups are hints: a valve that misses one polls or rechecks as it would without them.
 local function notify(mode, channel, message)
   if mode == 's' then
-    redis.call('SPUBLISH', channel, message)
+    redis.pcall('SPUBLISH', channel, message)
   elseif mode == 'p' then
-    redis.call('PUBLISH', channel, message)
+    redis.pcall('PUBLISH', channel, message)
   end
 end
