@@ -41,6 +41,11 @@ export interface ValveInternals {
   /** End of the shared pause this process knows (valve clock, epoch ms; 0 or past: none). */
   knownPauseEnd(): number;
   /**
+   * End of a pause this valve applied that the store has not confirmed (its write failed or is
+   * in flight; valve clock, epoch ms; 0 or past: none): a valve group keeps the valve until then.
+   */
+  unconfirmedPauseEnd?(): number;
+  /**
    * Called, and emptied, when the shared pause is deleted (resume(), a 'resume' wake-up): a
    * wait that sleeps through the known pause adds itself here to end with it.
    */

@@ -1,4 +1,6 @@
 import { type Clock, MAX_TIMER_DELAY_MS, systemClock } from './clock.js';
+import { describe, parseDuration } from './duration.js';
+import { MAX_DURATION_MS } from './stores/checks.js';
 
 /*
  * A valve group's eviction: every live valve of the group in one list ordered by last activity
@@ -121,4 +123,19 @@ export class IdleList<E extends IdleEntry> {
     }
     this.arm();
   };
+}
+
+const DEFAULT_IDLE_TIMEOUT = 300_000;
+
+/** createValveGroup()'s `idleTimeout`, checked: ms (default 5 minutes), or Infinity. */
+export function checkIdleTimeout(value: unknown): number {
+  if (value === undefined) return DEFAULT_IDLE_TIMEOUT;
+  if (value === Number.POSITIVE_INFINITY) return value;
+  const ms = parseDuration(value, 'idleTimeout');
+  if (ms > MAX_DURATION_MS) {
+    throw new RangeError(
+      `Expected \`idleTimeout\` to be at most 365 days or Infinity, got ${describe(value)}`,
+    );
+  }
+  return ms;
 }

@@ -1,11 +1,18 @@
+import { describe } from './duration.js';
 import type { ValveEventName } from './events.js';
 import type { FetchLike, WrapFetchOptions } from './feedback/fetch.js';
 import type { ValveGroupListener } from './group-events.js';
-import type { ConcurrencyOption, ValveOptions } from './options.js';
+import { isThenable } from './maybe-promise.js';
+import { type ConcurrencyOption, normalizeRules, type ValveOptions } from './options.js';
 import type { Rule } from './rules/rule.js';
+import { recordOf } from './rulesets.js';
+import { checkKnownKeys } from './stores/checks.js';
 import type { JobContext, RunOptions, Valve } from './types.js';
 
-/* The public types of a valve group (createValveGroup() is in group.ts). */
+/*
+ * The public types of a valve group (createValveGroup() is in group.ts), and the checks of what
+ * `options(key)` returns.
+ */
 
 /** What `options(key)` may return for one key: these options replace the group's for that key. */
 export interface ValveOverrides {
@@ -16,9 +23,17 @@ export interface ValveOverrides {
 
 /** Options of createValveGroup(): every createValve() option but `id`, plus the group's own. */
 export interface ValveGroupOptions extends Omit<ValveOptions, 'id'> {
-  /** A valve with nothing queued or running for this long is closed and dropped. Default '5m'; Infinity keeps valves until close(). */
+  /**
+   * A valve with nothing queued or running for this long is closed and dropped (one holding a
+   * pause the store has not confirmed is kept until that pause ends). Default '5m'; Infinity
+   * keeps valves until close().
+   */
   idleTimeout?: number | string;
-  /** Per-key overrides of `rules`, `concurrency` or `maxWait`, asked once when the key's valve is created. */
+  /**
+   * Per-key overrides of `rules`, `concurrency` or `maxWait`, asked once when the key's valve is
+   * created: a plain object or undefined, synchronously (a Promise is a TypeError). Rules set
+   * with `group.valve(key).setRules()` win over these for the key's later valves.
+   */
   options?: (key: string) => ValveOverrides | undefined;
 }
 
@@ -80,4 +95,69 @@ export interface ValveGroup {
   off<E extends ValveEventName>(event: E, listener: ValveGroupListener<E>): this;
   /** Closes every valve (as Valve.close); afterwards every call rejects (or throws) CLOSED. */
   close(options?: { drain?: boolean }): Promise<void>;
+}
+
+// ---------------------------------------------------------------- options(key), checked
+
+const OVERRIDES = ['rules', 'concurrency', 'maxWait'];
+
+/**
+ * What options(key) returned, checked: a plain object (or undefined, handled by the caller) of
+ * known overrides; the ones left undefined are left out. Throws TypeError naming options(key).
+ */
+export function checkOverrides(value: unknown, key: string): ValveOverrides {
+  const name = `options(${JSON.stringify(key)})`;
+  if (isThenable(value)) {
+    // Never awaited: its rejection must not become an unhandled one besides this error.
+    if (value instanceof Promise) value.catch(() => {});
+    throw new TypeError(
+      `\`${name}\` must return the overrides synchronously, got a Promise: it is called when the key's valve is created, which cannot wait; look the overrides up beforehand (e.g. before group.run())`,
+    );
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new TypeError(
+      `Expected \`${name}\` to return an object like { rules, concurrency, maxWait } or undefined, got ${describe(value)}`,
+    );
+  }
+  const proto: unknown = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) {
+    const ctor = (proto as { constructor?: { name?: unknown } }).constructor?.name;
+    throw new TypeError(
+      `Expected \`${name}\` to return a plain object like { rules, concurrency, maxWait } or undefined, got ${typeof ctor === 'string' && ctor !== '' ? `an instance of ${ctor}` : 'an object with a prototype'}`,
+    );
+  }
+  checkKnownKeys(value, OVERRIDES, name);
+  // An override left undefined keeps the group's own (`{ rules: special.get(key) }` for an
+  // ordinary key must not drop the group's rules).
+  const own: Record<string, unknown> = {};
+  for (const option of OVERRIDES) {
+    const v = (value as Record<string, unknown>)[option];
+    if (v !== undefined) own[option] = v;
+  }
+  return own as ValveOverrides;
+}
+
+/** A TypeError/RangeError from a key's overrides, naming the key. */
+export function overrideError(err: unknown, key: string): unknown {
+  const where = ` (in what options(${JSON.stringify(key)}) returned)`;
+  if (err instanceof RangeError) return new RangeError(err.message + where, { cause: err });
+  if (err instanceof TypeError) return new TypeError(err.message + where, { cause: err });
+  return err;
+}
+
+/**
+ * What a group keeps for a key whose valve's setRules(rules) was called: a plain copy of the
+ * rules (the caller may change its objects later); null when they are what the key gets
+ * without them (`defaults`: the same digests); undefined for rules setRules() refuses.
+ */
+export function rulesToKeep(rules: unknown, defaults: unknown): Rule[] | null | undefined {
+  let record: string;
+  try {
+    record = recordOf(normalizeRules(rules).rules);
+    if (record === recordOf(normalizeRules(defaults).rules)) return null;
+  } catch {
+    return undefined;
+  }
+  const list = (Array.isArray(rules) ? rules : [rules]) as Rule[];
+  return list.map(({ limit, interval, algorithm, burst }) => ({ limit, interval, algorithm, burst }));
 }

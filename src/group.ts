@@ -1,21 +1,26 @@
 import { systemClock } from './clock.js';
-import { describe, parseDuration } from './duration.js';
+import { describe } from './duration.js';
 import { ValveError } from './errors.js';
 import type { ValveEventName } from './events.js';
 import { checkWrapFetch, type FetchLike, type WrapFetchOptions } from './feedback/fetch.js';
+import type { ValveInternals } from './feedback-port.js';
 import { type Forwarders, GroupEvents, type ValveGroupListener } from './group-events.js';
-import { IdleEntry, IdleList } from './group-idle.js';
-import type {
-  GroupFetchOptions,
-  ValveGroup,
-  ValveGroupOptions,
-  ValveGroupStats,
-  ValveOverrides,
+import { checkIdleTimeout, IdleEntry, IdleList } from './group-idle.js';
+import {
+  checkOverrides,
+  type GroupFetchOptions,
+  overrideError,
+  rulesToKeep,
+  type ValveGroup,
+  type ValveGroupOptions,
+  type ValveGroupStats,
+  type ValveOverrides,
 } from './group-types.js';
 import { type GroupWatcher, OBSERVE } from './observer.js';
 import { normalizeOptions, type ValveOptions } from './options.js';
+import type { Rule } from './rules/rule.js';
 import { readCloseOptions } from './run-options.js';
-import { checkId, checkKnownKeys, MAX_DURATION_MS } from './stores/checks.js';
+import { checkId, checkKnownKeys } from './stores/checks.js';
 import { memoryStore } from './stores/memory.js';
 import type { Store } from './stores/store.js';
 import type { JobContext, RunOptions, Valve, ValveStats } from './types.js';
@@ -51,8 +56,6 @@ const GROUP_OPTIONS = [
   'idleTimeout',
   'options',
 ];
-const OVERRIDES = ['rules', 'concurrency', 'maxWait'];
-const DEFAULT_IDLE_TIMEOUT = 300_000;
 /** The longest a key's rule-set record is kept for the group beyond its rules' interval (ms). */
 const RECORD_TTL_MS = 60_000;
 
@@ -60,27 +63,31 @@ const RECORD_TTL_MS = 60_000;
 class Entry extends IdleEntry {
   /** The valve's forwarders of the group's events (null until the group has a listener). */
   forwarders: Forwarders | null = null;
-  /** Whether close() was called on the valve (by the group, or by hand). */
-  readonly isClosed: () => boolean;
+  private readonly internals: ValveInternals | undefined;
   constructor(
     readonly key: string,
     readonly valve: Valve,
+    /** The rules the key gets without any set by setRules(): options(key)'s, or the group's. */
+    readonly defaults: ValveOptions['rules'],
   ) {
     super();
-    const internals = internalsOf(valve);
-    this.isClosed = internals === undefined ? () => false : internals.isClosed;
+    this.internals = internalsOf(valve);
+  }
+  /** Whether close() was called on the valve (by the group, or by hand). */
+  isClosed(): boolean {
+    return this.internals?.isClosed() ?? false;
+  }
+  /** End of a pause the valve applied that the store has not confirmed (0: none). */
+  unconfirmedPauseEnd(): number {
+    return this.internals?.unconfirmedPauseEnd?.() ?? 0;
   }
 }
 
 /** Counters of the valves no longer live (evicted, or closed with the group). */
-interface Retired {
-  started: number;
-  succeeded: number;
-  failed: number;
-  rejected: number;
-  storeErrors: number;
-  leasesLost: number;
-}
+type Retired = Pick<
+  ValveStats,
+  'started' | 'succeeded' | 'failed' | 'rejected' | 'storeErrors' | 'leasesLost'
+>;
 
 class ValveGroupImpl implements ValveGroup {
   /** createValve() options shared by every key (store and clock filled in). */
@@ -95,6 +102,11 @@ class ValveGroupImpl implements ValveGroup {
   private readonly events: GroupEvents;
   /** Closes of evicted valves not yet resolved (awaited by close()). */
   private readonly closing = new Map<Valve, Promise<void>>();
+  /**
+   * Per key, the rules last set on its valve with setRules() that differ from what the key gets
+   * without them: its later valves are created with them (see setRulesOf).
+   */
+  private readonly kept = new Map<string, Rule[]>();
   private readonly retired: Retired = {
     started: 0,
     succeeded: 0,
@@ -259,6 +271,7 @@ class ValveGroupImpl implements ValveGroup {
       return this.closePromise;
     }
     this.idle.stop();
+    this.kept.clear();
     const closes: Promise<void>[] = [...this.closing.values()];
     for (const entry of this.entries.values()) closes.push(entry.valve.close(options));
     this.closePromise = Promise.all(closes).then(() => {
@@ -267,6 +280,7 @@ class ValveGroupImpl implements ValveGroup {
         this.watcher?.removed(entry.key, entry.valve);
       }
       this.entries.clear();
+      this.watcher?.closed?.(); // valve/otel lets go of the closed group (observer.ts)
     });
     return this.closePromise;
   }
@@ -289,6 +303,10 @@ class ValveGroupImpl implements ValveGroup {
       const overrides = this.overrides(key);
       if (overrides !== undefined) options = { ...options, ...checkOverrides(overrides, key) };
     }
+    const defaults = options.rules;
+    // Rules set on an earlier valve of the key with setRules() win over options(key)'s.
+    const kept = this.kept.get(key);
+    if (kept !== undefined) options.rules = kept;
     let valve: Valve;
     try {
       valve = createGroupValve(options, this.recordTtl);
@@ -296,7 +314,9 @@ class ValveGroupImpl implements ValveGroup {
       // The shared options were checked at creation: this is the key's overrides.
       throw overrideError(err, key);
     }
-    const entry = new Entry(key, valve);
+    const entry = new Entry(key, valve, defaults);
+    const setRules = valve.setRules;
+    valve.setRules = (rules) => this.setRulesOf(entry, setRules, rules);
     this.entries.set(key, entry);
     this.created++;
     // A finished burst of work counts as activity: the valve's 'idle' moves it to the tail.
@@ -340,12 +360,28 @@ class ValveGroupImpl implements ValveGroup {
     });
   }
 
-  /** The entry's idleTimeout passed since its last activity: evict it, unless it has work. */
+  /**
+   * A member's setRules(): the valve's own, then the group keeps the rules for the key's later
+   * valves (or forgets them: the key's own again). Rules the valve refuses change nothing.
+   */
+  private setRulesOf(entry: Entry, setRules: Valve['setRules'], rules: Rule | readonly Rule[]) {
+    const closed = entry.isClosed() || this.closePromise !== null;
+    const result = setRules.call(entry.valve, rules);
+    const keep = closed ? undefined : rulesToKeep(rules, entry.defaults);
+    if (keep === null) this.kept.delete(entry.key);
+    else if (keep !== undefined) this.kept.set(entry.key, keep);
+    return result;
+  }
+
+  /**
+   * The entry's idleTimeout passed since its last activity: evict it, unless it has work or
+   * holds a pause the store has not confirmed (the next valve would not know of it).
+   */
   private due(entry: Entry, now: number): void {
     const s = entry.valve.stats();
     // Any work keeps it, also in a valve closed by hand and still draining (live() drops that
     // one once its work is done).
-    if (s.queued + s.running > 0) {
+    if (s.queued + s.running > 0 || entry.unconfirmedPauseEnd() > now) {
       this.idle.touch(entry, now); // looked at again after another idleTimeout, or at its 'idle'
       return;
     }
@@ -378,46 +414,6 @@ function add(out: ValveGroupStats, s: ValveStats): void {
 
 function closedError(): ValveError {
   return new ValveError('CLOSED', 'The valve group is closed');
-}
-
-function checkIdleTimeout(value: unknown): number {
-  if (value === undefined) return DEFAULT_IDLE_TIMEOUT;
-  if (value === Number.POSITIVE_INFINITY) return value;
-  const ms = parseDuration(value, 'idleTimeout');
-  if (ms > MAX_DURATION_MS) {
-    throw new RangeError(
-      `Expected \`idleTimeout\` to be at most 365 days or Infinity, got ${describe(value)}`,
-    );
-  }
-  return ms;
-}
-
-function checkOverrides(value: unknown, key: string): ValveOverrides {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw new TypeError(
-      `Expected \`options(${JSON.stringify(key)})\` to return an object like { rules, concurrency, maxWait } or undefined, got ${describe(value)}`,
-    );
-  }
-  checkKnownKeys(value, OVERRIDES, `options(${JSON.stringify(key)})`);
-  // An override left undefined keeps the group's own (`{ rules: special.get(key) }` for an
-  // ordinary key must not drop the group's rules).
-  const own: Record<string, unknown> = {};
-  for (const name of OVERRIDES) {
-    const v = (value as Record<string, unknown>)[name];
-    if (v !== undefined) own[name] = v;
-  }
-  return own as ValveOverrides;
-}
-
-/** A TypeError/RangeError from a key's overrides, naming the key. */
-function overrideError(err: unknown, key: string): unknown {
-  if (err instanceof RangeError)
-    return new RangeError(`${err.message} (in what options(${JSON.stringify(key)}) returned)`, {
-      cause: err,
-    });
-  if (err instanceof TypeError)
-    return new TypeError(`${err.message} (in what options(${JSON.stringify(key)}) returned)`, { cause: err });
-  return err;
 }
 
 /**

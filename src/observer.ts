@@ -15,6 +15,11 @@ export interface ValveObserver {
   started(queuedAt: number, now: number): void;
   /** A job ended without starting, or run() refused the call, with this reason. */
   rejected(reason: unknown): void;
+  /**
+   * The valve's close() resolved (nothing queued or running any more): called once, after
+   * which the valve calls nothing more. The observer may detach itself here.
+   */
+  closed?(): void;
 }
 
 /** What a valve group tells its watcher: each valve as it joins the group and as it leaves it. */
@@ -23,6 +28,8 @@ export interface GroupWatcher {
   added(key: string, valve: Valve): void;
   /** The valve of `key` was dropped (evicted after idleTimeout, or closed with the group). */
   removed(key: string, valve: Valve): void;
+  /** The group's close() resolved, after `removed` for each of its valves. The watcher may detach itself here. */
+  closed?(): void;
 }
 
 /**

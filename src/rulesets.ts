@@ -13,7 +13,8 @@ import type { AcquireResult } from './stores/store.js';
  * that contains the change holds what the stricter set allows). Calls carry the
  * rule set's record (a valve group's key: the first, those of a change, then one per quarter
  * of its recordTtl; see fill()); the first answer that reports another set recorded for the id
- * (per change) gives a 'rule-mismatch'.
+ * (per change) gives a 'rule-mismatch', unless it is the conversion's finding this valve's own
+ * earlier set.
  */
 
 /** The digests of `rules`, distinct, sorted and joined by ',': the id's record in the store. */
@@ -57,6 +58,12 @@ export class RuleSet {
   private endedNow = false;
   /** 'rule-mismatch' was emitted for the current rules. */
   private mismatched = false;
+  /**
+   * The records of the rule sets this valve used before the change in progress (the last one
+   * first; more than one when a change came during another): the store may still hold one of
+   * them when the conversion is answered, and that is no other process's.
+   */
+  private previousRecords: string[] = [];
   /** Local ms of the last call that carried the record (with recordTtl); -Infinity: the next one does. */
   private recordSentAt = Number.NEGATIVE_INFINITY;
 
@@ -80,6 +87,8 @@ export class RuleSet {
       seen.add(rule.digest);
       previous.push(rule);
     }
+    if (this.previous === undefined) this.previousRecords = [this.record];
+    else this.previousRecords.unshift(this.record);
     this.rules = rules;
     this.record = recordOf(rules);
     this.previous = previous;
@@ -177,6 +186,12 @@ export class RuleSet {
     const recorded = result.recorded;
     if (recorded === undefined || this.mismatched || request.record !== this.record) return undefined;
     if (!Array.isArray(recorded)) return undefined;
+    // The conversion (the first call of the change to reach the store) finding this valve's own
+    // earlier record: no other process's rules. The store holds the new record from now on, so
+    // a later call that finds an old one again meets a process that still uses it.
+    if (request.convert === true && this.previousRecords.includes(recorded.join(','))) {
+      return undefined;
+    }
     this.mismatched = true;
     return { id, rules: decode(this.record.split(',')), recorded: decode(recorded) };
   }

@@ -159,6 +159,7 @@ class ValveImpl implements Valve {
       // observe() reaches the pause directly: feedback → pauses → store.
       pauseInBackground: (ms, source, detail) => pauses.pauseInBackground(ms, source, detail),
       knownPauseEnd: () => pauses.until,
+      unconfirmedPauseEnd: () => pauses.unconfirmedUntil,
       pauseWaiters: pauses.waiters,
       isClosed: () => this.closed,
       emit: (event, payload) => {
@@ -410,6 +411,7 @@ class ValveImpl implements Valve {
     // Through a settled promise, as jobs reject (job.ts rejectWith: two microtask steps), so
     // that the handlers of every job's promise run before `await close()` goes on.
     resolve(SETTLED);
+    this.jobs.observer?.closed?.(); // valve/otel lets go of the closed valve (observer.ts)
   }
 }
 

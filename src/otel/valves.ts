@@ -16,13 +16,19 @@ import {
  * instrument(): a valve's or a group's metrics. Per job it costs one call of a ValveObserver
  * (a counter += 1, and a histogram record for the wait); counts, queue sizes and pauses are read
  * when the meter collects (observable instruments), so nothing else happens per job.
+ *
+ * One meter has one batch callback and one series per attribute set (a registry): every
+ * instrument() call whose data points carry the same attributes counts into the same series,
+ * so its observable counters add up as the histogram and the event counters do (the SDK keeps
+ * one observation per attribute set and callback; two callbacks would overwrite each other).
  */
 
 /** What instrument() returns. */
 export interface Instrumentation {
   /**
-   * Stops recording: the valve (or group) forgets the instrumentation and its callbacks leave
-   * the meter. (An OpenTelemetry SDK keeps exporting the last values it collected.)
+   * Stops recording: the valve (or group) forgets the instrumentation. Its series keep their
+   * totals (counters no longer move) and report nothing queued or running from then on. A
+   * valve or group that closes stops its instrumentation by itself.
    */
   stop(): void;
 }
@@ -30,7 +36,9 @@ export interface Instrumentation {
 /** The options of instrument(). */
 export type InstrumentOptions = MetricsOptions;
 
-/** One set of attributes and its counts (one per instrument() call, or per id with includeId). */
+const noop = () => {};
+
+/** One set of attributes on one meter and its counts: every valve reporting with these attributes. */
 class Series {
   /** Jobs started (only grows). */
   started = 0;
@@ -40,9 +48,9 @@ class Series {
   private readonly derived = new Map<string, Attributes>();
   /** Every pause source valve.paused has reported for this series (at most the five sources). */
   readonly pauseSources = new Set<string>();
-  /** Valves reporting into this series (their queue sizes and pauses are read at collection). */
+  /** Live valves reporting into this series (their queue sizes and pauses are read at collection). */
   readonly valves = new Set<Valve>();
-  /** What the valves of this series call at each start and rejection. */
+  /** What the group valves of this series call at each start and rejection (a valve of its own gets a copy that also hears its close). */
   readonly observer: ValveObserver;
 
   constructor(
@@ -64,6 +72,8 @@ class Series {
         const type = errorType(reason);
         this.rejected.set(type, (this.rejected.get(type) ?? 0) + 1);
       },
+      // A group valve's close: the group tells its instrumentation (GroupWatcher.removed).
+      closed: noop,
     };
   }
 
@@ -80,22 +90,67 @@ class Series {
   }
 }
 
-/** Sets `observer` on a valve unless another one is there; true when set. */
-function attach(valve: Valve & Observable, observer: ValveObserver): boolean {
-  const previous = valve[OBSERVE](observer);
-  if (previous === null) return true;
-  valve[OBSERVE](previous);
-  return false;
+/** A meter's instruments and its series, by canonical attributes. */
+interface Registry {
+  readonly instruments: Instruments;
+  readonly series: Map<string, Series>;
 }
 
-/** Removes `observer` from a valve, leaving another one in place. */
-function detach(valve: Valve & Observable, observer: ValveObserver): void {
-  const current = valve[OBSERVE](null);
-  if (current !== observer) valve[OBSERVE](current);
+const registries = new WeakMap<Meter, Registry>();
+
+/**
+ * The registry of `meter`, made (with its one batch callback) on first use. The series stay as
+ * long as the meter: a series' counts never go back (cumulative counters), whoever reported them.
+ */
+function registryOf(meter: Meter): Registry {
+  let found = registries.get(meter);
+  if (found === undefined) {
+    const instruments = valveInstruments(meter);
+    found = { instruments, series: new Map() };
+    meter.addBatchObservableCallback(collector(instruments, found.series), [
+      instruments.started,
+      instruments.rejected,
+      instruments.queued,
+      instruments.running,
+      instruments.paused,
+    ]);
+    registries.set(meter, found);
+  }
+  return found;
+}
+
+/** The series of `attributes` on a registry: equal attribute sets (any key order) share one. */
+function seriesFor(registry: Registry, attributes: Attributes): Series {
+  const key = JSON.stringify(
+    Object.keys(attributes)
+      .sort()
+      .map((k) => [k, typeof attributes[k], String(attributes[k])]),
+  );
+  let s = registry.series.get(key);
+  if (s === undefined) {
+    s = new Series(attributes, registry.instruments);
+    registry.series.set(key, s);
+  }
+  return s;
 }
 
 type Observable = { [OBSERVE](observer: ValveObserver | null): ValveObserver | null };
 type WatchedGroup = { [OBSERVE](watcher: GroupWatcher | null): GroupWatcher | null };
+
+/** The valve's observer now (null: none). */
+function observerOf(valve: Valve): ValveObserver | null {
+  const v = valve as Valve & Observable;
+  const current = v[OBSERVE](null);
+  if (current !== null) v[OBSERVE](current);
+  return current;
+}
+
+/** Removes `observer` from a valve, leaving another one in place. */
+function detach(valve: Valve, observer: ValveObserver): void {
+  const v = valve as Valve & Observable;
+  const current = v[OBSERVE](null);
+  if (current !== observer) v[OBSERVE](current);
+}
 
 function isGroup(target: unknown): target is ValveGroup & WatchedGroup {
   return (
@@ -119,9 +174,9 @@ const STOPPED: Instrumentation = Object.freeze({ stop() {} });
 
 /**
  * Records a valve's or a valve group's metrics with OpenTelemetry. With no meter provider
- * registered (and no `meter` given) it does nothing at all: the valve is left untouched and
- * a job costs what it costs without it. Throws TypeError for a bad target or option, or a valve
- * that is already instrumented.
+ * registered (and no `meter` given), or a valve or group already closed, it does nothing at all:
+ * the target is left untouched and a job costs what it costs without it. Throws TypeError for a
+ * bad target or option, or a valve that is already instrumented.
  */
 export function instrument(target: Valve | ValveGroup, options?: InstrumentOptions): Instrumentation {
   const group = isGroup(target);
@@ -131,16 +186,17 @@ export function instrument(target: Valve | ValveGroup, options?: InstrumentOptio
     );
   }
   const o = checkOptions(options, 'instrument()');
-  if (o.meter === null) return STOPPED;
+  // A closed target would never tell its close (it happened): nothing to attach.
+  if (o.meter === null || target.stats().closed) return STOPPED;
   return group
     ? instrumentGroup(target, o.meter, o.attributes, o.includeId)
     : instrumentValve(target as Valve & Observable, o.meter, o.attributes, o.includeId);
 }
 
 /** Reports every series at collection: counts, and the queue sizes and pauses of their valves. */
-function collector(instruments: Instruments, series: () => Iterable<Series>): BatchObservableCallback {
+function collector(instruments: Instruments, all: Map<string, Series>): BatchObservableCallback {
   return (result) => {
-    for (const s of series()) {
+    for (const s of all.values()) {
       result.observe(instruments.started, s.started, s.attributes);
       for (const [type, n] of s.rejected) result.observe(instruments.rejected, n, s.with('error.type', type));
       let queued = 0;
@@ -167,22 +223,18 @@ function collector(instruments: Instruments, series: () => Iterable<Series>): Ba
   };
 }
 
-function observables(i: Instruments) {
-  return [i.started, i.rejected, i.queued, i.running, i.paused];
-}
-
-/** The event listeners of one series (counters of rare events: pauses, lost leases, store errors). */
-function listeners(s: Series, i: Instruments) {
-  return {
-    pause: (e: PauseEvent) => i.pauses.add(1, s.with('valve.pause.source', e.source)),
-    'lease-lost': (e: LeaseLostEvent) => i.leaseLost.add(1, s.with('valve.lease.lost.reason', e.reason)),
-    'store-error': (err: unknown, context: StoreErrorContext) =>
-      i.storeErrors.add(
-        1,
-        s.with('valve.store.operation.name', context.operation, 'error.type', errorType(err)),
-      ),
-  };
-}
+/** The counters of rare events (pauses, lost leases, store errors), into a series. */
+const count = {
+  pause: (i: Instruments, s: Series, e: PauseEvent) =>
+    i.pauses.add(1, s.with('valve.pause.source', e.source)),
+  leaseLost: (i: Instruments, s: Series, e: LeaseLostEvent) =>
+    i.leaseLost.add(1, s.with('valve.lease.lost.reason', e.reason)),
+  storeError: (i: Instruments, s: Series, err: unknown, context: StoreErrorContext) =>
+    i.storeErrors.add(
+      1,
+      s.with('valve.store.operation.name', context.operation, 'error.type', errorType(err)),
+    ),
+};
 
 function instrumentValve(
   valve: Valve & Observable,
@@ -190,28 +242,38 @@ function instrumentValve(
   base: Attributes,
   includeId: boolean,
 ): Instrumentation {
-  const instruments = valveInstruments(meter);
-  const series = new Series(includeId ? { ...base, 'valve.id': valve.id } : base, instruments);
-  if (!attach(valve, series.observer)) {
+  if (observerOf(valve) !== null) {
     throw new TypeError(
       `The valve '${valve.id}' is already instrumented: stop() the first instrumentation first`,
     );
   }
-  series.valves.add(valve);
-  const on = listeners(series, instruments);
-  valve.on('pause', on.pause).on('lease-lost', on['lease-lost']).on('store-error', on['store-error']);
-  const callback = collector(instruments, () => [series]);
-  meter.addBatchObservableCallback(callback, observables(instruments));
-  let stopped = false;
-  return {
-    stop() {
-      if (stopped) return;
-      stopped = true;
-      detach(valve, series.observer);
-      valve.off('pause', on.pause).off('lease-lost', on['lease-lost']).off('store-error', on['store-error']);
-      meter.removeBatchObservableCallback(callback, observables(instruments));
-    },
+  const registry = registryOf(meter);
+  const i = registry.instruments;
+  const s = seriesFor(registry, includeId ? { ...base, 'valve.id': valve.id } : base);
+  const on = {
+    pause: (e: PauseEvent) => count.pause(i, s, e),
+    'lease-lost': (e: LeaseLostEvent) => count.leaseLost(i, s, e),
+    'store-error': (err: unknown, context: StoreErrorContext) => count.storeError(i, s, err, context),
   };
+  let stopped = false;
+  const stop = () => {
+    if (stopped) return;
+    stopped = true;
+    detach(valve, observer);
+    valve.off('pause', on.pause).off('lease-lost', on['lease-lost']).off('store-error', on['store-error']);
+    // The series keeps its counts; the valve is no longer read (nor held: it may be collected).
+    s.valves.delete(valve);
+  };
+  // The series' own functions (nothing more per job), and the valve's close stops the instrumentation.
+  const observer: ValveObserver = {
+    started: s.observer.started,
+    rejected: s.observer.rejected,
+    closed: stop,
+  };
+  valve[OBSERVE](observer);
+  s.valves.add(valve);
+  valve.on('pause', on.pause).on('lease-lost', on['lease-lost']).on('store-error', on['store-error']);
+  return { stop };
 }
 
 function instrumentGroup(
@@ -220,63 +282,74 @@ function instrumentGroup(
   base: Attributes,
   includeId: boolean,
 ): Instrumentation {
-  const instruments = valveInstruments(meter);
-  // Without includeId every valve reports into one series; with it, one series per key while its valve lives.
-  const shared = includeId ? null : new Series(base, instruments);
-  const byKey = new Map<string, Series>();
-  const seriesOf = (key: string): Series => {
-    if (shared !== null) return shared;
-    let s = byKey.get(key);
-    if (s === undefined) {
-      s = new Series({ ...base, 'valve.id': key }, instruments);
-      byKey.set(key, s);
-    }
-    return s;
-  };
-  /** Valves whose observer is ours, with that observer (a valve instrumented on its own keeps its own). */
-  const ours = new Map<Valve, ValveObserver>();
-  const watcher: GroupWatcher = {
-    added(key, valve) {
-      const s = seriesOf(key);
-      if (!attach(valve as Valve & Observable, s.observer)) return;
-      ours.set(valve, s.observer);
-      s.valves.add(valve);
-    },
-    removed(key, valve) {
-      if (!ours.delete(valve)) return;
-      const s = seriesOf(key);
-      s.valves.delete(valve);
-      detach(valve as Valve & Observable, s.observer);
-      // The series stays (includeId: the key's): its counts never go back, and with no valve
-      // it reports nothing queued or running (the SDK would repeat a series' last value).
-    },
-  };
-  const previous = group[OBSERVE](watcher);
+  const previous = group[OBSERVE](null);
   if (previous !== null) {
     group[OBSERVE](previous);
     throw new TypeError('The valve group is already instrumented: stop() the first instrumentation first');
   }
-  // The group's events carry the key: each goes to its key's series.
-  const on = {
-    pause: (e: PauseEvent, key: string) => listeners(seriesOf(key), instruments).pause(e),
-    'lease-lost': (e: LeaseLostEvent, key: string) => listeners(seriesOf(key), instruments)['lease-lost'](e),
-    'store-error': (err: unknown, context: StoreErrorContext, key: string) =>
-      listeners(seriesOf(key), instruments)['store-error'](err, context),
+  const registry = registryOf(meter);
+  const i = registry.instruments;
+  // Without includeId every valve reports into one series; with it, one series per key.
+  const shared = includeId ? null : seriesFor(registry, base);
+  const seriesOf = (key: string): Series => shared ?? seriesFor(registry, { ...base, 'valve.id': key });
+  /** Key → its valve, when the valve's observer is ours. */
+  const ours = new Map<string, Valve>();
+  /** Key → its valve, when the valve was instrumented on its own: left out, events included. */
+  const foreign = new Map<string, Valve>();
+  const watcher: GroupWatcher = {
+    added(key, valve) {
+      // Checked before the series is made: a key left out gets no (empty) series of its own.
+      if (observerOf(valve) !== null) {
+        foreign.set(key, valve);
+        return;
+      }
+      const s = seriesOf(key);
+      (valve as Valve & Observable)[OBSERVE](s.observer);
+      ours.set(key, valve);
+      s.valves.add(valve);
+    },
+    removed(key, valve) {
+      if (ours.get(key) === valve) {
+        ours.delete(key);
+        const s = seriesOf(key);
+        s.valves.delete(valve);
+        detach(valve, s.observer);
+        // The series stays (includeId: the key's): its counts never go back, and with no valve
+        // it reports nothing queued or running (the SDK would repeat a series' last value).
+      } else if (foreign.get(key) === valve) {
+        foreign.delete(key);
+      }
+    },
+    closed: () => stop(),
   };
-  group.on('pause', on.pause).on('lease-lost', on['lease-lost']).on('store-error', on['store-error']);
-  const callback = collector(instruments, () => (shared !== null ? [shared] : byKey.values()));
-  meter.addBatchObservableCallback(callback, observables(instruments));
-  let stopped = false;
-  return {
-    stop() {
-      if (stopped) return;
-      stopped = true;
-      const current = group[OBSERVE](null);
-      if (current !== watcher) group[OBSERVE](current);
-      for (const [valve, observer] of ours) detach(valve as Valve & Observable, observer);
-      ours.clear();
-      group.off('pause', on.pause).off('lease-lost', on['lease-lost']).off('store-error', on['store-error']);
-      meter.removeBatchObservableCallback(callback, observables(instruments));
+  // The group's events carry the key: each goes to its key's series, unless the key is left out.
+  const on = {
+    pause: (e: PauseEvent, key: string) => {
+      if (!foreign.has(key)) count.pause(i, seriesOf(key), e);
+    },
+    'lease-lost': (e: LeaseLostEvent, key: string) => {
+      if (!foreign.has(key)) count.leaseLost(i, seriesOf(key), e);
+    },
+    'store-error': (err: unknown, context: StoreErrorContext, key: string) => {
+      if (!foreign.has(key)) count.storeError(i, seriesOf(key), err, context);
     },
   };
+  let stopped = false;
+  const stop = () => {
+    if (stopped) return;
+    stopped = true;
+    const current = group[OBSERVE](null);
+    if (current !== watcher) group[OBSERVE](current);
+    for (const [key, valve] of ours) {
+      const s = seriesOf(key);
+      s.valves.delete(valve);
+      detach(valve, s.observer);
+    }
+    ours.clear();
+    foreign.clear();
+    group.off('pause', on.pause).off('lease-lost', on['lease-lost']).off('store-error', on['store-error']);
+  };
+  group.on('pause', on.pause).on('lease-lost', on['lease-lost']).on('store-error', on['store-error']);
+  group[OBSERVE](watcher);
+  return { stop };
 }

@@ -196,7 +196,7 @@ describe('instrument(valve): a known run', () => {
     handle.stop();
     expect(observerOf(valve)).toBeNull();
     await valve.run(() => 1);
-    // The SDK repeats the last value it collected: the count no longer moves.
+    // The series keeps its count, which no longer moves.
     expect((await collect(reader)).value('valve.job.started', { 'valve.id': 'api' })).toBe(1);
     const again = instrument(valve, { meter });
     await valve.run(() => 1);
