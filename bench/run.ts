@@ -198,7 +198,18 @@ function cpuTimes(): { total: number; steal: number } | undefined {
   }
 }
 
-function runChild(spec: ScenarioSpec, caseName: string | undefined, peer: string): Promise<ResultLine[]> {
+/**
+ * Runs one scenario child (its own process group: fleet workers and redis-servers it starts are
+ * in it) and collects its result lines. The timeout kills the whole group; the child's exit
+ * settles the run (with a grace for its output), whatever still holds its pipes. A child that
+ * fails or gives no line gives a failed row naming the error, so the table shows it.
+ */
+function runChild(
+  name: string,
+  spec: ScenarioSpec,
+  caseName: string | undefined,
+  peer: string,
+): Promise<ResultLine[]> {
   const nodeArgs = [
     ...(spec.exposeGc ? ['--expose-gc'] : []),
     '--import',
@@ -212,7 +223,21 @@ function runChild(spec: ScenarioSpec, caseName: string | undefined, peer: string
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [...nodeArgs, ...scriptArgs], {
       stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
     });
+    // Every process of the child's group (fleet workers, redis-server), the child included.
+    const killGroup = () => {
+      try {
+        if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+      } catch {}
+    };
+    const onSignal = () => {
+      killGroup();
+      process.exit(130);
+    };
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+    let timedOut = false;
     let out = '';
     let err = '';
     child.stdout.on('data', (d: Buffer) => {
@@ -222,11 +247,21 @@ function runChild(spec: ScenarioSpec, caseName: string | undefined, peer: string
       err += d.toString();
     });
     const timer = setTimeout(() => {
+      timedOut = true;
       err += `\n(timed out after ${spec.timeoutMs} ms)`;
-      child.kill('SIGKILL');
+      killGroup();
     }, spec.timeoutMs);
-    child.on('close', (code) => {
+    let settled = false;
+    const settle = (code: number | null) => {
+      if (settled) return;
+      settled = true;
       clearTimeout(timer);
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+      // Whatever the child left running (a crashed run's workers and servers) goes with it.
+      killGroup();
+      child.stdout.destroy();
+      child.stderr.destroy();
       const lines: ResultLine[] = [];
       // Share of the machine's CPU time the hypervisor took during this measurement (steal): time
       // in which no process here could run, whatever it did.
@@ -244,9 +279,27 @@ function runChild(spec: ScenarioSpec, caseName: string | undefined, peer: string
         process.stderr.write(
           `  ! ${spec.script} ${caseName ?? ''} ${peer}: exit ${code}\n${err.slice(-2000)}\n`,
         );
+        const reason = timedOut
+          ? `timed out after ${spec.timeoutMs} ms`
+          : (err
+              .split('\n')
+              .map((l) => l.trim())
+              .find((l) => /^(\w*Error|error)\b|Error: /.test(l)) ?? `exit ${code}`);
+        if (lines.length === 0)
+          lines.push({
+            scenario: name,
+            case: caseName ?? '',
+            peer,
+            metrics: {},
+            notes: `FAILED: ${reason.replace(/\|/g, '/').slice(0, 200)}`,
+          });
       }
       resolve(lines);
-    });
+    };
+    // 'close' waits for the pipes, which a leftover grandchild may hold open: settle on 'exit'
+    // after a grace for the child's last output.
+    child.on('close', (code) => settle(code));
+    child.on('exit', (code) => setTimeout(() => settle(code), 2000));
   });
 }
 
@@ -263,7 +316,9 @@ interface Aggregate {
 function aggregate(lines: readonly ResultLine[]): Aggregate[] {
   const groups = new Map<string, ResultLine[]>();
   for (const line of lines) {
-    const key = `${line.scenario}\u0000${line.case}\u0000${line.peer}`;
+    // A failed run's row (no metrics) stays apart from the same peer's measured ones.
+    const failed = line.notes?.startsWith('FAILED') ? '\u0000failed' : '';
+    const key = `${line.scenario}\u0000${line.case}\u0000${line.peer}${failed}`;
     const group = groups.get(key) ?? [];
     group.push(line);
     groups.set(key, group);
@@ -273,7 +328,7 @@ function aggregate(lines: readonly ResultLine[]): Aggregate[] {
     const first = group[0]!;
     const med: Record<string, number | null> = {};
     const max: Record<string, number | null> = {};
-    for (const metric of Object.keys(first.metrics)) {
+    for (const metric of new Set(group.flatMap((l) => Object.keys(l.metrics)))) {
       const values = group.map((l) => l.metrics[metric]).filter((v): v is number => typeof v === 'number');
       med[metric] = values.length ? median(values) : null;
       max[metric] = values.length ? Math.max(...values) : null;
@@ -617,7 +672,7 @@ async function main(): Promise<void> {
           if (onlyPeers && !onlyPeers.includes(peer)) continue;
           const t0 = Date.now();
           loads.push(os.loadavg()[0]!);
-          const got = await runChild(spec, caseName, peer);
+          const got = await runChild(name, spec, caseName, peer);
           lines.push(...got);
           process.stderr.write(
             `  ${rep}/${repeat} ${caseName ?? ''} ${peer}: ${got.length} line(s), ${((Date.now() - t0) / 1000).toFixed(1)} s\n`,

@@ -9,6 +9,13 @@ process.on('unhandledRejection', (err) => {
   process.stderr.write(`valve: ${oneLine(err)}\n`);
   process.exit(EXIT.failure);
 });
+// A reader that went away (`valve watch <id> | head -1`): stop quietly, as other commands do
+// on a closed pipe. Anything else on stdout is one line, never a stack trace.
+process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+  if (err.code === 'EPIPE') process.exit(EXIT.ok);
+  process.stderr.write(`valve: stdout: ${oneLine(err)}\n`);
+  process.exit(EXIT.failure);
+});
 main(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr, env: process.env }).then(
   (code) => {
     process.exitCode = code;

@@ -163,7 +163,11 @@ async function connectOrReason(client: Any, stop: () => void, events = ['error']
   try {
     await client.connect();
   } catch (err) {
-    stop();
+    // node-redis's destroy() throws ClientClosedError on a client that never opened: the
+    // reason the connection failed is what the user needs, not that.
+    try {
+      stop();
+    } catch {}
     throw lastError ?? err;
   }
   for (const e of events) {
@@ -296,6 +300,19 @@ async function connectStandalone(name: ClientName, lib: Any, a: Address, target:
     retryStrategy: target.reconnect ? (n: number) => Math.min(200 * n, 1000) : () => null,
   });
   await connectOrReason(client, () => client.disconnect());
+  if (a.db > 0) {
+    // ioredis and iovalkey go on in database 0 when their SELECT fails (a database the server
+    // does not have, a user who may not SELECT): ask it here and fail instead. The db option
+    // above stays, so a reconnect (watch) selects it again.
+    try {
+      await client.call('SELECT', String(a.db));
+    } catch (err) {
+      try {
+        client.disconnect();
+      } catch {}
+      throw new Error(`SELECT ${a.db} failed: ${oneLine(err)}`);
+    }
+  }
   return standaloneConn(
     name,
     a,

@@ -61,18 +61,38 @@ export async function doctor(conn: Conn, prefix: string, timeout: number): Promi
   const call = (args: string[], key?: string) => within(conn.call(args, key), timeout, args[0]!);
 
   // Server version and mode (per node on a cluster).
+  // Every master: a cluster's nodes can differ (a rolling upgrade, one node configured by hand).
   const nodes = await conn.nodes();
-  const info = String(await within(nodes[0]!.call(['INFO', 'server']), timeout, 'INFO server'));
-  const version =
-    /^valkey_version:(\S+)/m.exec(info)?.[1] !== undefined
-      ? `Valkey ${/^valkey_version:(\S+)/m.exec(info)![1]}`
-      : `Redis ${/^redis_version:(\S+)/m.exec(info)?.[1] ?? 'unknown'}`;
-  const major = Number(/(\d+)\./.exec(version)?.[1] ?? 0);
+  const versions: { node: string; version: string; major: number; rank: number[] }[] = [];
+  for (const node of nodes) {
+    const info = String(await within(node.call(['INFO', 'server']), timeout, 'INFO server'));
+    const valkey = /^valkey_version:(\S+)/m.exec(info)?.[1];
+    const number = valkey ?? /^redis_version:(\S+)/m.exec(info)?.[1] ?? 'unknown';
+    const rank = number.split('.').map((n) => Number.parseInt(n, 10) || 0);
+    versions.push({
+      node: node.name,
+      version: `${valkey ? 'Valkey' : 'Redis'} ${number}`,
+      major: rank[0]!,
+      rank,
+    });
+  }
+  // The lowest version decides.
+  const older = (a: number[], b: number[]) => {
+    for (let i = 0; i < Math.max(a.length, b.length); i++)
+      if ((a[i] ?? 0) !== (b[i] ?? 0)) return (a[i] ?? 0) < (b[i] ?? 0);
+    return false;
+  };
+  const lowest = versions.reduce((low, v) => (older(v.rank, low.rank) ? v : low));
+  const tooOld = versions.filter((v) => v.major < 7);
+  const mixed = new Set(versions.map((v) => v.version)).size > 1;
   const mode = conn.cluster ? `cluster of ${nodes.length} masters` : 'standalone';
   add(
     'server',
-    major >= 7 ? 'ok' : 'fail',
-    `${version}, ${mode}${major >= 7 ? '' : ': valve needs Redis 7+ or Valkey 7.2+ (its scripts declare flags with #!lua)'}`,
+    tooOld.length === 0 ? 'ok' : 'fail',
+    `${mixed ? `lowest ${lowest.version} (${versions.map((v) => `${v.node} ${v.version}`).join(', ')})` : lowest.version}, ${mode}` +
+      (tooOld.length === 0
+        ? ''
+        : `: valve needs Redis 7+ or Valkey 7.2+ (its scripts declare flags with #!lua)${conn.cluster ? `; too old: ${tooOld.map((v) => v.node).join(', ')}` : ''}`),
   );
   add('client', 'ok', `${conn.family}, ${conn.tls ? 'TLS (rediss://)' : 'no TLS'}`);
 
@@ -109,12 +129,18 @@ export async function doctor(conn: Conn, prefix: string, timeout: number): Promi
 
   // Memory policy: bounds hold only while Redis keeps valve's keys (docs/durability.md).
   try {
-    const memory = String(await within(nodes[0]!.call(['INFO', 'memory']), timeout, 'INFO memory'));
-    const policy = /^maxmemory_policy:(\S+)/m.exec(memory)?.[1] ?? 'unknown';
+    const evicting: string[] = [];
+    for (const node of nodes) {
+      const memory = String(await within(node.call(['INFO', 'memory']), timeout, 'INFO memory'));
+      const policy = /^maxmemory_policy:(\S+)/m.exec(memory)?.[1] ?? 'unknown';
+      if (policy !== 'noeviction') evicting.push(conn.cluster ? `${node.name} ${policy}` : policy);
+    }
     add(
       'memory',
-      policy === 'noeviction' ? 'ok' : 'warn',
-      `maxmemory-policy ${policy}${policy === 'noeviction' ? '' : ': evictions can drop rule state (see docs/durability.md)'}`,
+      evicting.length === 0 ? 'ok' : 'warn',
+      evicting.length === 0
+        ? `maxmemory-policy noeviction${conn.cluster ? ' on every master' : ''}`
+        : `maxmemory-policy ${evicting.join(', ')}: evictions can drop rule state (see docs/durability.md)`,
     );
   } catch (err) {
     add('memory', 'warn', `INFO memory failed: ${oneLine(err)}`);
@@ -169,7 +195,7 @@ async function scriptsCheck(conn: Conn, prefix: string, timeout: number): Promis
   const record = recordOf(rules);
   let step = 'status script';
   try {
-    await readStatus(conn, prefix, id, [], false);
+    await readStatus(conn, prefix, id, { scan: false });
     step = 'acquire';
     const first = await store.acquire({ id, rules, costs: [1, 1], count: 2, lease, record });
     t += 500;

@@ -1,5 +1,5 @@
 /** Human-readable output of the command. */
-import type { IdStatus } from './state.js';
+import type { IdStatus, LineStatus } from './state.js';
 
 /** A duration in ms for people: "120 ms", "12.3 s", "4m 12s", "2h 05m", "3d 04h". */
 export function human(ms: number): string {
@@ -17,6 +17,20 @@ export function human(ms: number): string {
 }
 
 export const iso = (epochMs: number) => new Date(Math.round(epochMs)).toISOString();
+
+/** The fleet window wrapFetch learnt (status and watch). */
+export function windowText(s: IdStatus): string {
+  const w = s.window!;
+  const known =
+    w.left === null ? 'no window known' : `${w.left} left until the reset in ${human(w.resetIn!)}`;
+  const probe = w.probeIn === null ? '' : `, a probe in flight (up to ${human(w.probeIn)} more)`;
+  return `fleet window (wrapFetch): ${known}, ${w.inFlight} in flight${probe}${w.waiting ? '; new requests wait' : ''}`;
+}
+
+/** A line of turns (status and watch). */
+export function lineText(l: LineStatus): string {
+  return `${l.waiting} caller(s) waiting for their turn, next turn in ${human(l.nextTurnIn)} (one every ${human(l.step)})`;
+}
 
 /** The lines of `valve status` (without --json). */
 export function statusLines(s: IdStatus): string[] {
@@ -52,6 +66,8 @@ export function statusLines(s: IdStatus): string[] {
       ? `pause     PAUSED until ${iso(s.pause.until)} (${human(s.pause.in)} left) by ${s.pause.by ?? 'an unnamed source'}; every valve with this id waits`
       : 'pause     none',
   );
+  if (s.window) lines.push(`window    ${windowText(s)}`);
+  for (const l of s.lines) lines.push(`line      ${lineText(l)}`);
   for (const problem of s.problems) lines.push(`problem   ${problem}`);
   if (s.leases.length === 0) {
     lines.push(`leases    none held${s.fence !== null ? ` (last fence ${s.fence})` : ''}`);

@@ -122,6 +122,19 @@ function parse(argv: string[], environment: CliIo['env']): Parsed {
       throw usageError(`--tls-ca: ${oneLine(err)}`);
     }
   }
+  // An option that does not apply to the command is bad usage, not silently ignored.
+  const command = positionals[0];
+  const only: [string, boolean, string[]][] = [
+    ['--json', values.json !== undefined, ['status', 'pause', 'resume', 'doctor']],
+    ['--count', values.count !== undefined, ['watch']],
+    ['--plain', values.plain !== undefined, ['watch']],
+  ];
+  for (const [name, given, commands] of only) {
+    const known = ['status', 'pause', 'resume', 'watch', 'doctor'].includes(command ?? '');
+    if (given && known && values.help !== true && !commands.includes(command!)) {
+      throw usageError(`${name} does not apply to ${command} (only to ${commands.join(', ')})`);
+    }
+  }
   const env = environment.VALVE_REDIS_URL;
   const urls = (values.redis as string[] | undefined) ?? (env ? [env] : []);
   return {
@@ -202,7 +215,7 @@ async function run(p: Parsed, io: CliIo): Promise<number> {
   const t = p.target.timeout;
   try {
     if (p.command === 'status' || p.command === 'watch') {
-      const status = await within(readStatus(conn, p.prefix, p.args[0]!), t, 'status');
+      const status = await within(readStatus(conn, p.prefix, p.args[0]!, { scanMs: t / 2 }), t, 'status');
       if (status.unknown) {
         // --json: the object still (its `unknown` is true), then the one line and exit code 3.
         if (p.json && p.command === 'status') print(JSON.stringify(status, null, 2));
@@ -227,7 +240,13 @@ async function run(p: Parsed, io: CliIo): Promise<number> {
     if (p.command === 'pause' || p.command === 'resume') {
       const id = p.args[0]!;
       const store = redisStore({ client: conn.client, prefix: p.prefix, timeout: t });
-      const statusBefore = await within(readStatus(conn, p.prefix, id, [], false), t, 'status');
+      // The pause and whether anything is recorded, never the rules: a key valve refuses (of
+      // another type, malformed) must not stop an emergency pause.
+      const statusBefore = await within(
+        readStatus(conn, p.prefix, id, { scan: false, rules: false }),
+        t,
+        'status',
+      );
       if (p.command === 'pause') {
         const until = await store.pause(statusBefore.id, ms, pausedBy());
         const now = await serverNow(conn, `${p.prefix}:{${statusBefore.id}}:pause`, t);

@@ -3,42 +3,25 @@
  * writes), then units left and waits computed with the stores' own arithmetic (src/rules).
  */
 
-import { windowCount, windowEnd, windowIndex } from '../rules/fixed-window.js';
-import { gcraIncrement, gcraNext, gcraWait } from '../rules/gcra.js';
-import { type Rule, ruleFromDigest } from '../rules/rule.js';
-import { type SlidingState, slidingEnd, slidingExpire, slidingWait } from '../rules/sliding-window.js';
+import { ruleFromDigest } from '../rules/rule.js';
 import { checkId } from '../stores/checks.js';
 import { detectCommandClient, isNoScript, replyArray, replyString } from '../stores/redis/adapter.js';
 import { idKeys } from '../stores/redis/keys.js';
 import { STATUS } from '../stores/redis/scripts.generated.js';
 import type { Conn } from './connect.js';
 import { usageError } from './errors.js';
+import {
+  AHEAD_US,
+  type LineStatus,
+  lineStatus,
+  type RuleStatus,
+  ruleStatus,
+  us,
+  type WindowStatus,
+  windowStatus,
+} from './rule-status.js';
 
-/** One rule whose state the store holds (or that is recorded for the id). */
-export interface RuleStatus {
-  /** The rule's digest, as in its state key `<prefix>:{<id>}:r:<digest>`. */
-  digest: string;
-  /** The rule, read back from the digest (interval in ms). */
-  rule: Rule & { interval: number };
-  /** E.g. "10 per 1000ms (gcra, burst 1)". */
-  label: string;
-  /** In the rule set recorded for the id. */
-  recorded: boolean;
-  /** Units that may start back to back when nothing is spent: burst (GCRA) or limit (windows). */
-  capacity: number;
-  /** Units that could start now (cost 1 each); null when the state is unreadable. */
-  left: number | null;
-  /** ms until one more unit is available than now; null when every unit is available. */
-  nextUnitIn: number | null;
-  /** ms until every unit is available again; null when every unit is available. */
-  allBackIn: number | null;
-  /** Sliding window: units started in the last second (exact, from its log); null otherwise. */
-  recent: number | null;
-  /** Fixed window: the current window's start (store-clock epoch ms). */
-  windowStart?: number;
-  /** Set when the key holds what valve never writes. */
-  problem?: string;
-}
+export type { LineStatus, RuleStatus, WindowStatus };
 
 export interface LeaseStatus {
   token: string;
@@ -74,33 +57,56 @@ export interface IdStatus {
    * impossible time): valve's scripts refuse to use them (VALVE_CORRUPT_STATE) until deleted.
    */
   problems: string[];
+  /** The fleet window wrapFetch learnt (`<prefix>:{<id>}:window`), or null. */
+  window: WindowStatus | null;
+  /** Live lines of turns (`<prefix>:{<id>}:line:<digest>`): callers waiting for their turn. */
+  lines: LineStatus[];
   /** True when the store holds nothing for this id. */
   unknown: boolean;
 }
 
 /** Beyond this, a pause end is not valve's (it writes at most 365 days ahead; a day of slack). */
-const AHEAD_MS = 366 * 86_400_000;
-
-const us = (ms: number) => Math.round(ms * 1000) / 1000;
+const AHEAD_MS = AHEAD_US / 1000;
 
 /** SCAN MATCH pattern: the glob characters of `text` escaped. */
 function globEscape(text: string): string {
   return text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
 }
 
-/** Digests of every rule state key of the id (one SCAN over the node that owns its slot). */
-async function discoverRules(conn: Conn, rulePrefix: string): Promise<string[]> {
-  const node = await conn.nodeFor(rulePrefix);
-  const pattern = `${globEscape(rulePrefix)}*`;
-  const found = new Set<string>();
+interface Discovered {
+  /** Digests of rule state keys (`r:<digest>`) and of lines (`line:<digest>`). */
+  rules: string[];
+  lines: string[];
+  /** False when the deadline ended the SCAN first. */
+  complete: boolean;
+  /** Keys the SCAN walked (about: 1000 per round). */
+  walked: number;
+}
+
+/**
+ * Every key of the id (one SCAN over the node that owns its slot), until `deadline` (epoch ms):
+ * on a large keyspace the SCAN stops there, and what it found so far is kept.
+ */
+async function discoverKeys(conn: Conn, base: string, deadline: number): Promise<Discovered> {
+  const node = await conn.nodeFor(base);
+  const pattern = `${globEscape(base)}*`;
+  const rules = new Set<string>();
+  const lines = new Set<string>();
   let cursor = '0';
+  let walked = 0;
   do {
+    if (walked > 0 && Date.now() >= deadline)
+      return { rules: [...rules], lines: [...lines], complete: false, walked };
     const reply = replyArray(await node.call(['SCAN', cursor, 'MATCH', pattern, 'COUNT', '1000']), 'SCAN');
+    walked += 1000;
     cursor = replyString(reply[0], 'SCAN');
-    for (const key of replyArray(reply[1], 'SCAN'))
-      found.add(replyString(key, 'SCAN').slice(rulePrefix.length));
+    for (const raw of replyArray(reply[1], 'SCAN')) {
+      const key = replyString(raw, 'SCAN').slice(base.length);
+      if (key.startsWith('r:')) rules.add(key.slice(2));
+      else if (key.startsWith('line:')) lines.add(key.slice(5));
+    }
   } while (cursor !== '0');
-  return [...found];
+  return { rules: [...rules], lines: [...lines], complete: true, walked };
 }
 
 function checkedId(id: string): string {
@@ -111,32 +117,62 @@ function checkedId(id: string): string {
   }
 }
 
-/** Reads one id's state. `scan: false` skips the search for unrecorded rules (watch's later ticks). */
+export interface ReadOptions {
+  /** Rule digests to read besides the recorded and found ones (watch: the last reading's). */
+  known?: readonly string[];
+  /** Search for unrecorded rules and lines (a SCAN; watch skips it on most readings). Default true. */
+  scan?: boolean;
+  /** ms the SCAN may take before it stops (the rest is read anyway). Default: no limit. */
+  scanMs?: number;
+  /** Read the rules' state (default true); pause and resume need only the pause, and never the record. */
+  rules?: boolean;
+}
+
+const RECORD_EXPECTED = 'a rule set ("<until µs>:" and rule digests joined by commas)';
+
+/** Reads one id's state. */
 export async function readStatus(
   conn: Conn,
   prefix: string,
   rawId: string,
-  known: readonly string[] = [],
-  scan = true,
+  o: ReadOptions = {},
 ): Promise<IdStatus> {
   const id = checkedId(rawId);
   const keys = idKeys(prefix, id);
-  const recordRaw = await conn.call(['GET', keys.rules], keys.rules);
-  const record = parseRecord(recordRaw == null ? '' : replyString(recordRaw, 'GET'));
+  const scan = o.scan ?? true;
+  let record: { digests: string[] } | null = null;
+  if (o.rules ?? true) {
+    // A record of another type is reported below (status.lua reads it type-checked).
+    const recordRaw = await conn.call(['GET', keys.rules], keys.rules).catch((err: unknown) => {
+      if (/WRONGTYPE/.test(String((err as Error)?.message))) return null;
+      throw err;
+    });
+    record = parseRecord(recordRaw == null ? '' : replyString(recordRaw, 'GET'));
+  }
   let checked = scan;
   let note: string | undefined;
-  let found: string[] = [];
-  if (scan) {
+  let found: Discovered = { rules: [], lines: [], complete: true, walked: 0 };
+  if (scan && (o.rules ?? true)) {
+    const limit = o.scanMs ?? Number.POSITIVE_INFINITY;
     try {
-      found = await discoverRules(conn, keys.rulePrefix);
+      found = await discoverKeys(conn, keys.rulePrefix.slice(0, -2), Date.now() + limit);
+      if (!found.complete) {
+        checked = false;
+        note = `not finished: SCAN stopped after about ${found.walked} keys (its share of --timeout, ${Math.round(limit)} ms); rules it did not reach are not shown`;
+      }
     } catch (err) {
       checked = false;
       note = `not checked: SCAN failed (${(err as Error).message.split('\n')[0]})`;
     }
   }
   const digests: string[] = [];
-  for (const d of [...(record?.digests ?? []), ...known, ...found.sort()]) {
+  for (const d of [...(record?.digests ?? []), ...(o.known ?? []), ...found.rules.sort()]) {
     if (!digests.includes(d) && ruleFromDigest(d)) digests.push(d);
+  }
+  // A line is named by the first rule of its rule set: every rule we know of, and those found.
+  const lineDigests: string[] = [];
+  for (const d of [...digests, ...found.lines.sort()]) {
+    if (!lineDigests.includes(d) && ruleFromDigest(d)) lineDigests.push(d);
   }
   const adapter = detectCommandClient(conn.client);
   const statusKeys = [
@@ -145,7 +181,9 @@ export async function readStatus(
     keys.fence,
     keys.rules,
     keys.pauseBy,
+    keys.window,
     ...digests.map((d) => keys.rulePrefix + d),
+    ...lineDigests.map((d) => `${keys.line}:${d}`),
   ];
   const all = [...statusKeys, ...digests.map((d) => d[0]!)];
   // By SHA1; a server that does not have the script yet loads it (adapter.recover).
@@ -159,16 +197,23 @@ export async function readStatus(
   const pauseRaw = replyString(reply[1], 'status');
   const fenceRaw = replyString(reply[2], 'status');
   // The record as the script read it (the same instant as the states).
-  const recorded = parseRecord(replyString(reply[3], 'status'), nowUs);
+  const recordRaw = replyString(reply[3], 'status');
   const leaseReply = reply[4];
   const states = replyArray(reply[5], 'status');
   const pauseBy = replyString(reply[6], 'status');
+  const windowRaw = replyString(reply[7], 'status');
+  const lineRaws = replyArray(reply[8], 'status').map((v) => replyString(v, 'status'));
 
   const problems: string[] = [];
   const corrupt = (key: string, raw: string, expected: string) =>
     problems.push(
       `${key} holds ${raw === '!type' ? 'a value of another type' : JSON.stringify(raw.slice(0, 64))}, not ${expected} (valve never writes that; delete the key)`,
     );
+  // The checks of the store's scripts (lua/lib/acquire-one.lua, pause.lua, window.lua).
+  const recorded = recordRaw === '!type' ? null : parseRecord(recordRaw, nowUs);
+  const shape = parseRecord(recordRaw);
+  if (recordRaw !== '' && (shape === null || shape.until * 1000 > nowUs + AHEAD_US))
+    corrupt(keys.rules, recordRaw, RECORD_EXPECTED);
   let pauseUntil = /^\d+(\.\d+)?$/.test(pauseRaw) ? Number(pauseRaw) : null;
   if (pauseRaw !== '' && (pauseUntil === null || pauseUntil > now + AHEAD_MS)) {
     corrupt(keys.pause, pauseRaw, 'a pause end in epoch ms at most 365 days ahead');
@@ -176,13 +221,21 @@ export async function readStatus(
   }
   if (!Array.isArray(leaseReply) && replyString(leaseReply, 'status') === '!type')
     corrupt(keys.leases, '!type', 'a sorted set of leases');
-  if (fenceRaw !== '' && !/^\d+$/.test(fenceRaw)) corrupt(keys.fence, fenceRaw, 'a fencing number');
+  const fenceOk = /^\d+$/.test(fenceRaw) && Number(fenceRaw) <= nowUs + AHEAD_US;
+  if (fenceRaw !== '' && !fenceOk)
+    corrupt(keys.fence, fenceRaw, 'a fencing number (an integer near the clock in µs)');
   const leases: LeaseStatus[] = [];
   if (Array.isArray(leaseReply)) {
+    let far = '';
     for (let i = 0; i + 1 < leaseReply.length; i += 2) {
       const token = replyString(leaseReply[i], 'status');
-      const expiresAt = Number(replyString(leaseReply[i + 1], 'status'));
+      const score = replyString(leaseReply[i + 1], 'status');
+      const expiresAt = Number(score);
       if (!(expiresAt > now)) continue; // expired, not yet purged
+      if (expiresAt > now + AHEAD_MS) {
+        far ||= `${token} ${score}`;
+        continue;
+      }
       leases.push({
         token,
         fence: Number(token.slice(token.lastIndexOf('.') + 1)),
@@ -190,17 +243,28 @@ export async function readStatus(
         ttl: us(expiresAt - now),
       });
     }
+    if (far) corrupt(keys.leases, far, 'lease expiries in epoch ms at most 365 days ahead');
   }
+  const window = windowStatus(windowRaw, nowUs);
+  if (typeof window === 'string') corrupt(keys.window, windowRaw, window);
+  const lines: LineStatus[] = [];
+  lineDigests.forEach((digest, l) => {
+    const line = lineStatus(digest, lineRaws[l] ?? '', nowUs);
+    if (typeof line === 'string') corrupt(`${keys.line}:${digest}`, lineRaws[l]!, line);
+    else if (line) lines.push(line);
+  });
   const inRecord = new Set(recorded?.digests ?? []);
   const rules = digests.map((digest, r) => ruleStatus(digest, states[r], nowUs, inRecord.has(digest)));
   const live = rules.filter((r) => !r.recorded && (r.nextUnitIn !== null || r.problem !== undefined));
   const unknown =
     recorded === null &&
     live.length === 0 &&
-    found.length === 0 &&
+    found.rules.length === 0 &&
     pauseRaw === '' &&
     fenceRaw === '' &&
     leases.length === 0 &&
+    window === null &&
+    lines.length === 0 &&
     problems.length === 0;
   const mismatch: IdStatus['mismatch'] = {
     checked,
@@ -224,102 +288,22 @@ export async function readStatus(
           }
         : null,
     leases: leases.sort((a, b) => a.expiresAt - b.expiresAt),
-    fence: /^\d+$/.test(fenceRaw) ? Number(fenceRaw) : null,
+    fence: fenceOk ? Number(fenceRaw) : null,
     problems,
+    window: typeof window === 'string' ? null : window,
+    lines,
     unknown,
   };
 }
 
-/** "<until µs>:<digests>" → the record, or null when missing or expired (at `nowUs`). */
+/**
+ * "<until µs>:<digests>" → the record, or null when malformed, further ahead than valve writes
+ * (checked against `nowUs` when given, as check_record() does), or expired at `nowUs`.
+ */
 function parseRecord(raw: string, nowUs?: number): { digests: string[]; until: number } | null {
   const m = /^(\d+):([gws0-9.,]*)$/.exec(raw);
   if (!m) return null;
   const untilUs = Number(m[1]);
-  if (nowUs !== undefined && untilUs <= nowUs) return null;
+  if (nowUs !== undefined && (untilUs <= nowUs || untilUs > nowUs + AHEAD_US)) return null;
   return { digests: m[2] === '' ? [] : m[2]!.split(','), until: untilUs / 1000 };
-}
-
-function ruleStatus(digest: string, state: unknown, nowUs: number, recorded: boolean): RuleStatus {
-  const rule = ruleFromDigest(digest)!;
-  const limit = rule.limit;
-  const intervalUs = Math.round(rule.interval * 1000);
-  const capacity = rule.algorithm === 'gcra' ? rule.burst! : limit;
-  const base = {
-    digest,
-    rule,
-    label:
-      rule.algorithm === 'gcra'
-        ? `${limit} per ${rule.interval}ms (gcra, burst ${rule.burst})`
-        : `${limit} per ${rule.interval}ms (${rule.algorithm})`,
-    recorded,
-    capacity,
-  };
-  const bad = (what: string): RuleStatus => ({
-    ...base,
-    left: null,
-    nextUnitIn: null,
-    allBackIn: null,
-    recent: null,
-    problem: `unreadable state (${what}): valve never writes that`,
-  });
-  const ms = (waitUs: number) => us(waitUs / 1000);
-  if (state === '!type') return bad('a key of another type');
-  if (rule.algorithm === 'gcra') {
-    const raw = replyString(state, 'status');
-    const emissionUs = Math.ceil(intervalUs / limit);
-    const capUs = capacity * emissionUs;
-    if (raw !== '' && !/^\d+$/.test(raw)) return bad(JSON.stringify(raw.slice(0, 40)));
-    const tat = raw === '' ? nowUs : Math.max(Number(raw), nowUs);
-    // Job j (cost 1 each) fits while tat + j × T − now ≤ capacity (gcraNext / gcraWait).
-    let left = Math.floor((capUs - (tat - nowUs)) / emissionUs);
-    left = Math.max(0, Math.min(capacity, left));
-    while (
-      left > 0 &&
-      gcraWait(gcraNext(tat, nowUs, gcraIncrement(left, emissionUs)), nowUs, capacity, emissionUs) > 0
-    ) {
-      left--;
-    }
-    if (left >= capacity) return { ...base, left, nextUnitIn: null, allBackIn: null, recent: null };
-    const next = gcraWait(
-      gcraNext(tat, nowUs, gcraIncrement(left + 1, emissionUs)),
-      nowUs,
-      capacity,
-      emissionUs,
-    );
-    return { ...base, left, nextUnitIn: ms(next), allBackIn: ms(tat - nowUs), recent: null };
-  }
-  if (rule.algorithm === 'fixed-window') {
-    const raw = replyString(state, 'status');
-    const k = windowIndex(nowUs, intervalUs);
-    let count = 0;
-    if (raw !== '') {
-      const m = /^(\d+):(\d+(?:\.\d+)?)$/.exec(raw);
-      if (!m) return bad(JSON.stringify(raw.slice(0, 40)));
-      count = windowCount(Number(m[1]), Number(m[2]), k);
-    }
-    const left = Math.max(0, Math.floor(limit - count));
-    const windowStart = (k * intervalUs) / 1000;
-    if (count <= 0) return { ...base, left, nextUnitIn: null, allBackIn: null, recent: null, windowStart };
-    const end = ms(windowEnd(k, intervalUs) - nowUs);
-    return { ...base, left, nextUnitIn: end, allBackIn: end, recent: null, windowStart };
-  }
-  // Sliding window: [sum, t1, c1, t2, c2, ...], oldest first.
-  const list = Array.isArray(state) ? state.map((v) => Number(replyString(v, 'status'))) : [];
-  if (list.some((n) => !Number.isFinite(n))) return bad('a malformed log');
-  const s: SlidingState = { log: list.slice(1), head: 0, sum: 0 };
-  for (let i = 1; i < s.log.length; i += 2) s.sum += s.log[i]!;
-  slidingExpire(s, nowUs, intervalUs);
-  const left = Math.max(0, Math.floor(limit - s.sum));
-  let recent = 0;
-  for (let i = s.head; i < s.log.length; i += 2) if (s.log[i]! > nowUs - 1_000_000) recent += s.log[i + 1]!;
-  if (s.sum <= 0) return { ...base, left, nextUnitIn: null, allBackIn: null, recent };
-  // One more unit is available once the oldest live entry has left.
-  const need = Math.max(1, s.sum + 1 - limit);
-  return {
-    ...base,
-    left,
-    nextUnitIn: ms(slidingWait(s, need, nowUs, intervalUs)),
-    allBackIn: ms(slidingEnd(s, intervalUs) - nowUs),
-    recent,
-  };
 }

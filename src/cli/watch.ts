@@ -5,7 +5,7 @@
  */
 import { type Conn, within } from './connect.js';
 import { oneLine } from './errors.js';
-import { human, iso } from './format.js';
+import { human, iso, lineText, windowText } from './format.js';
 import { type IdStatus, type RuleStatus, readStatus } from './state.js';
 
 const ESC = '\u001b[';
@@ -65,6 +65,8 @@ export function watchLines(s: IdStatus, rates: (number | null)[], ansi: boolean)
   const pause = pauseText(s);
   lines.push(`pause    ${ansi && s.pause ? `${ESC}33m${pause}${ESC}39m` : pause}`);
   lines.push(`leases   ${leaseText(s)}`);
+  if (s.window) lines.push(`window   ${windowText(s)}`);
+  for (const l of s.lines) lines.push(`line     ${lineText(l)}`);
   if (s.mismatch.digests.length > 0)
     lines.push('mismatch rules marked ! have live state but are not recorded');
   return lines;
@@ -72,7 +74,8 @@ export function watchLines(s: IdStatus, rates: (number | null)[], ansi: boolean)
 
 export function watchPlain(s: IdStatus, rates: (number | null)[]): string {
   const rules = s.rules.map((r, i) => `${r.label}: ${ruleText(r, rates[i] ?? null)}`);
-  return `[${iso(s.now)}] ${s.id}: ${rules.join('; ') || 'no rules recorded'}; ${pauseText(s)}; ${leaseText(s)}`;
+  const extra = [...(s.window ? [windowText(s)] : []), ...s.lines.map(lineText)];
+  return `[${iso(s.now)}] ${s.id}: ${rules.join('; ') || 'no rules recorded'}; ${pauseText(s)}; ${leaseText(s)}${extra.map((e) => `; ${e}`).join('')}`;
 }
 
 export interface WatchOptions {
@@ -108,7 +111,11 @@ export async function watch(conn: Conn, first: IdStatus, o: WatchOptions): Promi
       if (n > 0) {
         try {
           // The search for unrecorded rules (a SCAN) runs every 10 s only.
-          cur = await within(readStatus(conn, o.prefix, o.id, known, n % 10 === 0), o.timeout, 'status');
+          cur = await within(
+            readStatus(conn, o.prefix, o.id, { known, scan: n % 10 === 0, scanMs: o.timeout / 2 }),
+            o.timeout,
+            'status',
+          );
           known = cur.rules.map((r) => r.digest);
         } catch (err) {
           cur = undefined;

@@ -58,6 +58,8 @@ describe('the live view', () => {
     pause: { until: Date.UTC(2026, 0, 1) + 30_000, in: 30_000, by: 'retry-after (retry-after)' },
     leases: [{ token: 'a.7', fence: 7, expiresAt: 0, ttl: 12_000 }],
     fence: 7,
+    window: null,
+    lines: [],
     unknown: false,
   };
 
