@@ -20,8 +20,12 @@ export function convertFrom(rule: StoreRule, nowUs: number, windowK: number): nu
 
 /**
  * An upper bound of the units granted in [startUs, nowUs] that an old rule's state proves.
- * `value`: GCRA tat (µs, at least now), fixed-window count of window `windowK`, or
- * sliding-window live sum (entries after now − interval).
+ * `value`: GCRA tat as stored (µs, possibly in the past), or now − interval when the state is
+ * missing; fixed-window count of window `windowK`; or sliding-window live sum (entries after
+ * now − interval).
+ *
+ * A GCRA state is kept one interval past its tat (gcraExpiry()), so a missing one was last
+ * spent up to a tat at most now − interval: that bounds what it granted, as a stored tat does.
  */
 export function spentSince(
   rule: StoreRule,
@@ -32,8 +36,11 @@ export function spentSince(
 ): number {
   const I = rule.intervalUs;
   if (rule.algorithm === 'gcra') {
-    // Each grant in [start, now] pushed tat at least its increment past start.
-    const tat = Math.max(value, nowUs);
+    // Each grant in [start, now] pushed tat at least its increment past start (from
+    // max(tat, g) >= start), so the tat stored after them bounds their units. A state is dropped
+    // (or its key expires) no earlier than one interval after its tat: an older tat counts as
+    // now − interval, as a missing state does (the test clock keeps Redis keys longer).
+    const tat = Math.max(value, nowUs - I);
     return tat > startUs ? Math.floor((tat - startUs) / rule.emissionUs) : 0;
   }
   let covered: number;
@@ -47,6 +54,8 @@ export function spentSince(
 /** A new rule's state value after adding `units` (U, possibly Infinity) to it. */
 export function converted(rule: StoreRule, value: number, units: number, nowUs: number): number {
   if (rule.algorithm === 'gcra') {
+    // Nothing to add: the state stays as it is (a missing one stays missing).
+    if (units <= 0) return value;
     // At most one interval beyond the burst tolerance: the old spend, however long ago it was
     // granted in the new rule's window, is counted until that window has passed. Below 2^53:
     // the interval and the tolerance are each at most 365 days (rule.ts).

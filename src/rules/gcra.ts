@@ -3,10 +3,20 @@
  * docs/architecture.md, "The arithmetic"). Pure functions on numbers, so the memory
  * store can run them per job without allocating; the Redis Lua script mirrors them.
  *
- * State: `tat`, the theoretical arrival time (µs). Missing or expired state is `tat = now`.
- * A job of cost c needs inc = ceil(c × emissionUs); next = max(tat, now) + inc.
+ * State: `tat`, the theoretical arrival time (µs). A missing state, or a tat in the past, admits
+ * as `tat = now`. A job of cost c needs inc = ceil(c × emissionUs); next = max(tat, now) + inc.
  * It fits when next − now ≤ burst × emissionUs, and then tat = next.
  */
+
+/**
+ * When a GCRA state may be dropped (µs): one interval of its rule after `tat`, the moment it is
+ * fresh again. Kept that long, a missing state proves its last tat was at least one interval
+ * ago, which a rule change's conversion counts on (src/rules/convert.ts, spentSince()): a state
+ * dropped at tat could have been spent at full rate until a moment before.
+ */
+export function gcraExpiry(tat: number, intervalUs: number): number {
+  return tat + intervalUs;
+}
 
 /** GCRA time one job of `cost` consumes, in µs: ceil(cost × emissionUs), rounded up so the bound holds. */
 export function gcraIncrement(cost: number, emissionUs: number): number {

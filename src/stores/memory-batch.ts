@@ -1,6 +1,6 @@
 import { converted, convertFrom, spentSince } from '../rules/convert.js';
 import { windowCount, windowEnd, windowIndex, windowWait } from '../rules/fixed-window.js';
-import { gcraCharge, gcraNext, gcraWait } from '../rules/gcra.js';
+import { gcraCharge, gcraExpiry, gcraNext, gcraWait } from '../rules/gcra.js';
 import type { StoreRule } from '../rules/rule.js';
 import { slidingAppend, slidingEnd, slidingExpire, slidingWait } from '../rules/sliding-window.js';
 import { inPrevious } from './checks.js';
@@ -17,7 +17,7 @@ export class RuleBatch {
   /** The call's rules: its own first, then the previous rules of a rule change (filled by checkRequest). */
   readonly rules: (StoreRule | undefined)[] = [];
   private readonly st: (RuleState | undefined)[] = [];
-  /** GCRA tat / fixed-window count / sliding-window live sum, as updated by this batch's grants. */
+  /** GCRA tat (as stored: maybe past) / fixed-window count / sliding-window live sum, as updated by this batch's grants. */
   private readonly a: number[] = [];
   /** Fixed-window index at `now`. */
   private readonly k: number[] = [];
@@ -28,7 +28,11 @@ export class RuleBatch {
   /** A rule change: the rule is new (converted). */
   private readonly target: boolean[] = [];
 
-  /** Reads the first `n` rules' states of `state` as of `now` (expired or missing = fresh; expired ones are dropped). */
+  /**
+   * Reads the first `n` rules' states of `state` as of `now` (expired or missing = fresh; expired
+   * ones are dropped). A GCRA tat is kept as stored (the checks take max(tat, now)); a missing one
+   * reads as now − interval, the latest tat a dropped state can have had (gcraExpiry()).
+   */
   read(n: number, state: IdState | undefined, now: number): void {
     const { rules, st, a, k } = this;
     for (let i = 0; i < n; i++) {
@@ -40,7 +44,7 @@ export class RuleBatch {
       }
       st[i] = s;
       if (rule.algorithm === 'gcra') {
-        a[i] = s === undefined ? now : s.tat;
+        a[i] = s === undefined ? now - rule.intervalUs : s.tat;
       } else if (rule.algorithm === 'sliding-window') {
         if (s !== undefined) slidingExpire(s, now, rule.intervalUs);
         a[i] = s === undefined ? 0 : s.sum;
@@ -113,13 +117,15 @@ export class RuleBatch {
     for (let i = 0; i < n; i++) {
       const rule = rules[i]!;
       let s = st[i];
+      // A missing GCRA state neither spent nor converted stays missing (as on Redis).
+      if (s === undefined && rule.algorithm === 'gcra' && a[i]! <= now) continue;
       if (s === undefined) {
         s = new RuleState(rule.algorithm === 'sliding-window');
         state.rules.set(rule.digest, s);
       }
       if (rule.algorithm === 'gcra') {
         s.tat = a[i]!;
-        s.expiresUs = a[i]!;
+        s.expiresUs = gcraExpiry(a[i]!, rule.intervalUs);
       } else if (rule.algorithm === 'sliding-window') {
         if (a[i]! > this.pre[i]!) slidingAppend(s, now, a[i]! - this.pre[i]!);
         s.expiresUs = slidingEnd(s, rule.intervalUs);

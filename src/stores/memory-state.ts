@@ -21,7 +21,10 @@ export class RuleState implements SlidingState {
   log: number[];
   head = 0;
   sum = 0;
-  /** µs from which this state equals a fresh one and may be dropped. */
+  /**
+   * µs from which this state may be dropped: once it equals a fresh one (a GCRA state one
+   * interval later, for rule changes: rules/gcra.ts, gcraExpiry()).
+   */
   expiresUs = 0;
   constructor(sliding: boolean) {
     this.log = sliding ? [] : NO_LOG;
@@ -127,7 +130,18 @@ export function contentsOf(ids: ReadonlyMap<string, IdState>, subscribers: numbe
   return { ids: ids.size, rules, leases, pauses, subscribers };
 }
 
-/** Drops the expired state of a store's ids: a few per call, and every id once a second. */
+/** What else a store holds that the full sweep drops once expired (its fleet window records). */
+export interface Sweepable {
+  /** How many entries it holds: the full sweep runs while this or the store's ids are not 0. */
+  readonly size: number;
+  /** Drops every expired entry. */
+  sweep(now: number): void;
+}
+
+/**
+ * Drops the expired state of a store's ids (a few per call, and every id once a second) and, once
+ * a second too, the expired entries of `others`.
+ */
 export class IdSweeper {
   /** Where the amortised sweep resumes; null to start over. */
   private cursor: Iterator<IdState> | null = null;
@@ -139,6 +153,8 @@ export class IdSweeper {
     private readonly ids: Map<string, IdState>,
     /** The store's clock in µs. */
     private readonly nowUs: () => number,
+    /** What else the store holds (its fleet window records), swept with the ids. */
+    private readonly others: Sweepable,
   ) {}
 
   /** Amortised cleanup: examines up to SWEEP_PER_CALL ids round-robin and drops their idle state. */
@@ -159,12 +175,13 @@ export class IdSweeper {
   }
 
   /**
-   * Once a second while the store holds any id, one pass over every id drops what has expired,
-   * so ids nobody uses again leave nothing behind even when no call comes to sweep them. The
-   * timer is unref'd (it never keeps the process alive) and runs on Node's own timers.
+   * Once a second while the store holds any id (or any of `others`), one pass over every id
+   * and every one of `others` drops what has expired, so ids nobody uses again leave nothing
+   * behind even when no call comes to sweep them. The timer is unref'd (it never keeps the
+   * process alive) and runs on Node's own timers.
    */
   schedule(): void {
-    if (this.timer !== null || this.ids.size === 0) return;
+    if (this.timer !== null || (this.ids.size === 0 && this.others.size === 0)) return;
     const timer = setTimeout(this.full, FULL_SWEEP_MS);
     timer.unref?.();
     this.timer = timer;
@@ -174,6 +191,10 @@ export class IdSweeper {
     this.timer = null;
     const now = this.nowUs();
     for (const state of this.ids.values()) if (dropExpired(state, now)) this.ids.delete(state.id);
+    // The pass covered every id: the amortised sweep starts over (and its iterator no longer
+    // holds the table the map had when it began, which the map may have outgrown since).
+    this.cursor = null;
+    this.others.sweep(now);
     this.schedule();
   };
 }

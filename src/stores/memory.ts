@@ -58,10 +58,10 @@ class MemoryStore implements Store {
   private lastNowUs = 0;
   /** Tokens are unique across every id of the store (a token of one id can never match another's). */
   private tokenSeq = 0;
-  /** Drops expired state of ids nobody touches (amortised per call, and once a second). */
-  private readonly sweeper = new IdSweeper(this.ids, () => this.nowUs());
   /** The provider windows wrapFetch learnt, per id (window-record.ts). */
   private readonly windows = new WindowRecords();
+  /** Drops expired state of ids nobody touches (amortised per call, and once a second), window records too. */
+  private readonly sweeper = new IdSweeper(this.ids, () => this.nowUs(), this.windows);
   /** The current call's rules and their states (memory-batch.ts), reused from call to call. */
   private readonly batch = new RuleBatch();
 
@@ -296,12 +296,16 @@ class MemoryStore implements Store {
 
   windowSend(id: string, probeTtl: number): WindowTicket {
     checkId(id);
-    return this.windows.send(id, this.nowUs(), checkMs(probeTtl, 'probeTtl', true));
+    const ticket = this.windows.send(id, this.nowUs(), checkMs(probeTtl, 'probeTtl', true));
+    this.scheduleFullSweep();
+    return ticket;
   }
 
   windowReport(id: string, seq: number, remaining: number, resetMs: number): number {
     checkId(id);
-    return this.windows.report(id, this.nowUs(), seq, remaining, checkMs(resetMs, 'resetMs', true));
+    const wait = this.windows.report(id, this.nowUs(), seq, remaining, checkMs(resetMs, 'resetMs', true));
+    this.scheduleFullSweep();
+    return wait;
   }
 
   pause(id: string, ms: number): number {
@@ -418,8 +422,10 @@ class MemoryStore implements Store {
  *
  * Memory is bounded by live state, not by the number of jobs: expired rule state,
  * ended pauses and empty lease sets are dropped when their id is next touched, every call
- * also examines two other ids round-robin, and once a second while it holds any id one pass
- * drops every expired state (an unref'd timer: nothing to close, never keeps the process alive).
+ * also examines two other ids round-robin (a fleet window call: two other window records), and
+ * once a second while it holds any id or window record one pass drops every expired state and
+ * record (an unref'd timer: nothing to close, never keeps the process alive). A GCRA rule's
+ * state is kept one interval past the moment it is fresh again (for rule changes).
  */
 export function memoryStore(options?: MemoryStoreOptions): Store {
   if (options !== undefined && (typeof options !== 'object' || options === null)) {

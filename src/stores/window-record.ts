@@ -176,26 +176,60 @@ export function checkWindowInt(value: unknown, name: string, min: number): numbe
   return value;
 }
 
+/** A record the memory store holds, and when it may be forgotten (µs). */
+interface HeldRecord {
+  readonly id: string;
+  rec: WindowRecord;
+  expires: number;
+}
+
 /**
- * The memory store's records, by id. A record is dropped KEEP_US after its reset and probe; each
- * call also drops up to two expired records of other ids (oldest use first), so ids nobody uses
- * again leave nothing behind.
+ * The memory store's records, by id. A record is dropped KEEP_US after its reset and probe: each
+ * call also examines up to two records of other ids, round-robin, dropping the expired ones, and
+ * the store's full sweep (memory-state.ts, IdSweeper) drops every expired record once a second,
+ * so ids nobody uses again leave nothing behind, calls or none.
  */
 export class WindowRecords {
-  private readonly records = new Map<string, { rec: WindowRecord; expires: number }>();
+  private readonly records = new Map<string, HeldRecord>();
+  /** Where the per-call cleanup resumes; null to start over. */
+  private cursor: Iterator<HeldRecord> | null = null;
 
-  private get(id: string, now: number): { rec: WindowRecord; expires: number } {
-    let n = 0;
-    for (const [other, held] of this.records) {
-      if (n++ >= 2 || held.expires > now) break;
-      this.records.delete(other);
-    }
+  private get(id: string, now: number): HeldRecord {
+    this.step(now);
     let held = this.records.get(id);
-    if (held === undefined || held.expires <= now) held = { rec: newWindowRecord(), expires: 0 };
-    // Re-inserted on every use: the map stays in order of last use.
-    this.records.delete(id);
-    this.records.set(id, held);
+    if (held === undefined) {
+      held = { id, rec: newWindowRecord(), expires: 0 };
+      this.records.set(id, held);
+    } else if (held.expires <= now) {
+      held.rec = newWindowRecord();
+      held.expires = 0;
+    }
     return held;
+  }
+
+  /** Amortised cleanup: examines up to two records round-robin and drops the expired ones. */
+  private step(now: number): void {
+    for (let i = 0; i < 2; i++) {
+      if (this.cursor === null) {
+        if (this.records.size === 0) return;
+        this.cursor = this.records.values();
+      }
+      const next = this.cursor.next();
+      if (next.done === true) {
+        this.cursor = null;
+        continue;
+      }
+      const held = next.value;
+      if (held.expires <= now) this.records.delete(held.id);
+    }
+  }
+
+  /** Drops every expired record (the store's full sweep, once a second while it holds any). */
+  sweep(now: number): void {
+    for (const held of this.records.values()) if (held.expires <= now) this.records.delete(held.id);
+    // Every record was examined: the per-call cleanup starts over (and lets go of the table its
+    // iterator holds, which the map may have outgrown since).
+    this.cursor = null;
   }
 
   send(id: string, now: number, probeTtlUs: number): WindowTicket {

@@ -308,10 +308,12 @@ describe('memoryStore specifics', () => {
       const { clock, store } = setup();
       store.acquire({ id: 'a', rules: [gcra], costs: [1, 1], count: 2 });
       expect(contents(store).ids).toBe(1);
-      clock.advance(199.999);
+      // tat is 200 ms ahead; a GCRA state is kept one interval (1 s) past it, so that a rule
+      // change can tell an idle id from one spent until a moment ago (rules/gcra.ts, gcraExpiry()).
+      clock.advance(1199.999);
       store.resume('a');
-      expect(contents(store).ids).toBe(1); // tat not reached yet
-      clock.advance(0.001); // tat reached: the state equals a fresh one
+      expect(contents(store).ids).toBe(1); // tat + interval not reached yet
+      clock.advance(0.001); // tat + interval reached: the state may go
       store.resume('a');
       expect(contents(store).ids).toBe(0);
     });

@@ -200,7 +200,8 @@ local function fast_one(kf, fs, n, c, lined)
       local us, value
       if caps[r] then
         local s = fst[r] + granted * (c == 1 and fs[8][r] or ceil(c * fs[2][r]))
-        us = s - now
+        -- Kept one interval past tat (acquire_one's gcra_keep()).
+        us = s - now + gcra_keep(KEYS[kf + 1 + r], r)
         value = format('%d', s)
       else
         local s = fst[r]

@@ -113,12 +113,37 @@ local function ttl_ms(us, testing)
   return testing and ttl + 600000 or ttl
 end
 
--- Writes a rule's state `value` to `key`, expiring when it would be fresh again (`us` from now).
+-- Writes a rule's state `value` to `key`, expiring `us` from now (when it would be fresh again;
+-- a GCRA state one interval later, see gcra_keep()).
 -- The TTL goes as a string: redis.call() would print a number as a float (snprintf), several
 -- times the cost of '%d'. (SET, not PSETEX, which is cheaper: the least-privilege ACL of
 -- docs/redis.md allows SET.)
 local function write_state(key, value, us, testing)
   rcall('SET', key, value, 'PX', format('%d', ttl_ms(us, testing)))
+end
+
+-- How long (µs) a GCRA state's key outlives its tat: one interval of its rule, read from the
+-- digest that ends the key ("<prefix>:{<id>}:r:g<limit>.<intervalUs>.<burst>",
+-- src/stores/redis/keys.ts), and a millisecond. Kept that long, a missing key proves the
+-- state's last tat lies at least one interval back, which a rule change's conversion counts on
+-- (src/rules/convert.ts, spentSince(); a key expiring at tat could have been spent at full rate
+-- until a moment before). The millisecond covers the server's expiry clock (whole ms, read when
+-- the call starts) running up to a millisecond behind TIME. A key named otherwise (valve never
+-- names one so) keeps the millisecond alone.
+-- `r`: the rule's position in its request. The ":r:<digest>" that ended the last key of rule r
+-- and its keep are remembered: a call's requests mostly share their rules, so the next key is
+-- checked to end with it in place (no new string, no pattern) before any parsing.
+local keep_suffix, keep_us = {}, {}
+local function gcra_keep(key, r)
+  local suffix = keep_suffix[r]
+  if suffix and find(key, suffix, #key - #suffix + 1, true) then
+    return keep_us[r]
+  end
+  local iv
+  suffix, iv = match(key, '(:r:g%d+%.(%d+)%.%d+)$')
+  local us = (iv and iv + 0 or 0) + 1000
+  keep_suffix[r], keep_us[r] = suffix, us
+  return us
 end
 
 -- A GCRA rule's tat read from `raw` (missing or past: now), or nil and an error reply naming `key`
@@ -327,14 +352,20 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
           return bad_rule
         end
         if kind == 'g' then
-          local tat = now
+          -- The tat as stored (not raised to now: it bounds the units spent), at least
+          -- now - interval: a missing key expired one interval after its last tat (gcra_keep());
+          -- a key of a tat older than that (kept longer by the test clock) counts the same.
+          local tat = now - tonumber(ARGV[tail + 2 + 2 * r])
           if raw then
-            tat = find(raw, '^%d+$') and tonumber(raw)
-            if not tat or tat > now + y * x + SPAN then
+            local t = find(raw, '^%d+$') and tonumber(raw)
+            if not t or t > now + y * x + SPAN then
               return corrupt(key, raw, 'a GCRA time in epoch µs at most the burst tolerance ahead')
             end
+            if t > tat then
+              tat = t
+            end
           end
-          val[r] = tat > now and tat or now
+          val[r] = tat
         else
           local k = floor(now / x)
           if k * x > now then
@@ -387,12 +418,13 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
           local cap = y * x
           local most = now + cap + iv
           local add = units < lim + y and units or lim + y
-          local tat = val[r] + add * x
-          if tat > most then
-            tat = most
-          end
-          if tat > now then
-            write_state(key, format('%d', tat), tat - now, testing)
+          -- Nothing to add: the state stays as it is (a missing one stays missing).
+          if add > 0 then
+            local tat = (val[r] > now and val[r] or now) + add * x
+            if tat > most then
+              tat = most
+            end
+            write_state(key, format('%d', tat), tat - now + gcra_keep(key, r), testing)
           end
         elseif kind == 'w' then
           local count = val[r] + units
@@ -933,13 +965,13 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
   local reply = { granted, retry, blocked, 0, now, 0 }
   if granted > 0 then
     -- Spend: write every rule's state with a TTL (whole ms, at least 1; long under the test
-    -- clock) at which it would be fresh again.
+    -- clock) at which it would be fresh again (GCRA: one interval later, see gcra_keep()).
     for r = 1, m do
       local q = 5 * (r - 1)
       local s = st[q + 4]
       local us, value = 0, nil
       if st[q + 1] then
-        us = s - now
+        us = s - now + gcra_keep(KEYS[3 + r], r)
         value = format('%d', s)
       elseif st[q + 5] then
         local k = st[q + 5]
