@@ -275,7 +275,7 @@ describe('network faults through a TCP proxy', () => {
     expect(startAfterHeal).toBeGreaterThanOrEqual(interval - 10);
     expect(startAfterHeal).toBeLessThan(interval + 1500);
   }, 30_000);
-  it('a blackholed acquire with global concurrency: its late answer\'s lease is released when it arrives, not held for its TTL', async () => {
+  it("a blackholed acquire with global concurrency: its late answer's lease is released when it arrives, not held for its TTL", async () => {
     const { host, port } = sharedRedis();
     const proxy = await startProxy({ target: { host, port } });
     proxies.push(proxy);
