@@ -30,6 +30,13 @@ const NO_KEYS: readonly string[] = [];
 const NOT_RUN = /^(?:TRYAGAIN|CLUSTERDOWN|MOVED|ASK)\b/;
 /** The wait before a call refused with one of NOT_RUN's errors is sent again (ms). */
 export const RETRY_DELAY = 50;
+/**
+ * The scripts sent again after a NOT_RUN error: those whose order with the id's later calls
+ * does not matter. A pause or resume sent again could land after a later resume or pause of the
+ * id (the id paused after resume() resolved), and a fleet window's ticket or report after later
+ * ones: those fail as any store error does.
+ */
+const RESENT = new Set(['acquire', 'acquire-many', 'renew', 'release', 'probe', 'status']);
 
 /** True for an error meaning the command did not run (see NOT_RUN). */
 export function notRun(err: unknown): boolean {
@@ -132,7 +139,14 @@ export class Pending {
         this.list.cmd.recover(this.script, this.numKeys, this.all, this).then(this.ok, this.fail);
         return;
       }
-      if (notRun(err) && performance.now() + RETRY_DELAY < this.deadline) {
+      // Only a cluster client's: a standalone client pointed at one node of a cluster can never
+      // follow a MOVED, so its answer is final.
+      if (
+        this.list.cmd.cluster &&
+        notRun(err) &&
+        RESENT.has(this.script.name) &&
+        performance.now() + RETRY_DELAY < this.deadline
+      ) {
         setTimeout(resend, RETRY_DELAY, this).unref?.();
         return;
       }
