@@ -17,6 +17,9 @@ import type { AcquireResult } from './stores/store.js';
  * earlier set.
  */
 
+/** How many earlier records a valve remembers as its own during a change (see RuleSet.previousRecords). */
+const MAX_PREVIOUS_RECORDS = 8;
+
 /** The digests of `rules`, distinct, sorted and joined by ',': the id's record in the store. */
 export function recordOf(rules: readonly StoreRule[]): string {
   return [...new Set(rules.map((r) => r.digest))].sort().join(',');
@@ -61,7 +64,8 @@ export class RuleSet {
   /**
    * The records of the rule sets this valve used before the change in progress (the last one
    * first; more than one when a change came during another): the store may still hold one of
-   * them when the conversion is answered, and that is no other process's.
+   * them when the conversion is answered, and that is no other process's. Each at most once,
+   * and the latest MAX_PREVIOUS_RECORDS only.
    */
   private previousRecords: string[] = [];
   /** Local ms of the last call that carried the record (with recordTtl); -Infinity: the next one does. */
@@ -88,7 +92,11 @@ export class RuleSet {
       previous.push(rule);
     }
     if (this.previous === undefined) this.previousRecords = [this.record];
-    else this.previousRecords.unshift(this.record);
+    else if (!this.previousRecords.includes(this.record)) {
+      // The latest few (a valve changing its rules on every answer keeps no growing list).
+      this.previousRecords.unshift(this.record);
+      if (this.previousRecords.length > MAX_PREVIOUS_RECORDS) this.previousRecords.pop();
+    }
     this.rules = rules;
     this.record = recordOf(rules);
     this.previous = previous;

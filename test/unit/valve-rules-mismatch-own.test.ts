@@ -5,6 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import type { RuleMismatchEvent } from '../../src/events.js';
 import { createValveGroup } from '../../src/group.js';
+import { normalizeRules } from '../../src/options.js';
+import { RuleSet } from '../../src/rulesets.js';
 import { memoryStore } from '../../src/stores/memory.js';
 import type { Valve } from '../../src/types.js';
 import { createValve } from '../../src/valve.js';
@@ -83,5 +85,19 @@ describe("'rule-mismatch' after setRules()", () => {
     expect(seenOld).toEqual([{ id: 'A', rules: out(100), recorded: out(200) }]);
     expect(seen).toEqual([{ id: 'A', rules: out(200), recorded: out(100) }]);
     await Promise.all([a.close(), old.close()]);
+  });
+});
+
+describe('the records a valve remembers as its own during a change', () => {
+  it('stay few however often setRules() is called within one change (each once, the latest 8)', () => {
+    const ruleSet = new RuleSet(normalizeRules(R1).rules, undefined, new FakeClock());
+    // A limit learnt from every answer: alternating sets, and many distinct ones, with no call
+    // answered in between (the change never ends).
+    for (let i = 0; i < 5000; i++) ruleSet.set(normalizeRules(i % 2 === 0 ? R2 : R3).rules);
+    const records = (ruleSet as unknown as { previousRecords: string[] }).previousRecords;
+    expect(new Set(records).size).toBe(records.length);
+    expect(records.length).toBeLessThanOrEqual(3);
+    for (let i = 0; i < 100; i++) ruleSet.set(normalizeRules(rule(1000 + i)).rules);
+    expect((ruleSet as unknown as { previousRecords: string[] }).previousRecords).toHaveLength(8);
   });
 });
