@@ -229,6 +229,9 @@ export class Pauses {
     if (storeUntil <= this.reported) return;
     if (this.ownWrites === 0) this.remote(storeUntil);
     else if (storeUntil > this.unclaimed) this.unclaimed = storeUntil;
+    // Until they answer, the cause is a guess: the write planned to end as late, else another process.
+    const ours = this.heldUntil !== 0 && this.heldUntil + this.offset >= storeUntil;
+    if (this.ownWrites > 0 && storeUntil >= this.storeUntil) this.cause = ours ? this.heldCause : REMOTE;
   }
 
   /**
@@ -252,7 +255,8 @@ export class Pauses {
     // Answers already on the wire may predate this resume: they report, but do not re-cache, a pause.
     this.resumes++;
     const had = this.until > this.clock.now();
-    this.deletedReported = this.reported;
+    // Not lowered: resume() may have forgotten what was announced before this, its own wake-up.
+    if (this.reported > this.deletedReported) this.deletedReported = this.reported;
     this.forget();
     this.heldUntil = 0;
     this.heldCause = null;
@@ -343,6 +347,9 @@ export class Pauses {
         (err: unknown) => {
           this.ownWrites--;
           this.learnDeferred(this.echo.writeSettled(deletion, undefined, this.clock.now()));
+          // Its wake-up may have come first (applied, the answer lost): a pause learnt meanwhile ending no later is its own.
+          if (this.resumes === epoch && this.unclaimed !== 0 && this.unclaimed <= end + this.offset)
+            this.written(this.unclaimed, cause, detail);
           this.settle();
           const error = this.storeFailure(err, 'pause');
           if (confirm) throw error;

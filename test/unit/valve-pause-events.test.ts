@@ -163,3 +163,81 @@ describe("'pause' events only for pauses applied or extended", () => {
     expect(queued.done).toBe(true);
   });
 });
+
+/** A valve whose store answers pause() and resume() only when the test says (each applied at once), another valve of its id, and a job queued (so subscribed). */
+async function manualValve(id: string) {
+  const clock = new FakeClock();
+  const inner = memoryStore({ clock });
+  const store = spyStore(inner, clock);
+  store.timing.pause = 'manual';
+  store.timing.resume = 'manual';
+  const valve = createValve({ id, clock, store, rules: { limit: 1, interval: '1h' } });
+  const other = createValve({ id, clock, store: inner, rules: { limit: 1, interval: '1h' } });
+  const events: string[] = [];
+  valve.on('pause', (e) => events.push(`pause ${e.until - clock.now()} ${e.source}`));
+  valve.on('resume', (e) => events.push(`resume ${e.source}`));
+  await valve.run(() => 1);
+  const queued = track(valve.run(() => 2));
+  await flushMicrotasks();
+  const answerNext = () => store.pending.shift()!;
+  const done = async () => {
+    for (const p of store.pending.splice(0)) p.resolve();
+    await flushMicrotasks();
+    await valve.close();
+    await other.close();
+    expect(queued.done).toBe(true);
+  };
+  return { clock, valve, other, events, answerNext, done };
+}
+
+describe('a pause learnt while an own write is in flight, and own writes answered late', () => {
+  it("after resume(), another process's pause heard before the write's answer: stats().pausedBy is 'remote'", async () => {
+    // pausedUntil was set and pausedBy null until the write answered (valve/otel: not paused).
+    const { valve, other, done } = await manualValve('inflight-resumed');
+    valve.observe({ status: 429, headers: { 'retry-after': '1' } }); // write in flight
+    void valve.resume().catch(() => {});
+    await flushMicrotasks();
+    await other.pause(120_000);
+    await flushMicrotasks();
+    expect(valve.stats().pausedUntil).not.toBeNull();
+    expect(valve.stats().pausedBy).toEqual({ source: 'remote', header: undefined, model: undefined });
+    await done();
+  });
+
+  it("another process's longer pause heard while an own shorter write is in flight: pausedBy is 'remote' at once", async () => {
+    const { valve, other, done } = await manualValve('inflight-longer');
+    void valve.pause(1000);
+    await flushMicrotasks();
+    await other.pause(120_000);
+    await flushMicrotasks();
+    expect(valve.stats().pausedBy?.source).toBe('remote');
+    await done();
+  });
+
+  it("two own writes, resume() after the first answered, its wake-up before the second's answer: one 'pause'", async () => {
+    const { valve, events, answerNext, done } = await manualValve('dup');
+    const a = valve.pause(1000);
+    const b = valve.pause(1000);
+    answerNext().resolve();
+    await a;
+    const r = valve.resume();
+    await flushMicrotasks();
+    answerNext().resolve(); // the second pause write
+    await b;
+    answerNext().resolve(); // resume
+    await r;
+    expect(events).toEqual(['pause 1000 manual', 'resume manual']);
+    await done();
+  });
+
+  it("an own write applied (its wake-up came) whose answer failed: its 'pause' keeps its source", async () => {
+    const { valve, events, answerNext, done } = await manualValve('lost-answer');
+    const p = valve.pause(1000).catch(() => 'rejected');
+    await flushMicrotasks();
+    answerNext().reject(new Error('timeout'));
+    expect(await p).toBe('rejected');
+    expect(events).toEqual(['pause 1000 manual']);
+    expect(valve.stats().pausedBy?.source).toBe('manual');
+    await done();
+  });
+});
