@@ -236,6 +236,12 @@ const count = {
     ),
 };
 
+/**
+ * A group instrumentation that left a valve out because the valve had its own: called when that
+ * one stops, so that the group's takes the valve back (see instrumentGroup's `adopt`).
+ */
+const waitingGroups = new WeakMap<Valve, () => void>();
+
 function instrumentValve(
   valve: Valve & Observable,
   meter: Meter,
@@ -263,6 +269,12 @@ function instrumentValve(
     valve.off('pause', on.pause).off('lease-lost', on['lease-lost']).off('store-error', on['store-error']);
     // The series keeps its counts; the valve is no longer read (nor held: it may be collected).
     s.valves.delete(valve);
+    // A group instrumentation that left the valve out for this one takes it back.
+    const adopt = waitingGroups.get(valve);
+    if (adopt !== undefined) {
+      waitingGroups.delete(valve);
+      adopt();
+    }
   };
   // The series' own functions (nothing more per job), and the valve's close stops the instrumentation.
   const observer: ValveObserver = {
@@ -299,8 +311,14 @@ function instrumentGroup(
   const watcher: GroupWatcher = {
     added(key, valve) {
       // Checked before the series is made: a key left out gets no (empty) series of its own.
+      // Its own instrumentation's stop() hands it back (a valve closed meanwhile is not taken).
       if (observerOf(valve) !== null) {
         foreign.set(key, valve);
+        waitingGroups.set(valve, () => {
+          if (foreign.get(key) !== valve || stopped || valve.stats().closed) return;
+          foreign.delete(key);
+          watcher.added(key, valve);
+        });
         return;
       }
       const s = seriesOf(key);
@@ -318,6 +336,7 @@ function instrumentGroup(
         // it reports nothing queued or running (the SDK would repeat a series' last value).
       } else if (foreign.get(key) === valve) {
         foreign.delete(key);
+        waitingGroups.delete(valve);
       }
     },
     closed: () => stop(),
@@ -346,6 +365,7 @@ function instrumentGroup(
       detach(valve, s.observer);
     }
     ours.clear();
+    for (const valve of foreign.values()) waitingGroups.delete(valve);
     foreign.clear();
     group.off('pause', on.pause).off('lease-lost', on['lease-lost']).off('store-error', on['store-error']);
   };

@@ -229,6 +229,24 @@ describe('instrument() and close()', () => {
     expect(observerOf(solo)).toBeNull();
   });
 
+  it("a group key's own instrumentation stopped: the group's takes the valve back (jobs and pauses counted there)", async () => {
+    const { reader, meter } = setup();
+    const group = createValveGroup({});
+    cleanup.push(() => group.close());
+    const solo = instrument(group.valve('solo'), { meter, attributes: { by: 'solo' } });
+    instrument(group, { meter, attributes: { by: 'group' } });
+    await group.run('solo', () => 1);
+    solo.stop();
+    await group.run('solo', () => 1);
+    await group.run('solo', () => 1);
+    await group.valve('solo').pause(1000);
+    const m = await collect(reader);
+    expect(m.value('valve.job.started', { by: 'solo' })).toBe(1);
+    expect(m.value('valve.job.started', { by: 'group' })).toBe(2);
+    expect(m.value('valve.pauses', { by: 'group', 'valve.pause.source': 'manual' })).toBe(1);
+    await group.valve('solo').resume();
+  });
+
   it('instrument() of a closed valve or group attaches nothing', async () => {
     const { reader, meter } = setup();
     const valve = createValve({ id: 'was-closed' });
