@@ -11,7 +11,7 @@ import { PauseGate } from './pause-gate.js';
 import type { Pauses } from './pauses.js';
 import { Pump } from './pump.js';
 import type { StoreRule } from './rules/rule.js';
-import { RuleSet } from './rulesets.js';
+import { RuleSet, type RulesCarry } from './rulesets.js';
 import type { AcquireResult, Lease, Store } from './stores/store.js';
 import { Timer } from './timer.js';
 import type { Waiting } from './waiting.js';
@@ -111,7 +111,7 @@ export class Admission {
     const lease = o.global ? { limit: o.limit, ttl: o.leaseTtl } : undefined;
     const settled = (call: Call, ok: boolean, value: unknown): void => this.callSettled(call, ok, value);
     // The clock ends a rule change's transition.
-    this.ruleSet = new RuleSet(o.rules, o.recordTtl, o.clock);
+    this.ruleSet = new RuleSet(o.rules, o.recordTtl, o.clock, o.rulesCarry);
     this.line = new Line(o.id, o.rules, lease, jobs, leases, settled);
     this.pump = new Pump(
       () => this.admit(),
@@ -188,6 +188,11 @@ export class Admission {
     this.waiting.endWhere(tooCostly);
     this.costCheck = this.line.inFlight > 0 ? tooCostly : undefined;
     this.schedulePump();
+  }
+
+  /** What a valve group's next valve of this key takes over of the rule changes (RuleSet.carry()). */
+  rulesCarry(): RulesCarry | undefined {
+    return this.ruleSet.carry();
   }
 
   /** close() without drain: no more jobs are taken; queued and in-flight jobs end with `error`. */

@@ -1,5 +1,6 @@
 import type { Clock } from './clock.js';
 import type { PauseSource } from './events.js';
+import type { RulesCarry } from './rulesets.js';
 import type { MaybePromise, Store, WindowTicket } from './stores/store.js';
 
 /*
@@ -45,6 +46,8 @@ export interface ValveInternals {
    * in flight; valve clock, epoch ms; 0 or past: none): a valve group keeps the valve until then.
    */
   unconfirmedPauseEnd?(): number;
+  /** What a valve group keeps of this valve's rule changes for the key's next valve (rulesets.ts). */
+  rulesCarry?(): RulesCarry | undefined;
   /**
    * Called, and emptied, when the shared pause is deleted (resume(), a 'resume' wake-up): a
    * wait that sleeps through the known pause adds itself here to end with it.

@@ -19,6 +19,7 @@ import {
 import { type GroupWatcher, OBSERVE } from './observer.js';
 import { normalizeOptions, type ValveOptions } from './options.js';
 import type { Rule } from './rules/rule.js';
+import type { RulesCarry } from './rulesets.js';
 import { readCloseOptions } from './run-options.js';
 import { checkId, checkKnownKeys } from './stores/checks.js';
 import { memoryStore } from './stores/memory.js';
@@ -81,6 +82,10 @@ class Entry extends IdleEntry {
   unconfirmedPauseEnd(): number {
     return this.internals?.unconfirmedPauseEnd?.() ?? 0;
   }
+  /** What the key's next valve takes over of this one's rule changes (undefined: nothing). */
+  rulesCarry(): RulesCarry | undefined {
+    return this.internals?.rulesCarry?.();
+  }
 }
 
 /** Counters of the valves no longer live (evicted, or closed with the group). */
@@ -107,6 +112,8 @@ class ValveGroupImpl implements ValveGroup {
    * without them: its later valves are created with them (see setRulesOf).
    */
   private readonly kept = new Map<string, Rule[]>();
+  /** Per dropped key whose valve changed its rules, what its next valve takes over (RuleSet.carry()). */
+  private readonly carried = new Map<string, RulesCarry>();
   private readonly retired: Retired = {
     started: 0,
     succeeded: 0,
@@ -307,9 +314,11 @@ class ValveGroupImpl implements ValveGroup {
     // Rules set on an earlier valve of the key with setRules() win over options(key)'s.
     const kept = this.kept.get(key);
     if (kept !== undefined) options.rules = kept;
+    const carry = this.carried.get(key);
+    this.carried.delete(key);
     let valve: Valve;
     try {
-      valve = createGroupValve(options, this.recordTtl);
+      valve = createGroupValve(options, this.recordTtl, carry);
     } catch (err) {
       // The shared options were checked at creation: this is the key's overrides.
       throw overrideError(err, key);
@@ -348,6 +357,8 @@ class ValveGroupImpl implements ValveGroup {
    * close() ended (it may still be releasing leases; the group's close() waits for it too).
    */
   private drop(entry: Entry): void {
+    const carry = entry.rulesCarry();
+    if (carry !== undefined && this.closePromise === null) this.carried.set(entry.key, carry);
     this.idle.unlink(entry);
     this.entries.delete(entry.key);
     this.watcher?.removed(entry.key, entry.valve);

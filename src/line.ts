@@ -32,6 +32,7 @@ interface CallRequest {
   lease: { limit: number; ttl: number } | undefined;
   /** A rule change in progress (filled by rulesets.ts before each send). */
   previous: readonly StoreRule[] | undefined;
+  previousSince: readonly number[] | undefined;
   convert: boolean | undefined;
   record: string | undefined;
   recordTtl: number | undefined;
@@ -83,6 +84,7 @@ export class Call {
       count: 0,
       lease,
       previous: undefined,
+      previousSince: undefined,
       convert: undefined,
       record: undefined,
       recordTtl: undefined,

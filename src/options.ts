@@ -2,6 +2,7 @@ import { type Clock, systemClock } from './clock.js';
 import { describe, parseDuration } from './duration.js';
 import type { FeedbackSettings } from './feedback-port.js';
 import { normalizeRule, type Rule, type StoreRule } from './rules/rule.js';
+import type { RulesCarry } from './rulesets.js';
 import { checkId, checkKnownKeys, MAX_BATCH, MAX_DURATION_MS } from './stores/checks.js';
 import type { Store } from './stores/store.js';
 
@@ -88,6 +89,8 @@ export interface NormalizedOptions {
    * Not an option: a valve group sets it (group.ts); undefined for a plain valve.
    */
   readonly recordTtl?: number | undefined;
+  /** Not an option: what an evicted valve of a group's key left for the key's next one (group.ts). */
+  readonly rulesCarry?: RulesCarry | undefined;
 }
 
 const OPTION_NAMES = [

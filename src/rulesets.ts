@@ -29,9 +29,38 @@ export function recordOf(rules: readonly StoreRule[]): string {
 export interface RulesRequest {
   rules: readonly StoreRule[];
   previous: readonly StoreRule[] | undefined;
+  previousSince: readonly number[] | undefined;
   convert: boolean | undefined;
   record: string | undefined;
   recordTtl: number | undefined;
+}
+
+/**
+ * What a valve group keeps of an evicted key's RuleSet for the key's next valve (see carry()):
+ * a change in progress (its old rules, still spent, and whether its conversion is still to be
+ * asked for) and the times from which the rules a change introduced count. The same clock
+ * (the group's) reads `previousEnd` in both valves.
+ */
+export interface RulesCarry {
+  readonly record: string;
+  /**
+   * `since` of the rules, in the record's order of digests (-Infinity: none), and then of the
+   * change's old rules not among them, in its `previous` order (a group keeps many of these).
+   */
+  readonly since: readonly number[];
+  /** A change in progress, if any. */
+  readonly change: ChangeCarry | undefined;
+}
+
+interface ChangeCarry {
+  readonly previous: StoreRule[];
+  readonly previousSince: number[] | undefined;
+  readonly previousRecords: readonly string[];
+  readonly convert: boolean;
+  readonly previousUntil: number;
+  readonly previousEnd: number;
+  readonly previousSpan: number;
+  readonly previousMaxCost: number;
 }
 
 export class RuleSet {
@@ -41,6 +70,16 @@ export class RuleSet {
   private record: string;
   /** The old rules, still spent while a change is in progress; undefined otherwise. */
   private previous: StoreRule[] | undefined;
+  /** Per old rule, the store time from which its state counts every grant (see `since`). */
+  private previousSince: number[] | undefined;
+  /**
+   * Per digest of a rule a change introduced (among `rules` and `previous`), the store-clock ms
+   * of the conversion that introduced it: its state has counted every grant since then only, so
+   * it cannot bound a later rule's window that starts earlier (AcquireRequest.previousSince).
+   * Infinity while that conversion is not known to have happened. A rule missing here has
+   * counted every grant (the valve's first rules).
+   */
+  private readonly since = new Map<string, number>();
   /**
    * The store is to convert (until a call that asked is answered). No call is pipelined behind
    * the one that asks (`unconverted`), so one asks at a time: two would count the old spend twice.
@@ -77,13 +116,72 @@ export class RuleSet {
     private readonly recordTtl: number | undefined = undefined,
     /** The local clock (the valve's); without it, only the answers' store clock ends a change. */
     private readonly clock: { now(): number } | undefined = undefined,
+    /** What an earlier valve of a group's key left (carry()); taken when its rules are these. */
+    carried: RulesCarry | undefined = undefined,
   ) {
     this.rules = rules;
     this.record = recordOf(rules);
+    if (carried !== undefined && carried.record === this.record) {
+      const { since, change } = carried;
+      const digests = this.sinceOrder(this.record, change?.previous);
+      for (let i = 0; i < digests.length; i++) {
+        if (since[i] !== Number.NEGATIVE_INFINITY) this.since.set(digests[i]!, since[i]!);
+      }
+      if (change !== undefined) {
+        this.previous = change.previous;
+        this.previousSince = change.previousSince;
+        this.previousRecords = [...change.previousRecords];
+        this.convert = change.convert;
+        this.previousUntil = change.previousUntil;
+        this.previousEnd = change.previousEnd;
+        this.previousSpan = change.previousSpan;
+        this.previousMaxCost = change.previousMaxCost;
+      }
+    }
+  }
+
+  /**
+   * What the next valve of a group's key needs to go on where this one stops (a change in
+   * progress, the rules' times), or undefined when that is nothing: its first rules, no change.
+   */
+  carry(): RulesCarry | undefined {
+    if (this.previous !== undefined && this.clock !== undefined && this.clock.now() >= this.previousEnd) {
+      this.dropPrevious();
+    }
+    if (this.previous === undefined && this.since.size === 0) return undefined;
+    const previous = this.previous;
+    const since = this.sinceOrder(this.record, previous).map(
+      (d) => this.since.get(d) ?? Number.NEGATIVE_INFINITY,
+    );
+    return {
+      record: this.record,
+      since,
+      change:
+        previous === undefined
+          ? undefined
+          : {
+              previous,
+              previousSince: this.previousSince,
+              previousRecords: this.previousRecords,
+              convert: this.convert,
+              previousUntil: this.previousUntil,
+              previousEnd: this.previousEnd,
+              previousSpan: this.previousSpan,
+              previousMaxCost: this.previousMaxCost,
+            },
+    };
   }
 
   /** The rules change: the old ones (and those of a change still in progress) become previous. */
   set(rules: readonly StoreRule[]): void {
+    // A change whose conversion no answer confirmed: the store may have done it (a call that
+    // failed on the way back) or not, so the rules it introduced count from an unknown time.
+    if (this.previous !== undefined && this.convert) {
+      for (const rule of this.rules) {
+        if (!this.previous.some((p) => p.digest === rule.digest))
+          this.since.set(rule.digest, Number.POSITIVE_INFINITY);
+      }
+    }
     const previous: StoreRule[] = [];
     const seen = new Set<string>();
     for (const rule of [...this.rules, ...(this.previous ?? [])]) {
@@ -100,6 +198,8 @@ export class RuleSet {
     this.rules = rules;
     this.record = recordOf(rules);
     this.previous = previous;
+    this.previousSince = previous.map((r) => this.since.get(r.digest) ?? Number.NEGATIVE_INFINITY);
+    this.forgetSince();
     this.previousSpan = 0;
     this.previousMaxCost = Number.POSITIVE_INFINITY;
     for (const rule of previous) {
@@ -113,6 +213,31 @@ export class RuleSet {
     this.recordSentAt = Number.NEGATIVE_INFINITY;
   }
 
+  /** The digests RulesCarry.since follows: the record's, then the old rules' not among them. */
+  private sinceOrder(record: string, previous: readonly StoreRule[] | undefined): string[] {
+    const digests = record === '' ? [] : record.split(',');
+    if (previous !== undefined) {
+      for (const rule of previous) if (!digests.includes(rule.digest)) digests.push(rule.digest);
+    }
+    return digests;
+  }
+
+  /** The change is over: the old rules are no longer sent. */
+  private dropPrevious(): void {
+    this.previous = undefined;
+    this.previousSince = undefined;
+    this.forgetSince();
+  }
+
+  /** Keeps `since` for the rules still sent only. */
+  private forgetSince(): void {
+    for (const digest of this.since.keys()) {
+      if (this.rules.some((r) => r.digest === digest)) continue;
+      if (this.previous?.some((r) => r.digest === digest)) continue;
+      this.since.delete(digest);
+    }
+  }
+
   /**
    * Fills a request before it is sent (`now`: local ms). Every call carries the record, except
    * with a recordTtl (a valve group's key): then the first call, every call of a rule change,
@@ -122,9 +247,10 @@ export class RuleSet {
   fill(request: RulesRequest, now: number): void {
     // The change is over on the local clock (an answer may be long in coming: a job no old rule
     // can ever admit is told to wait, and would otherwise be refused once more after that).
-    if (this.previous !== undefined && now >= this.previousEnd) this.previous = undefined;
+    if (this.previous !== undefined && now >= this.previousEnd) this.dropPrevious();
     request.rules = this.rules;
     request.previous = this.previous;
+    request.previousSince = this.previous === undefined ? undefined : this.previousSince;
     // Until a call that asked is answered, every call asks (one that failed is followed by one).
     request.convert = this.previous === undefined ? undefined : this.convert;
     const ttl = this.recordTtl;
@@ -186,8 +312,13 @@ export class RuleSet {
         this.convert = false;
         this.previousUntil = result.now + this.previousSpan;
         if (this.clock !== undefined) this.previousEnd = this.clock.now() + this.previousSpan;
+        // The rules it introduced count every grant from the conversion on.
+        const previous = this.previous;
+        for (const rule of this.rules) {
+          if (!previous.some((p) => p.digest === rule.digest)) this.since.set(rule.digest, result.now);
+        }
       } else if (result.now >= this.previousUntil) {
-        this.previous = undefined;
+        this.dropPrevious();
         this.endedNow = true;
       }
     }

@@ -19,6 +19,7 @@ import { OBSERVE, type ValveObserver } from './observer.js';
 import { type NormalizedOptions, normalizeOptions, normalizeRules, type ValveOptions } from './options.js';
 import { Pauses } from './pauses.js';
 import type { Rule } from './rules/rule.js';
+import type { RulesCarry } from './rulesets.js';
 import { RunArgs, readCloseOptions, readRunOptions } from './run-options.js';
 import { memoryStore } from './stores/memory.js';
 import type { JobContext, RunOptions, Valve, ValveStats } from './types.js';
@@ -160,6 +161,7 @@ class ValveImpl implements Valve {
       pauseInBackground: (ms, source, detail) => pauses.pauseInBackground(ms, source, detail),
       knownPauseEnd: () => pauses.until,
       unconfirmedPauseEnd: () => pauses.unconfirmedUntil,
+      rulesCarry: () => this.admission.rulesCarry(),
       pauseWaiters: pauses.waiters,
       isClosed: () => this.closed,
       emit: (event, payload) => {
@@ -441,7 +443,7 @@ export function createValve(options: ValveOptions): Valve {
   return new ValveImpl(normalizeOptions(options));
 }
 
-/** createValve() for a valve group's key: its rule-set record is kept at least `recordTtl` ms. */
-export function createGroupValve(options: ValveOptions, recordTtl: number): Valve {
-  return new ValveImpl({ ...normalizeOptions(options), recordTtl });
+/** createValve() for a group's key: record kept ≥ `recordTtl` ms; goes on from `rulesCarry`. */
+export function createGroupValve(options: ValveOptions, recordTtl: number, rulesCarry?: RulesCarry): Valve {
+  return new ValveImpl({ ...normalizeOptions(options), recordTtl, rulesCarry });
 }

@@ -209,7 +209,7 @@ const MAX_RECORD_TTL_MS = 365 * 86_400_000;
  * no rule.
  */
 export function checkChange(request: unknown, distinct: (StoreRule | undefined)[], n: number): number {
-  const { previous, convert, record, recordTtl } = request as Record<string, unknown>;
+  const { previous, convert, record, recordTtl, previousSince } = request as Record<string, unknown>;
   let total = n;
   try {
     if (
@@ -246,11 +246,48 @@ export function checkChange(request: unknown, distinct: (StoreRule | undefined)[
       for (let j = 0; j < total; j++) if (distinct[j]!.digest === rule.digest) seen = true;
       if (!seen) distinct[total++] = rule;
     }
+    if (previousSince !== undefined) checkSince(previousSince, previous.length);
   } catch (err) {
     for (let i = 0; i < total; i++) distinct[i] = undefined;
     throw err;
   }
   return total;
+}
+
+/** `request.previousSince`: one number (not NaN) per previous rule. */
+function checkSince(since: unknown, length: number): void {
+  if (!Array.isArray(since) || since.length !== length) {
+    throw new TypeError(
+      `Expected \`request.previousSince\` to be an array of ${length} numbers (one per previous rule), got ${describe(since)}`,
+    );
+  }
+  for (let i = 0; i < length; i++) {
+    const t = since[i] as unknown;
+    if (typeof t !== 'number' || Number.isNaN(t)) {
+      throw new TypeError(
+        `Expected \`request.previousSince[${i}]\` to be a number of ms, got ${describe(t)}`,
+      );
+    }
+  }
+}
+
+/**
+ * The store-clock µs from which `rule`'s state has counted every grant (see
+ * AcquireRequest.previousSince): -Infinity without `since` or when `rule` is not among
+ * `previous`.
+ */
+export function sinceUs(
+  rule: StoreRule,
+  previous: readonly StoreRule[] | undefined,
+  since: readonly number[] | undefined,
+): number {
+  if (previous === undefined || since === undefined) return Number.NEGATIVE_INFINITY;
+  for (let i = 0; i < previous.length; i++) {
+    if (previous[i]!.digest !== rule.digest) continue;
+    const t = since[i]!;
+    return Number.isFinite(t) ? Math.round(t * 1000) : t;
+  }
+  return Number.NEGATIVE_INFINITY;
 }
 
 /** Whether `rule` is among `previous` (by digest). */

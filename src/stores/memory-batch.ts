@@ -3,7 +3,7 @@ import { windowCount, windowEnd, windowIndex, windowWait } from '../rules/fixed-
 import { gcraCharge, gcraExpiry, gcraNext, gcraWait } from '../rules/gcra.js';
 import type { StoreRule } from '../rules/rule.js';
 import { slidingAppend, slidingEnd, slidingExpire, slidingWait } from '../rules/sliding-window.js';
-import { inPrevious } from './checks.js';
+import { inPrevious, sinceUs } from './checks.js';
 import { type IdState, RuleState } from './memory-state.js';
 import { turnStep } from './turns.js';
 
@@ -61,8 +61,16 @@ export class RuleBatch {
    * A rule change: adds to each new rule (among the first `m`, not in `previous`) the units the
    * previous rules' states prove may have been spent in its current window (see
    * rules/convert.ts). `pre` stays, so the units are written as one entry of a sliding window's log.
+   * A previous rule whose state counts grants only since a time at or after the new rule's
+   * window start (`since`, AcquireRequest.previousSince) is no source for it.
    */
-  convert(m: number, n: number, previous: readonly StoreRule[] | undefined, now: number): void {
+  convert(
+    m: number,
+    n: number,
+    previous: readonly StoreRule[] | undefined,
+    since: readonly number[] | undefined,
+    now: number,
+  ): void {
     const { rules, a, k, target } = this;
     for (let i = 0; i < m; i++) target[i] = !inPrevious(rules[i]!, previous);
     for (let i = 0; i < m; i++) {
@@ -72,6 +80,7 @@ export class RuleBatch {
       let units = Number.POSITIVE_INFINITY;
       for (let j = 0; j < n; j++) {
         if (j < m && target[j]) continue; // a new rule is no source
+        if (sinceUs(rules[j]!, previous, since) >= start) continue; // too young to tell
         const u = spentSince(rules[j]!, a[j]!, k[j]!, now, start);
         if (u < units) units = u;
       }

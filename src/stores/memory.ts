@@ -108,7 +108,7 @@ class MemoryStore implements Store {
         // asks for it once, and its transition starts with this answer.
         if (convert) {
           batch.read(n, state, now);
-          batch.convert(m, n, previous, now);
+          batch.convert(m, n, previous, request.previousSince, now);
           batch.write(n, state, now);
         }
         batch.clear(n);
@@ -137,7 +137,7 @@ class MemoryStore implements Store {
     batch.read(n, state, now);
 
     // 3b. A rule change: the new rules' states count what the previous ones prove was spent.
-    if (convert) batch.convert(m, n, previous, now);
+    if (convert) batch.convert(m, n, previous, request.previousSince, now);
 
     // 3c. The rule set recorded for the id.
     let recorded: string[] | undefined;

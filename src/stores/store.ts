@@ -50,6 +50,16 @@ export interface AcquireRequest {
    */
   readonly convert?: boolean | undefined;
   /**
+   * With `previous`, one entry per previous rule: the store-clock time (ms, as
+   * `AcquireResult.now`) of the conversion that introduced that rule, from which its state has
+   * counted every grant; `-Infinity` for a rule whose state has counted every grant (a valve's
+   * first rules), `Infinity` for one whose conversion is not known to have happened. A
+   * conversion takes no source whose time is at or after the start of the new rule's current
+   * window: such a state cannot tell what was spent in that window before it existed. Absent:
+   * every entry `-Infinity`.
+   */
+  readonly previousSince?: readonly number[] | undefined;
+  /**
    * Record `rules` as the rule set of this id (their digests, sorted and joined by ','), and
    * answer `recorded` when the store holds another set for the id.
    */

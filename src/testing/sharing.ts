@@ -179,6 +179,38 @@ export function sharingCases(c: CaseRegistry): void {
     });
 
     c.it(
+      'takes no source whose state counts grants only since the new window began (previousSince)',
+      async (s) => {
+        const threeSliding = rule({ limit: 3, interval: '1h', algorithm: 'sliding-window' });
+        const fiveSliding = rule({ limit: 5, interval: '1h', algorithm: 'sliding-window' });
+        // The same spend, converted twice: once from a state that has counted every grant,
+        // once from one that counts only since a moment inside the new rule's hour (a rule a
+        // change introduced then), and once from one whose conversion is not known.
+        const left = async (since: (spentAt: number) => number | undefined) => {
+          const id = newId();
+          const spent = await s.acquire({ id, rules: [threeSliding], costs: ones(3) });
+          expect(spent.granted).toBe(3);
+          const at = since(spent.now);
+          await s.acquire({
+            id,
+            rules: [fiveSliding],
+            previous: [threeSliding],
+            previousSince: at === undefined ? undefined : [at],
+            convert: true,
+            costs: ones(1),
+          });
+          return (await s.acquire({ id, rules: [fiveSliding], costs: ones(5) })).granted;
+        };
+        expect(await left(() => undefined), 'no previousSince: the old state counts').toBe(2);
+        expect(await left(() => Number.NEGATIVE_INFINITY), 'previousSince -Infinity: the same').toBe(2);
+        // Counting only since the first spend (inside the new rule's hour): it cannot tell what
+        // the hour held before, so the new rule starts spent.
+        expect(await left((t) => t), 'a source younger than the window').toBe(0);
+        expect(await left(() => Number.POSITIVE_INFINITY), 'a source of unknown age').toBe(0);
+      },
+    );
+
+    c.it(
       "spends the previous rules too, and a cost above a previous rule's largest does not fit (no error)",
       async (s) => {
         const id = newId();

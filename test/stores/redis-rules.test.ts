@@ -220,6 +220,38 @@ describe('rule changes on Redis, answered as the memory store answers', () => {
     await valve.close({ drain: false }).catch(() => {});
   }, 30_000);
 
+  it('a valve over Redis changing its rules twice within one interval (100 per 10 s, 1 per second, 100 per minute) keeps every minute within 100 + burst − 1', async () => {
+    // The 1/s rule the first change introduced counts grants from its conversion only: the
+    // second conversion takes the first rule's state alone (the script skips the young one).
+    const clock = new FakeClock(T0);
+    const store = redisStore({ client: c.client, prefix: uniquePrefix('chain'), unsafeTestClock: clock });
+    const valve = createValve({ id: 'c', store, clock, rules: { limit: 100, interval: 10_000, burst: 100 } });
+    const starts: number[] = [];
+    const jobs: Promise<unknown>[] = [];
+    const run = () => jobs.push(valve.run(() => starts.push(clock.now() - T0)).catch(() => {}));
+    const advance = async (ms: number) => {
+      for (let t = 0; t < ms; t += 100) {
+        await clock.tickAsync(100);
+        await new Promise((r) => setTimeout(r, 1));
+      }
+    };
+    for (let i = 0; i < 100; i++) run();
+    await advance(500);
+    await valve.setRules({ limit: 1, interval: 1_000 });
+    run();
+    await advance(1_000);
+    await valve.setRules({ limit: 100, interval: 60_000, burst: 100 });
+    for (let i = 0; i < 300; i++) run();
+    await advance(130_000);
+    await valve.close({ drain: false }).catch(() => {});
+    await Promise.all(jobs);
+    expect(starts.filter((t) => t < 1_000).length).toBe(100);
+    for (const from of starts) {
+      const inMinute = starts.filter((t) => t >= from && t < from + 60_000).length;
+      expect(inMinute, `the minute from ${from} ms`).toBeLessThanOrEqual(199);
+    }
+  }, 60_000);
+
   it('a cut of a rule longer than a day counts the old spend until its window ends (10 to 4 per 7 days after 6)', async () => {
     const week = 604_800_000;
     const start = Math.ceil(T0 / week) * week;

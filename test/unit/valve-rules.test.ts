@@ -309,6 +309,33 @@ describe('setRules(): the conversion and the transition', () => {
   });
 });
 
+describe('setRules() twice within one interval', () => {
+  it('100 per 10 s, then 1 per second, then 100 per minute: no minute holds more than 100 + burst − 1', async () => {
+    // The 1/s rule the first change introduced has counted grants for a second only: it cannot
+    // bound the minute before, so the second change takes the first rule's state alone.
+    const clock = new FakeClock(1_700_000_000_000);
+    const t0 = clock.now();
+    const { valve } = setup({ rules: { limit: 100, interval: 10_000, burst: 100 } }, clock);
+    const starts: number[] = [];
+    const run = () => valve.run(() => starts.push(clock.now() - t0)).catch(() => {});
+    const jobs = Array.from({ length: 100 }, run);
+    await clock.tickAsync(500);
+    await valve.setRules({ limit: 1, interval: 1_000 });
+    jobs.push(run());
+    await clock.tickAsync(1_000);
+    await valve.setRules({ limit: 100, interval: 60_000, burst: 100 });
+    for (let i = 0; i < 300; i++) jobs.push(run());
+    await clock.tickAsync(130_000);
+    await valve.close();
+    await Promise.all(jobs);
+    expect(starts.filter((t) => t < 1_000).length).toBe(100);
+    for (const from of starts) {
+      const inMinute = starts.filter((t) => t >= from && t < from + 60_000).length;
+      expect(inMinute, `the minute from ${from} ms`).toBeLessThanOrEqual(199);
+    }
+  });
+});
+
 describe("setRules(): a job an old rule can never admit waits for the transition's end, no longer", () => {
   const H = 3_600_000;
   const D = 24 * H;

@@ -4,7 +4,7 @@
  * per rules array), the arguments of one call, and the script's reply read back.
  */
 import type { StoreRule } from '../../rules/rule.js';
-import { inPrevious, recordTtlUs } from '../checks.js';
+import { inPrevious, recordTtlUs, sinceUs } from '../checks.js';
 import type { AcquireRequest, AcquireResult, BlockReason, Lease } from '../store.js';
 import type { CallShape } from './acquires.js';
 import { replyArray, replyNumber, replyString } from './adapter.js';
@@ -205,6 +205,9 @@ export function shapeOf(
   return shape;
 }
 
+/** A source's time (µs) when its conversion is not known to have happened: after any time. */
+const NEVER = String(Number.MAX_SAFE_INTEGER);
+
 /**
  * The keys and arguments of one acquire.lua call (the keys first, `shape.keys.length` of them):
  * `clock` is ARGV[1], `nonce` the lease tokens' nonce ('' without a lease); `equal` when every
@@ -226,7 +229,7 @@ export function acquireArgs(
   const { costs, count, previous } = request;
   const { keys, head, ruleArgs, tail } = shape;
   const all = new Array<string>(
-    keys.length + 6 + ruleArgs.length + (equal ? 1 : 1 + count) + tail.length + 1 + (convert ? 1 + 2 * m : 1),
+    keys.length + 6 + ruleArgs.length + (equal ? 1 : 1 + count) + tail.length + 1 + (convert ? 1 + 3 * m : 1),
   );
   let k = 0;
   for (let i = 0; i < keys.length; i++) all[k++] = keys[i]!;
@@ -254,6 +257,10 @@ export function acquireArgs(
     for (let r = 0; r < m; r++) {
       all[k++] = String(distinct[r]!.intervalUs);
       all[k++] = String(distinct[r]!.limit);
+      // A source's time from which its state counts every grant (acquire.lua: "" for always).
+      const since = sinceUs(distinct[r]!, previous, request.previousSince);
+      all[k++] =
+        since === Number.NEGATIVE_INFINITY ? '' : since === Number.POSITIVE_INFINITY ? NEVER : String(since);
     }
   } else {
     all[k++] = '';

@@ -39,7 +39,11 @@ ARGV[t+1]    the record's TTL (whole ms)
 ARGV[t+2]    "" (no part in the line), or the caller's ticket ("0" for none)
 ARGV[t+3]    "" or, for a rule change's conversion, one role per rule: "n" new (converted),
              "b" new and previous (a source), "o" previous only (a source)
-ARGV[t+4+2(r-1)], ARGV[t+5+2(r-1)]  with roles: rule r's intervalUs and limit
+ARGV[t+4+3(r-1)], ARGV[t+5+3(r-1)], ARGV[t+6+3(r-1)]  with roles: rule r's intervalUs, its
+             limit, and for a source "" (its state has counted every grant) or the server time in
+             µs from which it has (its own conversion; a larger number than any time when not
+             known): a source is taken for a new rule only when that time lies before the new
+             rule's window start (src/rules/convert.ts)
 
 Flags (#!lua, no allow-oom): under maxmemory with noeviction the server refuses the whole
 call with OOM before it runs, so nothing is ever half-written.

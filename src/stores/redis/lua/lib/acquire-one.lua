@@ -355,7 +355,7 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
           -- The tat as stored (not raised to now: it bounds the units spent), at least
           -- now - interval: a missing key expired one interval after its last tat (gcra_keep());
           -- a key of a tat older than that (kept longer by the test clock) counts the same.
-          local tat = now - tonumber(ARGV[tail + 2 + 2 * r])
+          local tat = now - tonumber(ARGV[tail + 1 + 3 * r])
           if raw then
             local t = find(raw, '^%d+$') and tonumber(raw)
             if not t or t > now + y * x + SPAN then
@@ -390,11 +390,14 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
       if string.sub(roles, r, r) == 'n' then
         local base = 4 + 3 * r
         local kind, x, y, key = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), KEYS[3 + r]
-        local iv, lim = tonumber(ARGV[tail + 2 + 2 * r]), tonumber(ARGV[tail + 3 + 2 * r])
+        local iv, lim = tonumber(ARGV[tail + 1 + 3 * r]), tonumber(ARGV[tail + 2 + 3 * r])
         local start = kind == 'w' and kk[r] * x or now - iv + 1
         local units = math.huge
         for j = 1, m do
-          if string.sub(roles, j, j) ~= 'n' then
+          -- A source whose state counts grants only since a time at or after the window's
+          -- start cannot tell what was spent in it before: none.
+          local since = ARGV[tail + 3 + 3 * j]
+          if string.sub(roles, j, j) ~= 'n' and (since == '' or tonumber(since) < start) then
             local bj = 4 + 3 * j
             local kj, xj, yj, u = ARGV[bj], tonumber(ARGV[bj + 1]), tonumber(ARGV[bj + 2]), 0
             if kj == 'g' then

@@ -1,0 +1,99 @@
+/*
+ * A valve group's key evicted during or after a rule change (valve.setRules() on the member):
+ * the key's next valve goes on from where the evicted one stopped (RuleSet.carry()): a
+ * conversion still to be asked for is asked for, a transition in progress keeps spending the
+ * old rules, and the times from which the changed rules count go with them.
+ */
+import { describe, expect, it } from 'vitest';
+import { createValveGroup } from '../../src/group.js';
+import { memoryStore } from '../../src/stores/memory.js';
+import { FakeClock, track } from './harness.js';
+
+const T = 1_000; // idleTimeout
+
+describe('a valve group: a key evicted around a rule change', () => {
+  it('setRules() on an idle key, evicted before its next job: the next valve converts (the old spend counts)', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const store = memoryStore({ clock });
+    const g = createValveGroup({
+      rules: { limit: 10, interval: '1h', algorithm: 'fixed-window' },
+      store,
+      clock,
+      idleTimeout: T,
+    });
+    await Promise.all(Array.from({ length: 6 }, () => g.run('k', () => 0)));
+    // Cut to 4 per hour: 6 were spent this hour, so nothing more until it ends.
+    await g.valve('k').setRules({ limit: 4, interval: '1h', algorithm: 'fixed-window' });
+    await clock.tickAsync(3 * T);
+    expect(g.size).toBe(0);
+    const next = track(g.run('k', () => 1));
+    await clock.tickAsync(10 * T);
+    expect(next.done).toBe(false);
+    await g.close({ drain: false }).catch(() => {});
+  });
+
+  it('a raise, evicted during its transition: the next valve keeps spending the old rule until the old window has passed', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const t0 = clock.now();
+    const store = memoryStore({ clock });
+    const g = createValveGroup({
+      rules: { limit: 5, interval: '1m', algorithm: 'sliding-window' },
+      store,
+      clock,
+      idleTimeout: T,
+    });
+    const starts: number[] = [];
+    const run = () => g.run('k', () => starts.push(clock.now() - t0));
+    await Promise.all(Array.from({ length: 5 }, run));
+    await g.valve('k').setRules({ limit: 8, interval: '1m', algorithm: 'sliding-window' });
+    // One call converts (its job waits past maxWait and leaves), then the key idles out.
+    const converting = track(g.run('k', () => 0, { maxWait: 10 }));
+    await clock.tickAsync(3 * T);
+    expect(converting.done && !converting.ok).toBe(true);
+    expect(g.size).toBe(0);
+    const later = Array.from({ length: 3 }, () => track(run()));
+    await clock.tickAsync(30_000);
+    // The old rule (5 per minute) still holds the minute that contains the change.
+    expect(later.filter((r) => r.done)).toHaveLength(0);
+    await clock.tickAsync(40_000);
+    expect(later.filter((r) => r.ok)).toHaveLength(3);
+    for (const t of starts.slice(5)) expect(t).toBeGreaterThanOrEqual(60_000);
+    await g.close();
+  });
+
+  // Evicted during the first change's transition (5 s), or after it (12 s: only the time from
+  // which 1 per second counts goes over).
+  it.each([5_000, 12_000])(
+    '100 per 10 s, 1 per second, evicted, then at %i ms 100 per minute: no minute holds more than 100 + burst − 1',
+    async (at) => {
+      const clock = new FakeClock(1_700_000_000_000);
+      const t0 = clock.now();
+      const store = memoryStore({ clock });
+      const g = createValveGroup({
+        rules: { limit: 100, interval: '10s', burst: 100 },
+        store,
+        clock,
+        idleTimeout: T,
+      });
+      const starts: number[] = [];
+      const jobs: Promise<unknown>[] = [];
+      const run = () => jobs.push(g.run('k', () => starts.push(clock.now() - t0)).catch(() => {}));
+      for (let i = 0; i < 100; i++) run();
+      await clock.tickAsync(100);
+      await g.valve('k').setRules({ limit: 1, interval: '1s' });
+      run();
+      await clock.tickAsync(at - 100);
+      expect(g.size).toBe(0);
+      await g.valve('k').setRules({ limit: 100, interval: '1m', burst: 100 });
+      for (let i = 0; i < 300; i++) run();
+      await clock.tickAsync(130_000);
+      await g.close({ drain: false }).catch(() => {});
+      await Promise.all(jobs);
+      expect(starts.filter((t) => t < 1_000).length).toBe(100);
+      for (const from of starts) {
+        const inMinute = starts.filter((t) => t >= from && t < from + 60_000).length;
+        expect(inMinute, `the minute from ${from} ms`).toBeLessThanOrEqual(199);
+      }
+    },
+  );
+});
