@@ -19,16 +19,24 @@
 // Types only (erased): the augmentation below needs the module in the program.
 import type {} from '@octokit/core';
 import { describe } from '../../duration.js';
+import { ValveError } from '../../errors.js';
 import { anySignal } from '../../feedback/fetch.js';
 import { observe } from '../../feedback/observe.js';
 import { feedbackState } from '../../feedback/state.js';
 import type { ValveInternals } from '../../feedback-port.js';
+import { readCloseOptions } from '../../run-options.js';
 import type { Valve } from '../../types.js';
 import { internalsOf } from '../../valve.js';
 import { type AnswerInput, header, type RateLimitAnswer, readAnswer } from './answers.js';
 import { Lanes } from './lanes.js';
 import { classify, laneOfResource, type RateLane, type RequestClass } from './limits.js';
-import { isEnabled, readSettings, type Settings, type ThrottledRequestOptions } from './options.js';
+import {
+  checkBudget,
+  isEnabled,
+  readSettings,
+  type Settings,
+  type ThrottledRequestOptions,
+} from './options.js';
 
 export type { GitHubLimits, RateLane } from './limits.js';
 export { githubLimits } from './limits.js';
@@ -88,27 +96,124 @@ class Places {
   private readonly valves: (Valve | undefined)[] = [];
   private readonly sequences: (number | undefined)[] = [];
 
-  /** Runs `job` in `valve` at the request's place there (its first attempt's, for a retry). */
+  /**
+   * Runs `job` in `valve` at the request's place there (its first attempt's, for a retry), with
+   * the time left until `deadline` (valve clock) as its maxWait: MAX_WAIT at once when none is left.
+   */
   run<T>(
     index: number,
     valve: Valve,
     job: (ctx: { signal: AbortSignal }) => T | Promise<T>,
     cost: number,
     signal: AbortSignal | undefined,
+    deadline: number,
   ): Promise<T> {
     if (this.valves[index] !== valve) {
       // A valve dropped while idle and made again has its own positions.
       this.valves[index] = valve;
       this.sequences[index] = undefined;
     }
-    return internals(valve).runAt(job, { cost, signal }, this.sequences[index], (used) => {
-      this.sequences[index] ??= used;
-    });
+    const inner = internals(valve);
+    let maxWait: number | undefined;
+    if (deadline !== Number.POSITIVE_INFINITY) {
+      maxWait = deadline - inner.clock.now();
+      if (!(maxWait > 0)) return Promise.reject(maxWaitError());
+    }
+    return inner.runAt(
+      job,
+      maxWait === undefined ? { cost, signal } : { cost, signal, maxWait },
+      this.sequences[index],
+      (used) => {
+        this.sequences[index] ??= used;
+      },
+    );
   }
+}
+
+function maxWaitError(): ValveError {
+  return new ValveError('MAX_WAIT', 'The request did not start within its maxWait');
+}
+
+function closedError(): ValveError {
+  return new ValveError('CLOSED', 'The valve was closed before the job started');
+}
+
+/** The reason a grant's wait is aborted with when a lane of its request is paused meanwhile. */
+const PAUSED: unique symbol = Symbol('valve/octokit: paused');
+
+/** What the job in `all` ends with when a pause came before the request could be sent. */
+const AGAIN: unique symbol = Symbol('valve/octokit: wait for the pause');
+
+/** The latest known pause end (valve clock) among `valves`. */
+function pauseEnd(valves: readonly ValveInternals[]): number {
+  let end = 0;
+  for (const v of valves) end = Math.max(end, v.knownPauseEnd());
+  return end;
+}
+
+/**
+ * An AbortSignal that aborts when one of `signals` does (with its reason) or on abort(); dispose()
+ * removes its listeners (a caller's signal may live much longer than one wait).
+ */
+class Watch {
+  private readonly controller = new AbortController();
+  private readonly signals: AbortSignal[];
+  private readonly onAbort = (event: Event) => this.abort((event.target as AbortSignal).reason);
+
+  constructor(signals: readonly (AbortSignal | undefined)[]) {
+    this.signals = signals.filter((s): s is AbortSignal => s !== undefined);
+    for (const s of this.signals) {
+      if (s.aborted) {
+        this.abort(s.reason);
+        return;
+      }
+    }
+    for (const s of this.signals) s.addEventListener('abort', this.onAbort);
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  abort(reason: unknown): void {
+    if (!this.controller.signal.aborted) this.controller.abort(reason);
+  }
+
+  dispose(): void {
+    for (const s of this.signals) s.removeEventListener('abort', this.onAbort);
+  }
+}
+
+/** Calls `fn` on each 'pause' event of `valve` (a pause learnt from the store, or written); returns the off switch. */
+function onPause(valve: Valve, fn: () => void): () => void {
+  valve.on('pause', fn);
+  return () => valve.off('pause', fn);
+}
+
+/** A request waiting, outside every valve, for the pauses of its lanes to end. */
+interface Sleeper {
+  readonly valves: readonly ValveInternals[];
+  /** Valve clock: when the sleeper wakes anyway (its maxWait deadline, or a pause's end). */
+  wakeAt: number;
+  wake(): void;
 }
 
 class Throttle {
   private readonly lanes: Lanes;
+  /** Set (CLOSED) by close() without drain: the waits outside the valves end with it. */
+  private cut: ValveError | undefined;
+  /** Waits that end when close() without drain is called (one listener each, not one per AbortSignal). */
+  private readonly cutters = new Set<(reason: unknown) => void>();
+  /** close() was called: new requests reject CLOSED. */
+  private closed = false;
+  /** Requests between their start and their end (queued, waiting, sending or handled). */
+  private active = 0;
+  /** Called when `active` drops to 0 (close({ drain: true }) waits for it). */
+  private readonly idleWaiters = new Set<() => void>();
+  /** Requests waiting for a pause to end, in the order they began to wait (woken in that order). */
+  private readonly sleepers = new Set<Sleeper>();
+  /** Jobs holding a slot while they wait for grants: told when this client pauses a lane. */
+  private readonly watchers = new Set<() => void>();
 
   constructor(
     private readonly settings: Settings,
@@ -116,22 +221,49 @@ class Throttle {
     /** The key when `throttle.key` is not given: the installation the Octokit was created for. */
     private readonly defaultKey: string | undefined,
   ) {
+    // The installation's budget is known now: checked at `new Octokit()`, as the id is.
+    if (settings.key === undefined && defaultKey !== undefined) {
+      checkBudget(settings.id, defaultKey, 'the installation key');
+    }
     this.lanes = new Lanes(settings);
   }
 
-  close(options?: { drain?: boolean }): Promise<void> {
+  async close(options?: { drain?: boolean }): Promise<void> {
+    const drain = readCloseOptions(options);
+    if (drain instanceof TypeError) throw drain;
+    this.closed = true;
+    if (!drain) {
+      if (this.cut === undefined) {
+        this.cut = closedError();
+        for (const cutter of [...this.cutters]) cutter(this.cut);
+      }
+    } else if (this.active > 0 && this.cut === undefined) {
+      // Requests waiting for a pause (outside the valves) are sent first too: the valves stay
+      // open until every request ended. A later close() without drain cuts this short.
+      await new Promise<void>((resolve) => {
+        const cutter = () => resolve();
+        this.cutters.add(cutter);
+        this.idleWaiters.add(() => {
+          this.cutters.delete(cutter);
+          resolve();
+        });
+      });
+    }
     return this.lanes.close(options);
   }
 
   /** The budget id of a request: `<id>` or `<id>:<key>`. */
   private budgetOf(options: ThrottledRequestOptions): string {
     const keyFn = this.settings.key;
-    const key = keyFn === undefined ? this.defaultKey : keyFn(options, this.octokit);
+    if (keyFn === undefined) {
+      return this.defaultKey === undefined ? this.settings.id : `${this.settings.id}:${this.defaultKey}`;
+    }
+    const key = keyFn(options, this.octokit);
     if (key === undefined) return this.settings.id;
     if (typeof key !== 'string') {
       throw new TypeError(`Expected \`throttle.key\` to return a string or undefined, got ${describe(key)}`);
     }
-    return `${this.settings.id}:${key}`;
+    return checkBudget(this.settings.id, key, '`throttle.key`');
   }
 
   async request(request: RequestFn, options: ThrottledRequestOptions): Promise<unknown> {
@@ -139,42 +271,59 @@ class Throttle {
     const klass = classify(method, String(options.url ?? ''), options);
     // Token requests made by an auth strategy while the requests that need the token wait.
     if (klass.auth) return request(options);
+    if (this.closed) throw closedError();
     const budget = this.budgetOf(options);
+    this.active++;
+    try {
+      return await this.attempts(request, options, budget, klass);
+    } finally {
+      if (--this.active === 0 && this.idleWaiters.size > 0) {
+        const waiters = [...this.idleWaiters];
+        this.idleWaiters.clear();
+        for (const resolve of waiters) resolve();
+      }
+    }
+  }
+
+  private async attempts(
+    request: RequestFn,
+    options: ThrottledRequestOptions,
+    budget: string,
+    klass: RequestClass,
+  ): Promise<unknown> {
     if (options.request === undefined || options.request === null) options.request = {};
     const requestOptions = options.request;
     const signal = requestOptions.signal ?? undefined;
     const places = new Places();
-    const gates = klass.lanes;
+    const maxWait = this.settings.maxWait;
     for (let retryCount = 0; ; retryCount++) {
-      // Every rate lane grants the request at its place, then `all` runs it.
-      for (let i = 0; i < gates.length; i++) {
-        const [lane, cost] = gates[i]!;
-        await places.run(i, this.lanes.group(lane).valve(Lanes.id(budget, lane)), noop, cost, signal);
-      }
-      const all = this.lanes.all.valve(budget);
       // The request's primary lane counts its requests in flight, so that a remaining count no
       // larger than the requests sent after this one reads as spent (see observe()).
       const primary = internals(this.lanes.group(klass.primary).valve(Lanes.id(budget, klass.primary)));
       const inFlight = feedbackState(primary);
+      // One deadline per attempt, shared by every wait of the attempt.
+      const deadline = maxWait === Number.POSITIVE_INFINITY ? maxWait : primary.clock.now() + maxWait;
       let sent = -1;
-      const outcome = await places.run(
-        gates.length,
-        all,
-        async ({ signal: jobSignal }): Promise<Outcome> => {
-          sent = inFlight.begin();
-          try {
-            const attempt = {
-              ...options,
-              request: { ...requestOptions, signal: anySignal(jobSignal, signal ?? undefined) },
-            };
-            return { ok: true, response: await request(attempt) };
-          } catch (error) {
-            return { ok: false, error };
-          }
-        },
-        1,
-        signal,
-      );
+      let outcome: Outcome;
+      try {
+        outcome = await this.attempt(
+          request,
+          options,
+          requestOptions,
+          budget,
+          klass,
+          places,
+          signal,
+          deadline,
+          () => {
+            sent = inFlight.begin();
+          },
+        );
+      } catch (error) {
+        // Sent, and then lost its lease (LEASE_LOST) or its valve (CLOSED): no longer in flight.
+        if (sent >= 0) inFlight.end(sent);
+        throw error;
+      }
       const input = inputOf(outcome);
       const now = Date.now();
       const answer = readAnswer(input, this.settings.fallbackSecondaryRateRetryAfter, now);
@@ -196,6 +345,165 @@ class Throttle {
         throw outcome.error;
       }
     }
+  }
+
+  /** The valves a request passes: `all`, then its rate lanes (made on first use). */
+  private valvesOf(budget: string, klass: RequestClass): Valve[] {
+    const valves = [this.lanes.all.valve(budget)];
+    for (const [lane] of klass.lanes) valves.push(this.lanes.group(lane).valve(Lanes.id(budget, lane)));
+    return valves;
+  }
+
+  /** The internals of valvesOf(): every valve of the request, or (`rateOnly`) its rate lanes'. */
+  private pausable(budget: string, klass: RequestClass, rateOnly = false): ValveInternals[] {
+    const valves = this.valvesOf(budget, klass).map(internals);
+    return rateOnly ? valves.slice(1) : valves;
+  }
+
+  /**
+   * One attempt: sent once no lane of the request is paused, it holds a concurrency slot, and
+   * every rate lane granted it, in that order. Neither a slot nor a grant is taken while a pause
+   * of the request's lanes is known: the request waits for the pause holding nothing. Inside its
+   * slot, it takes the grants lane after lane; a pause of any of its lanes known meanwhile ends
+   * the job (the slot is released, the grants taken are dropped: spent and never used) and the
+   * request waits for that pause, then comes back at its places.
+   */
+  private async attempt(
+    request: RequestFn,
+    options: ThrottledRequestOptions,
+    requestOptions: NonNullable<ThrottledRequestOptions['request']>,
+    budget: string,
+    klass: RequestClass,
+    places: Places,
+    signal: AbortSignal | undefined,
+    deadline: number,
+    onSend: () => void,
+  ): Promise<Outcome> {
+    const gates = klass.lanes;
+    // The rate lanes' pauses are waited for here, `all`'s in its queue at the request's place;
+    // after a job that met a pause, every lane's here (the request keeps its places).
+    let rateOnly = true;
+    for (; ; rateOnly = false) {
+      await this.sleep(this.pausable(budget, klass, rateOnly), deadline, signal);
+      const outcome = await places.run(
+        gates.length,
+        this.lanes.all.valve(budget),
+        async ({ signal: jobSignal }): Promise<Outcome | typeof AGAIN> => {
+          const valves = this.valvesOf(budget, klass);
+          const clock = internals(valves[0]!).clock;
+          if (pauseEnd(this.pausable(budget, klass)) > clock.now()) return AGAIN;
+          let firstGrant = Number.NaN;
+          // The job's signal aborts with the caller's signal too (and on close(), LEASE_LOST).
+          const watch = new Watch([jobSignal]);
+          const cutter = (reason: unknown) => watch.abort(reason);
+          if (this.cut !== undefined) watch.abort(this.cut);
+          this.cutters.add(cutter);
+          const check = () => {
+            if (pauseEnd(this.pausable(budget, klass)) > clock.now()) watch.abort(PAUSED);
+          };
+          const offs = valves.map((v) => onPause(v, check));
+          this.watchers.add(check);
+          try {
+            for (let i = 0; i < gates.length; i++) {
+              const [lane, cost] = gates[i]!;
+              const valve = this.lanes.group(lane).valve(Lanes.id(budget, lane));
+              try {
+                await places.run(i, valve, noop, cost, watch.signal, deadline);
+              } catch (error) {
+                if (error === PAUSED) return AGAIN;
+                throw error;
+              }
+              if (i === 0) firstGrant = clock.now();
+            }
+          } finally {
+            this.watchers.delete(check);
+            this.cutters.delete(cutter);
+            for (const off of offs) off();
+            watch.dispose();
+          }
+          // A pause of a lane that was on after the first grant (still on, or ended meanwhile):
+          // the grants taken so far were held through it. They are dropped.
+          if (pauseEnd(this.pausable(budget, klass)) > firstGrant) return AGAIN;
+          onSend();
+          try {
+            const attempt = {
+              ...options,
+              request: { ...requestOptions, signal: anySignal(jobSignal, signal ?? undefined) },
+            };
+            return { ok: true, response: await request(attempt) };
+          } catch (error) {
+            return { ok: false, error };
+          }
+        },
+        1,
+        signal,
+        deadline,
+      );
+      if (outcome !== AGAIN) return outcome;
+    }
+  }
+
+  /**
+   * Waits, holding nothing, until no pause of `valves` is known (or the deadline: MAX_WAIT; the
+   * signal: its reason; close(): CLOSED). Requests that waited for the same pause wake in the
+   * order they began to wait.
+   */
+  private async sleep(
+    valves: readonly ValveInternals[],
+    deadline: number,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    const clock = valves[0]!.clock;
+    for (;;) {
+      if (signal?.aborted) throw signal.reason;
+      if (this.cut !== undefined) throw this.cut;
+      const now = clock.now();
+      const end = pauseEnd(valves);
+      if (end <= now) return;
+      if (deadline <= now) throw maxWaitError();
+      await new Promise<void>((resolve, reject) => {
+        const sleeper: Sleeper = {
+          valves,
+          wakeAt: Math.min(end, deadline),
+          wake: () => {
+            done();
+            resolve();
+          },
+        };
+        const onAbort = (event: Event) => cutter((event.target as AbortSignal).reason);
+        const cutter = (reason: unknown) => {
+          done();
+          reject(reason);
+        };
+        // A resume() (here or, through the store's wake-ups, elsewhere) ends the wait early.
+        const onResume = () => this.wakeDue();
+        const timer = clock.setTimeout(() => this.wakeDue(), Math.max(0, sleeper.wakeAt - now));
+        const done = () => {
+          clock.clearTimeout(timer);
+          this.sleepers.delete(sleeper);
+          for (const v of valves) v.pauseWaiters.delete(onResume);
+          signal?.removeEventListener('abort', onAbort);
+          this.cutters.delete(cutter);
+        };
+        this.sleepers.add(sleeper);
+        for (const v of valves) v.pauseWaiters.add(onResume);
+        signal?.addEventListener('abort', onAbort);
+        this.cutters.add(cutter);
+      });
+    }
+  }
+
+  /** Wakes, in the order they began to wait, the sleepers whose pauses ended or whose time came. */
+  private wakeDue(): void {
+    for (const sleeper of [...this.sleepers]) {
+      const now = sleeper.valves[0]!.clock.now();
+      if (sleeper.wakeAt <= now || pauseEnd(sleeper.valves) <= now) sleeper.wake();
+    }
+  }
+
+  /** This client paused a lane: jobs waiting for grants look at their lanes' pauses again. */
+  private paused(): void {
+    for (const check of [...this.watchers]) check();
   }
 
   /**
@@ -222,6 +530,7 @@ class Throttle {
       lane === klass.primary ? primary : internals(this.lanes.group(lane).valve(Lanes.id(budget, lane)));
     const headers = { 'x-ratelimit-remaining': remaining, 'x-ratelimit-reset': reset };
     observe(valve, { status: input.status, headers }, valve === primary ? sent : undefined);
+    this.paused();
   }
 
   /**
@@ -269,6 +578,7 @@ class Throttle {
       ms = maxPause;
     }
     valve.pauseInBackground(ms, name === 'retry-after' ? 'retry-after' : 'ratelimit-header', detail);
+    this.paused();
   }
 
   /** The handler's decision; a handler that throws is logged and means no retry. */

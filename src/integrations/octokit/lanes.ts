@@ -5,12 +5,12 @@ import { memoryStore } from '../../stores/memory.js';
 import type { Store } from '../../stores/store.js';
 import type { GitHubLimits, RateLane } from './limits.js';
 import { githubLimits, LANE_SUFFIX, RATE_LANES } from './limits.js';
-import type { Settings } from './options.js';
+import { limitsResult, type Settings } from './options.js';
 
 /*
  * The valves of the plugin: one group per lane (limits.ts), each keyed by valve id. The lane `all`
- * (id `<budget>`) carries the concurrency limit and runs the request; the rate lanes (id
- * `<budget>:<suffix>`) only grant. Valves are created on first use and dropped after five idle
+ * (id `<budget>`) carries the concurrency limit and runs the request, whose job takes the rate
+ * lanes' grants (id `<budget>:<suffix>`) before it sends (index.ts). Valves are created on first use and dropped after five idle
  * minutes; their budgets live in the store.
  */
 
@@ -37,11 +37,8 @@ export class Lanes {
     const limitsOption = settings.limits;
     const base: GitHubLimits = typeof limitsOption === 'object' ? limitsOption : {};
     const perId = typeof limitsOption === 'function' ? limitsOption : undefined;
-    const common = {
-      store,
-      idleTimeout: '5m',
-      ...(settings.maxWait === undefined ? {} : { maxWait: settings.maxWait }),
-    };
+    // No maxWait here: a request's one deadline is spread over the lanes it passes (index.ts).
+    const common = { store, idleTimeout: '5m' };
     const rate = {} as Record<RateLane, ValveGroup>;
     for (const lane of RATE_LANES) {
       const suffix = `:${LANE_SUFFIX[lane]}`;
@@ -52,7 +49,8 @@ export class Lanes {
           ? {}
           : {
               options: (valveId: string) => {
-                const own = perId(valveId.slice(0, -suffix.length))?.[lane];
+                const budget = valveId.slice(0, -suffix.length);
+                const own = limitsResult(perId(budget), budget)?.[lane];
                 return own === undefined ? undefined : { rules: asRules(own) };
               },
             }),
@@ -68,17 +66,21 @@ export class Lanes {
         ? {}
         : {
             options: (valveId: string) => {
-              const own = perId(valveId)?.concurrency;
+              const own = limitsResult(perId(valveId), valveId)?.concurrency;
               return own === undefined ? undefined : { concurrency: concurrency(own) };
             },
           }),
     });
   }
 
-  /** Closes every group (see ValveGroup.close): the concurrency lane last, once nothing waits in a rate lane. */
+  /**
+   * Closes every group (see ValveGroup.close): the lane `all` first, whose running requests may
+   * still wait for their rate grants, then the rate lanes.
+   */
   async close(options?: { drain?: boolean }): Promise<void> {
-    await Promise.all(RATE_LANES.map((lane) => this.rate[lane].close(options)));
-    await this.all.close(options);
+    const all = this.all.close(options);
+    if (options?.drain === true) await all.catch(() => undefined);
+    await Promise.all([all, ...RATE_LANES.map((lane) => this.rate[lane].close(options))]);
   }
 
   /** The group of a rate lane. */

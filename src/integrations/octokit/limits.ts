@@ -4,7 +4,8 @@ import type { Rule } from '../../rules/rule.js';
  * GitHub's documented limits as valve rules, and which of them a request spends. Each limit that
  * GitHub counts in its own unit, or pauses on its own, is a lane: one valve per key and lane, whose
  * id is `<id>:<lane>` (the lane `all`, which carries the concurrency limit and the secondary-limit
- * pauses, is `<id>` itself). A request is granted by each of its lanes in turn, then runs in `all`.
+ * pauses, is `<id>` itself). A request first takes a slot in `all` (once no lane of it is paused),
+ * then the grant of each of its lanes in turn, and is sent at once (see index.ts).
  *
  * Sources: "Rate limits for the REST API" and "Rate limits and node limits for the GraphQL API"
  * (docs.github.com): primary 5,000 requests per hour per user or installation token; search 30
@@ -68,7 +69,10 @@ export interface RequestClass {
   readonly graphql: boolean;
   /** The lane whose primary limit the request spends (paused by `x-ratelimit-remaining: 0`). */
   readonly primary: RateLane;
-  /** Lanes in the order they grant, each with its cost; `all` comes after them. */
+  /**
+   * Lanes in the order they grant, each with its cost, the tightest first (the one most likely
+   * to make the request wait, while the others' grants are not taken yet); `all` comes before them.
+   */
   readonly lanes: readonly (readonly [RateLane, number])[];
 }
 

@@ -1,7 +1,8 @@
 import { describe } from '../../duration.js';
+import { waitOption } from '../../options.js';
 import { checkId, checkKnownKeys, MAX_ID_CHARACTERS } from '../../stores/checks.js';
 import type { Store } from '../../stores/store.js';
-import { type GitHubLimits, LANE_SUFFIX } from './limits.js';
+import { type GitHubLimits, LANE_SUFFIX, RATE_LANES } from './limits.js';
 
 /** The request options a handler receives (Octokit's endpoint options; `request.retryCount` counts retries). */
 export interface ThrottledRequestOptions {
@@ -49,7 +50,11 @@ export interface ThrottleOptions {
   key?: (options: ThrottledRequestOptions, octokit: any) => string | undefined;
   /** GitHub's limits to keep (each field replaces the default of that lane), or a function of the budget id. */
   limits?: GitHubLimits | ((id: string) => GitHubLimits | undefined);
-  /** How long a request may wait for its start (ms or a duration string); then it rejects MAX_WAIT. Default Infinity. */
+  /**
+   * How long a request may wait for its start (ms or a duration string), all its waits together
+   * (pauses, the concurrency limit, every lane's rules); then it rejects MAX_WAIT. Each attempt
+   * (a retry after a rate-limit answer is a new one) has its own. Default Infinity.
+   */
   maxWait?: number | string;
   /** @octokit/plugin-throttling's Redis key TTL: accepted and unused (valve's keys expire by themselves). */
   timeout?: number;
@@ -67,7 +72,8 @@ export interface Settings {
   readonly store: Store | undefined;
   readonly key: ThrottleOptions['key'];
   readonly limits: ThrottleOptions['limits'];
-  readonly maxWait: number | string | undefined;
+  /** ms, or Infinity. */
+  readonly maxWait: number;
 }
 
 const KNOWN = [
@@ -157,14 +163,13 @@ export function readSettings(throttle: unknown): Settings {
   if (t.store !== undefined && (t.store === null || typeof t.store !== 'object')) {
     throw new TypeError(`Expected \`throttle.store\` to be a valve Store, got ${describe(t.store)}`);
   }
-  if (
-    t.limits !== undefined &&
-    typeof t.limits !== 'function' &&
-    (t.limits === null || typeof t.limits !== 'object')
-  ) {
-    throw new TypeError(
-      `Expected \`throttle.limits\` to be an object like { core: { limit: 15000, interval: '1h' } } or a function of the id, got ${describe(t.limits)}`,
-    );
+  if (t.limits !== undefined && typeof t.limits !== 'function') {
+    if (t.limits === null || typeof t.limits !== 'object' || Array.isArray(t.limits)) {
+      throw new TypeError(
+        `Expected \`throttle.limits\` to be an object like { core: { limit: 15000, interval: '1h' } } or a function of the budget id, got ${describe(t.limits)}`,
+      );
+    }
+    checkLimits(t.limits, '`throttle.limits`');
   }
   return {
     id,
@@ -179,6 +184,62 @@ export function readSettings(throttle: unknown): Settings {
     store: t.store,
     key: t.key,
     limits: t.limits,
-    maxWait: t.maxWait,
+    maxWait: t.maxWait === undefined ? Number.POSITIVE_INFINITY : waitOption(t.maxWait, 'throttle.maxWait'),
   };
+}
+
+/** The fields `throttle.limits` takes: the rate lanes and `concurrency`. */
+const LIMIT_NAMES: readonly string[] = [...RATE_LANES, 'concurrency'];
+
+/**
+ * Checks the fields of a limits object (`name` says whose: the option, or what its function
+ * returned): an unknown one is a TypeError listing the valid ones, so that a typo (`coer`) or
+ * GitHub's resource name (`code_search`) is not silently ignored. The rules themselves are
+ * checked by the valves.
+ */
+function checkLimits(limits: object, name: string): void {
+  for (const field of Object.keys(limits)) {
+    if (LIMIT_NAMES.includes(field)) continue;
+    const camel = field.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+    const hint =
+      camel !== field && LIMIT_NAMES.includes(camel)
+        ? ` (GitHub's resource name; the lane is \`${camel}\`)`
+        : '';
+    const list = LIMIT_NAMES.map((n) => `\`${n}\``).join(', ');
+    throw new TypeError(`Unknown lane \`${field}\` in ${name}${hint}; it takes ${list}`);
+  }
+}
+
+/**
+ * What a `throttle.limits` function returned for `budget`, checked when it is used (when the
+ * budget's valves are made): undefined, or an object of known lanes. Throws a TypeError.
+ */
+export function limitsResult(value: unknown, budget: string): GitHubLimits | undefined {
+  if (value === undefined) return undefined;
+  const name = `the result of \`throttle.limits\`(${JSON.stringify(budget)})`;
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new TypeError(
+      `Expected ${name} to be an object like { core: { limit: 15000, interval: '1h' } } or undefined, got ${describe(value)}`,
+    );
+  }
+  checkLimits(value, name);
+  return value as GitHubLimits;
+}
+
+/**
+ * Checks a budget id (`<id>:<key>`, with `source` naming where the key came from): the valves
+ * are `<budget>` and `<budget>:<lane>`, `:code_search` the longest suffix, so the budget may be
+ * at most 188 characters, with no '{' or '}'. Throws a TypeError.
+ */
+export function checkBudget(id: string, key: string, source: string): string {
+  const budget = `${id}:${key}`;
+  const max = MAX_ID_CHARACTERS - LANE_SUFFIX.codeSearch.length - 1;
+  const characters = [...budget].length;
+  if (characters > max) {
+    throw new TypeError(
+      `Expected the budget id \`<throttle.id>:<key>\` to be at most ${max} characters long (valve/octokit appends ':${LANE_SUFFIX.codeSearch}' and the like), got ${characters} characters: \`throttle.id\` has ${[...id].length}, ${source} ${JSON.stringify(key.length > 40 ? `${key.slice(0, 40)}…` : key)} has ${[...key].length}`,
+    );
+  }
+  checkId(budget, `<throttle.id>:<key> (the key from ${source})`);
+  return budget;
 }
