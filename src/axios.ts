@@ -113,7 +113,8 @@ function settle(config: InternalAxiosRequestConfig, response: AxiosResponse): Ax
  * - A 429 (or 503 with Retry-After) is retried up to `retries` times at the original position;
  *   then `validateStatus` decides, as without valve (by default a 429 rejects with an AxiosError).
  * - Data that cannot be sent twice (a stream) is sent once: its 429 is observed, not retried.
- * - A job that never starts rejects with valve's `ValveError` (`MAX_WAIT`, `CLOSED`, …).
+ * - A request that is never sent rejects with valve's `ValveError` (`MAX_WAIT`, `CLOSED`, …); a
+ *   retry that is never sent leaves the 429 it had to `validateStatus`, as after the retries.
  */
 export function valveAdapter(options: ValveAdapterOptions): AxiosAdapter {
   const { adapter: inner, ...target } =
@@ -154,6 +155,7 @@ export function valveAdapter(options: ValveAdapterOptions): AxiosAdapter {
     options === null || typeof options !== 'object' ? (options as never) : target,
     'valveAdapter()',
     send,
+    ['adapter'],
   );
 
   return async (config: InternalAxiosRequestConfig): Promise<AxiosResponse> => {

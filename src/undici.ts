@@ -129,7 +129,8 @@ function hrefOf(request: DispatchOptions): string {
  * - A request waits in the valve's queue before it is dispatched; aborting it there (a fetch
  *   signal, `request({ signal })`) rejects at once and nothing is sent.
  * - Its answer is observed; a 429 (or 503 with Retry-After) is retried up to `retries` times at
- *   the original position, its body discarded; then the last answer is handed over as is.
+ *   the original position, its body discarded once the retry is sent; then the last answer is
+ *   handed over as is. A retry never sent (maxWait, close()) hands over the 429 it had.
  * - A streamed body (a stream, an async iterable: every `fetch()` body) is read into memory
  *   first, up to `maxBufferedBody` bytes, so that a retry can send it again; a longer one is sent
  *   once, as it streams: its 429 is observed and returned, not retried.
@@ -159,16 +160,12 @@ export function valveInterceptor(options: ValveInterceptorOptions): Dispatcher.D
     init: { signal: AbortSignal },
   ): Promise<UndiciAttempt> => {
     const { outer, handler, dispatch } = pending.get(outgoing)!;
+    // The attempt follows init.signal (the caller's or the valve's) until its answer is settled.
     const attempt = new Attempt(outer, handler, init.signal);
-    const onAbort = () => attempt.controller?.abort(init.signal.reason as Error);
-    init.signal.addEventListener('abort', onAbort, { once: true });
-    void attempt.response.then(
-      () => init.signal.removeEventListener('abort', onAbort),
-      () => init.signal.removeEventListener('abort', onAbort),
-    );
     try {
       dispatch(outgoing.request, attempt);
     } catch (err) {
+      attempt.unwatch();
       return Promise.reject(err);
     }
     return attempt.response;
@@ -177,6 +174,7 @@ export function valveInterceptor(options: ValveInterceptorOptions): Dispatcher.D
     options === null || typeof options !== 'object' ? (options as never) : target,
     'valveInterceptor()',
     send,
+    ['match', 'maxBufferedBody'],
   );
 
   return (dispatch: Dispatch): Dispatch =>

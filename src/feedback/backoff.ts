@@ -6,6 +6,8 @@ import type { FeedbackSettings } from '../feedback-port.js';
  * - The n-th header-less 429 in a row pauses `min(backoffInitial × 2^(n-1), backoffMax, maxPause)`.
  * - A 429 that arrives while the backoff pause it belongs to is still running (a request that
  *   was already in flight when the pause began) does not escalate: it reports the time left.
+ *   Once that pause is deleted (resume(), here or in another process), it is over: the next
+ *   header-less 429 is the next step, as after the pause ran out.
  * - Any success (status 200–399) resets the sequence; 429s with a usable header, and other
  *   statuses, leave it as it is.
  * - No jitter: the pause is shared through the store, so processes do not retry in a herd;
@@ -22,8 +24,10 @@ export interface BackoffStep {
 interface BackoffState {
   /** Header-less 429s in a row so far. */
   level: number;
-  /** End of the last backoff pause (valve clock, epoch ms). */
+  /** End of the last backoff pause (valve clock, epoch ms); -Infinity once that pause was deleted. */
   until: number;
+  /** Registered in the valve's pauseWaiters: the pause was deleted, so the backoff pause is over. */
+  readonly ended: () => void;
 }
 
 const states = new WeakMap<object, BackoffState>();
@@ -31,14 +35,29 @@ const states = new WeakMap<object, BackoffState>();
 function state(key: object): BackoffState {
   let s = states.get(key);
   if (!s) {
-    s = { level: 0, until: Number.NEGATIVE_INFINITY };
+    const created: BackoffState = {
+      level: 0,
+      until: Number.NEGATIVE_INFINITY,
+      ended: () => {
+        created.until = Number.NEGATIVE_INFINITY;
+      },
+    };
+    s = created;
     states.set(key, s);
   }
   return s;
 }
 
-/** The next backoff wait for the valve identified by `key`, at `now`. */
-export function nextBackoff(key: object, settings: FeedbackSettings, now: number): BackoffStep {
+/**
+ * The next backoff wait for the valve identified by `key`, at `now`. `pauseWaiters` (the valve's:
+ * called when its pause is deleted) ends the backoff pause with the valve's pause.
+ */
+export function nextBackoff(
+  key: object,
+  settings: FeedbackSettings,
+  now: number,
+  pauseWaiters?: Set<() => void>,
+): BackoffStep {
   const s = state(key);
   if (now < s.until && s.level > 0) {
     return { waitMs: s.until - now, attempt: s.level, repeated: true };
@@ -49,6 +68,8 @@ export function nextBackoff(key: object, settings: FeedbackSettings, now: number
   const waitMs = Math.min(cap, initial * 2 ** s.level);
   s.level += 1;
   s.until = now + waitMs;
+  // One entry per valve (a Set): emptied when it is called.
+  pauseWaiters?.add(s.ended);
   return { waitMs, attempt: s.level, repeated: false };
 }
 

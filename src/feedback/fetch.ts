@@ -169,6 +169,9 @@ function hasRetryAfter(response: unknown): boolean {
   }
 }
 
+/** What a retry's job returns when it sent nothing (the valve was closed before it started). */
+const NOT_SENT: unique symbol = Symbol('not sent');
+
 /** Discards a response body that will not be returned, so its connection is released. */
 function discard(response: unknown): void {
   try {
@@ -186,9 +189,11 @@ function discard(response: unknown): void {
  * observed (a pause is written for any usable rate-limit header), and a 429 (or a 503
  * with Retry-After) is retried up to `retries` times at the call's original queue
  * position: every attempt reuses the sequence number of the first, so a retry goes
- * ahead of requests that arrived after it. The 429's body is cancelled before the
- * retry. When retries run out, or the body cannot be sent again (a stream, a used
- * Request), the last response is returned as fetch would return it: no throw.
+ * ahead of requests that arrived after it. The 429 is kept, body unread, until its
+ * retry is sent (its body is cancelled then). When retries run out, the body cannot be
+ * sent again (a stream, a used Request), or a retry is never sent (maxWait, close(), a
+ * store failure: anything but the caller's abort), the last response is returned as
+ * fetch would return it: no throw.
  *
  * The caller's signal (init.signal, else the Request's) is honoured while queued (the
  * call rejects with its reason) and while running (passed to fetch, combined with the
@@ -229,41 +234,72 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
       retries === 0 ? { replayable: false, args: () => [input, initRecord] } : planBody(input, initRecord);
 
     let sequence: number | undefined;
+    // The last retryable answer while its retry waits: kept whole (body unread) until the retry
+    // is sent, and returned as the call's answer if the retry never is (close(), maxWait, …).
+    let last: unknown;
     for (let attempt = 0; ; attempt++) {
-      const [attemptInput, attemptInit] = plan.args();
       // The pause the fleet's record wrote for this attempt's answer (fleet window only).
       let fleetWait: number | undefined;
-      const { response, reading } = await valve.runAt(
-        async ({ signal: jobSignal }) => {
-          const attemptSignal = anySignal(jobSignal, signal);
-          // With a fleet window (a store that keeps one), a ticket first (feedback/fleet.ts).
-          const ticket = fleet === undefined ? undefined : await takeTicket(valve, fleet, attemptSignal);
-          const seen: FleetObservation | undefined = ticket === undefined ? undefined : { window: undefined };
-          const n = state.begin();
-          let reading: FeedbackReading | undefined;
-          try {
-            const response = await fn(attemptInput, { ...attemptInit, signal: attemptSignal });
-            if (response !== null && typeof response === 'object')
-              reading = observe(valve, response, n, seen);
-            return { response, reading };
-          } finally {
-            state.end(n);
-            if (ticket !== undefined) fleetWait = await reportTicket(valve, fleet!, ticket, seen);
-          }
-        },
-        { cost, priority, signal },
-        sequence,
-        (used) => {
-          sequence ??= used;
-        },
-      );
+      let result: { response: unknown; reading: FeedbackReading | undefined } | typeof NOT_SENT;
+      try {
+        result = await valve.runAt(
+          async ({ signal: jobSignal }) => {
+            // After close() (draining or not) no retry is sent: the answer we have is returned.
+            if (last !== undefined && valve.isClosed()) return NOT_SENT;
+            const attemptSignal = anySignal(jobSignal, signal);
+            // With a fleet window (a store that keeps one), a ticket first (feedback/fleet.ts).
+            const ticket = fleet === undefined ? undefined : await takeTicket(valve, fleet, attemptSignal);
+            const seen: FleetObservation | undefined =
+              ticket === undefined ? undefined : { window: undefined };
+            try {
+              if (last !== undefined) {
+                // The ticket is reported unanswered (finally below).
+                if (valve.isClosed()) return NOT_SENT;
+                // The retry is sent now: the answer it replaces is freed.
+                discard(last);
+                last = undefined;
+              }
+              const [attemptInput, attemptInit] = plan.args();
+              const n = state.begin();
+              try {
+                const response = await fn(attemptInput, { ...attemptInit, signal: attemptSignal });
+                const reading =
+                  response !== null && typeof response === 'object'
+                    ? observe(valve, response, n, seen)
+                    : undefined;
+                return { response, reading };
+              } finally {
+                state.end(n);
+              }
+            } finally {
+              if (ticket !== undefined) fleetWait = await reportTicket(valve, fleet!, ticket, seen);
+            }
+          },
+          { cost, priority, signal },
+          sequence,
+          (used) => {
+            sequence ??= used;
+          },
+        );
+      } catch (err) {
+        if (last === undefined) throw err;
+        // The retry was never sent. Unless the caller aborted, the call's answer is the one it
+        // has (a CLOSED or MAX_WAIT is for a request that never started, and this one did).
+        if (signal?.aborted) {
+          discard(last);
+          throw err;
+        }
+        return last;
+      }
+      if (result === NOT_SENT) return last;
+      const { response, reading } = result;
       const status = (response as { status?: unknown } | null)?.status;
       const retryable =
         status === 429 || (status === 503 && reading !== undefined && hasRetryAfter(response));
       // After close() (draining or not) no new attempt starts: the answer goes to the caller
       // as fetch would return it, never a CLOSED for a request that was sent.
       if (!retryable || attempt >= retries || !plan.replayable || valve.isClosed()) return response;
-      discard(response);
+      last = response;
       const event: FetchRetryEvent = {
         attempt: attempt + 1,
         status,

@@ -87,7 +87,7 @@ export function observe(
   let reading = parsed.reading;
   const status = parsed.status;
   if (parsed.needsBackoff) {
-    const step = nextBackoff(valve, settings, now);
+    const step = nextBackoff(valve, settings, now, valve.pauseWaiters);
     reading = {
       waitMs: step.waitMs,
       until: now + step.waitMs,

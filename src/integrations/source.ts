@@ -58,21 +58,48 @@ export interface Wrapped<T, R extends AttemptResponse> {
 
 const KEYS = ['valve', 'group', 'key', 'retries', 'cost', 'priority'];
 
+/** What `value` is, for messages: a valve group and a valve by their brands, else as describe(). */
+function kindOf(value: unknown): string {
+  if (isGroup(value)) return 'a valve group';
+  if (isValve(value)) return 'a valve';
+  return describe(value);
+}
+
+/** A valve group: wrapFetch(), and valve(key), which a valve has not. */
+function isGroup(value: unknown): value is ValveGroup {
+  const g = value as Partial<ValveGroup> | null;
+  return (
+    typeof value === 'object' &&
+    g !== null &&
+    typeof g.valve === 'function' &&
+    typeof g.wrapFetch === 'function'
+  );
+}
+
+/** A valve: wrapFetch(), and no valve(key) (a group's). */
+function isValve(value: unknown): value is Valve {
+  const v = value as Partial<Valve> | null;
+  return typeof value === 'object' && v !== null && typeof v.wrapFetch === 'function' && !isGroup(value);
+}
+
 /**
  * Checks an integration's options (TypeError/RangeError naming the option) and wraps `send`
- * through the valve or the group. `owner` names the integration in messages.
+ * through the valve or the group. `owner` names the integration in messages; `ownKeys` are the
+ * integration's own options (checked by it, left out of `options`), named in the message of an
+ * unknown option.
  */
 export function throughValve<T, R extends AttemptResponse>(
   options: ValveTarget<T>,
   owner: string,
   send: Send<T, R>,
+  ownKeys: readonly string[] = [],
 ): Wrapped<T, R> {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
     throw new TypeError(
       `Expected ${owner} options to be an object like { valve } or { group, key: (request) => string }, got ${describe(options)}`,
     );
   }
-  checkKnownKeys(options, KEYS, owner);
+  checkKnownKeys(options, [...KEYS, ...ownKeys], owner);
   const { valve, group, key, retries, cost, priority } = options;
   if ((valve === undefined) === (group === undefined)) {
     throw new TypeError(
@@ -87,8 +114,9 @@ export function throughValve<T, R extends AttemptResponse>(
   }
   const sendLike = send as unknown as FetchLike;
   if (valve !== undefined) {
-    if (typeof (valve as Partial<Valve>).wrapFetch !== 'function') {
-      throw new TypeError(`Expected \`valve\` to be a valve from createValve(), got ${describe(valve)}`);
+    if (!isValve(valve)) {
+      const hint = isGroup(valve) ? ' (give a group as `group`, with `key`)' : '';
+      throw new TypeError(`Expected \`valve\` to be a valve from createValve(), got ${kindOf(valve)}${hint}`);
     }
     if (key !== undefined) {
       throw new TypeError('Unknown option `key` with `valve`; `key` chooses a valve of a `group`');
@@ -98,9 +126,10 @@ export function throughValve<T, R extends AttemptResponse>(
       once: valve.wrapFetch(sendLike, { ...rest, retries: 0 }) as Wrapped<T, R>['once'],
     };
   }
-  if (typeof (group as Partial<ValveGroup>).wrapFetch !== 'function') {
+  if (!isGroup(group)) {
+    const hint = isValve(group) ? ' (give a valve as `valve`)' : '';
     throw new TypeError(
-      `Expected \`group\` to be a valve group from createValveGroup(), got ${describe(group)}`,
+      `Expected \`group\` to be a valve group from createValveGroup(), got ${kindOf(group)}${hint}`,
     );
   }
   if (typeof key !== 'function') {
@@ -110,8 +139,8 @@ export function throughValve<T, R extends AttemptResponse>(
   }
   const groupOptions = { ...rest, key: (o: Outgoing<T>) => key(o.request) };
   return {
-    replayable: group!.wrapFetch(sendLike, groupOptions) as Wrapped<T, R>['replayable'],
-    once: group!.wrapFetch(sendLike, { ...groupOptions, retries: 0 }) as Wrapped<T, R>['once'],
+    replayable: group.wrapFetch(sendLike, groupOptions) as Wrapped<T, R>['replayable'],
+    once: group.wrapFetch(sendLike, { ...groupOptions, retries: 0 }) as Wrapped<T, R>['once'],
   };
 }
 

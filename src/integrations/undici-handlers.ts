@@ -142,6 +142,10 @@ export class OuterController implements DispatchController {
  * One attempt on the wire. Its answer resolves `response` at the headers. A retryable answer
  * (429, 503) is held back, body buffered, until wrapFetch decides: retried (discarded) or
  * returned (replayed to the caller). Any other answer is handed to the caller as it streams.
+ *
+ * `signal` (the caller's or the valve's) aborts the attempt until its answer is the caller's
+ * (the caller's controller reaches it from then on) or discarded: a held answer too, and one
+ * released after `signal` aborted reaches the caller as that abort's error, never as a response.
  */
 export class Attempt implements DispatchHandler {
   controller: DispatchController | null = null;
@@ -167,7 +171,18 @@ export class Attempt implements DispatchHandler {
     private readonly outer: OuterController,
     private readonly handler: DispatchHandler,
     private readonly signal: AbortSignal,
-  ) {}
+  ) {
+    signal.addEventListener('abort', this.onAbort, { once: true });
+  }
+
+  private readonly onAbort = (): void => {
+    this.controller?.abort(this.signal.reason as Error);
+  };
+
+  /** The attempt's answer is the caller's, discarded, or never came: `signal` no longer concerns it. */
+  unwatch(): void {
+    this.signal.removeEventListener('abort', this.onAbort);
+  }
 
   onRequestStart(controller: DispatchController): void {
     this.controller = controller;
@@ -211,12 +226,15 @@ export class Attempt implements DispatchHandler {
 
   onResponseError(_controller: DispatchController, err: Error): void {
     if (this.sink) this.sink.onResponseError?.(this.outer, err);
-    else if (this.headersSeen === null) this.reject(err);
-    else this.error = err;
+    else if (this.headersSeen === null) {
+      this.unwatch();
+      this.reject(err);
+    } else this.error = err;
   }
 
   /** This attempt's answer goes to the caller from now on. */
   private deliver(): void {
+    this.unwatch();
     this.outer.current = this.controller;
     if (this.outer.paused) this.controller?.pause();
     this.sink = this.handler;
@@ -227,6 +245,14 @@ export class Attempt implements DispatchHandler {
     const seen = this.headersSeen;
     if (seen === null) return;
     this.headersSeen = null;
+    if (this.signal.aborted) {
+      // Aborted while held (the attempt was aborted with it): the caller gets the abort, as
+      // for any request aborted before its response started.
+      this.unwatch();
+      this.held = [];
+      this.handler.onResponseError?.(this.outer, (this.outer.reason ?? this.signal.reason) as Error);
+      return;
+    }
     this.deliver();
     this.handler.onResponseStart?.(this.outer, seen.status, seen.headers, seen.message);
     for (const chunk of this.held) this.handler.onResponseData?.(this.outer, chunk);
@@ -237,6 +263,7 @@ export class Attempt implements DispatchHandler {
 
   /** wrapFetch retries: drop the held body (a 429's is small; the connection stays usable). */
   private discard(): Promise<void> {
+    this.unwatch();
     this.discarded = true;
     this.held = [];
     return Promise.resolve();

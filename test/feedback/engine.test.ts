@@ -204,17 +204,21 @@ describe('wrapFetch() signals through createValve', () => {
     await valve.close();
   });
 
-  it('close() rejects a queued retry with CLOSED', async () => {
+  it('close() drops a queued retry: the call returns the 429 it had, never a CLOSED', async () => {
     const { clock, make } = setup();
     const valve = make();
-    const { fn } = scripted(clock, () => ({ status: 429, headers: { 'retry-after': '10' } }));
+    const { fn, calls } = scripted(clock, () => ({ status: 429, headers: { 'retry-after': '10' } }));
     const p = valve.wrapFetch(fn)('https://api.example/a');
     const settled = p.then(
-      () => 'resolved',
+      (r) => r,
       (e: unknown) => e,
     );
     await clock.tickAsync(100);
     await valve.close();
-    expect(await settled).toMatchObject({ name: 'ValveError', code: 'CLOSED' });
+    const r = await settled;
+    expect(r).toBeInstanceOf(Response);
+    expect((r as Response).status).toBe(429);
+    expect(await (r as Response).text()).toBe('body 1');
+    expect(calls).toHaveLength(1);
   });
 });

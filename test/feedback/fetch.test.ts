@@ -1,4 +1,5 @@
 import { describe, expect, expectTypeOf, it } from 'vitest';
+import { ValveError } from '../../src/errors.js';
 import type { FetchRetryEvent } from '../../src/events.js';
 import { wrapFetch } from '../../src/feedback/fetch.js';
 import { memoryStore } from '../../src/stores/memory.js';
@@ -460,4 +461,116 @@ describe('wrapFetch: close()', () => {
       expect(calls).toBe(1);
     });
   }
+});
+
+describe('wrapFetch: a retry that is never sent', () => {
+  /** A real valve on a fake clock, and a fetch that answers 429 (`retry-after: 10`) with a body. */
+  function always429(id: string, maxWait?: number) {
+    const clock = new FakeClock(NOW);
+    const valve = createValve({ id, clock, store: memoryStore({ clock }), ...(maxWait ? { maxWait } : {}) });
+    const cancelled: number[] = [];
+    let calls = 0;
+    const fetchFn = (async () => {
+      const n = ++calls;
+      const body = new ReadableStream<Uint8Array>({
+        start(c) {
+          c.enqueue(new TextEncoder().encode(`slow down ${n}`));
+          c.close();
+        },
+        cancel() {
+          cancelled.push(n);
+        },
+      });
+      return new Response(body, { status: 429, headers: { 'retry-after': '10' } });
+    }) as typeof fetch;
+    return { clock, valve, fetchFn, cancelled, calls: () => calls };
+  }
+
+  for (const drain of [false, true]) {
+    it(`close({ drain: ${drain} }) while a retry waits: the call returns the 429 it had, body intact; nothing more is sent`, async () => {
+      const { clock, valve, fetchFn, cancelled, calls } = always429(`queued-retry-${drain}`);
+      const retries: unknown[] = [];
+      valve.on('retry', (e) => retries.push(e));
+      const response = valve.wrapFetch(fetchFn)('https://api.example.com/x');
+      const settled = response.then(
+        (r) => r,
+        (e: unknown) => e,
+      );
+      while (retries.length === 0) await clock.tickAsync(1);
+      expect(valve.stats().queued).toBe(1);
+      const closing = valve.close({ drain });
+      await clock.runAllAsync();
+      const r = await settled;
+      expect(r).toBeInstanceOf(Response);
+      expect((r as Response).status).toBe(429);
+      expect(await (r as Response).text()).toBe('slow down 1');
+      await closing;
+      expect(calls()).toBe(1);
+      expect(cancelled).toEqual([]);
+    });
+  }
+
+  it('a retry that does not start within maxWait: the call returns the 429 it had, body intact', async () => {
+    const { clock, valve, fetchFn, calls } = always429('maxwait-retry', 500);
+    const settled = valve
+      .wrapFetch(fetchFn)('https://api.example.com/x')
+      .then(
+        (r) => r,
+        (e: unknown) => e,
+      );
+    await clock.tickAsync(1000);
+    const r = await settled;
+    expect(r).toBeInstanceOf(Response);
+    expect((r as Response).status).toBe(429);
+    expect(await (r as Response).text()).toBe('slow down 1');
+    expect(calls()).toBe(1);
+    await valve.close();
+  });
+
+  it('a retry the store refuses (STORE_UNAVAILABLE): the call returns the 429 it had', async () => {
+    const { clock, valve } = setup();
+    const { fn, calls } = scripted(clock, [{ status: 429, headers: { 'retry-after': '1' }, body: 'first' }]);
+    const runAt = valve.runAt.bind(valve);
+    let attempts = 0;
+    valve.runAt = ((job, options, sequence, onSequence) =>
+      ++attempts === 1
+        ? runAt(job, options, sequence, onSequence)
+        : Promise.reject(new ValveError('STORE_UNAVAILABLE', 'the store is down'))) as typeof valve.runAt;
+    const p = wrapFetch(valve, fn)('https://a.example');
+    await clock.runAllAsync();
+    const r = await p;
+    expect(r.status).toBe(429);
+    expect(await r.text()).toBe('first');
+    expect(calls).toHaveLength(1);
+  });
+
+  it("the caller's abort while a retry waits still rejects with its reason, and frees the 429's body", async () => {
+    const { clock, valve, fetchFn, cancelled, calls } = always429('aborted-retry');
+    const controller = new AbortController();
+    const settled = valve
+      .wrapFetch(fetchFn)('https://api.example.com/x', { signal: controller.signal })
+      .then(
+        () => 'resolved',
+        (e: unknown) => e,
+      );
+    await clock.tickAsync(1000);
+    controller.abort(new Error('stop'));
+    expect(await settled).toMatchObject({ message: 'stop' });
+    expect(cancelled).toEqual([1]);
+    expect(calls()).toBe(1);
+    await valve.close();
+  });
+
+  it("the 429's body is freed when its retry is sent, not before", async () => {
+    const { clock, valve, fetchFn, cancelled, calls } = always429('freed-at-send');
+    const settled = valve.wrapFetch(fetchFn, { retries: 1 })('https://api.example.com/x');
+    await clock.tickAsync(9000);
+    expect(cancelled).toEqual([]);
+    await clock.tickAsync(2000);
+    const r = await settled;
+    expect(calls()).toBe(2);
+    expect(cancelled).toEqual([1]);
+    expect(await r.text()).toBe('slow down 2');
+    await valve.close();
+  });
 });

@@ -525,6 +525,32 @@ describe('repeated values joined by Headers', () => {
     expect(read(429, { 'retry-after': list }).reading?.waitMs).toBe(120_000);
   });
 
+  it('a repeated Retry-After with an item that is neither a date nor a number is invalid as a whole, wherever that item is', () => {
+    const date = new Date(NOW + 60_000).toUTCString();
+    for (const items of [
+      [date, 'soon'],
+      ['soon', date],
+      ['120', 'soon'],
+      [date, '120', 'soon'],
+    ]) {
+      const joined = new Headers();
+      for (const item of items) joined.append('retry-after', item);
+      for (const headers of [joined, { 'retry-after': items }]) {
+        const r = readFeedback({ status: 429, headers }, opts);
+        expect(r.reading).toBeUndefined();
+        expect(r.needsBackoff).toBe(true);
+        expect(r.ignored).toEqual([
+          expect.objectContaining({ header: 'retry-after', value: items.join(', '), reason: 'unparseable' }),
+        ]);
+      }
+    }
+    // A date already passed is skipped (reported), the other values still count.
+    const past = new Date(NOW - 60_000).toUTCString();
+    const r = read(429, { 'retry-after': [past, '30'] });
+    expect(r.reading).toMatchObject({ source: 'retry-after', waitMs: 30_000 });
+    expect(r.ignored).toEqual([expect.objectContaining({ header: 'retry-after', reason: 'in-the-past' })]);
+  });
+
   it('reads a repeated HubSpot interval: a spent budget still pauses for the longest', () => {
     const h = new Headers();
     h.append('x-hubspot-ratelimit-remaining', '0');

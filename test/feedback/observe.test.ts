@@ -2,7 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { backoffLevel } from '../../src/feedback/backoff.js';
 import { observe } from '../../src/feedback/observe.js';
 import { pauseOrigin } from '../../src/pauses.js';
-import { FakeClock } from '../helpers/fake-clock.js';
+import { memoryStore } from '../../src/stores/memory.js';
+import { createValve } from '../../src/valve.js';
+import { FakeClock, flushMicrotasks } from '../helpers/fake-clock.js';
 import { FakeInternals } from './fake-internals.js';
 
 const NOW = 1_700_000_000_000;
@@ -120,6 +122,30 @@ describe('backoff after a 429 with no usable header', () => {
     expect(observe(valve, { status: 429, headers: {} })).toMatchObject({ waitMs: 700, attempt: 1 });
     clock.jump(700);
     expect(observe(valve, { status: 429, headers: {} })).toMatchObject({ waitMs: 2000, attempt: 2 });
+  });
+
+  it('ends with its pause when resume() deletes it: the next bare 429 is the next step, not what was left', async () => {
+    const clock = new FakeClock(NOW);
+    const store = memoryStore({ clock });
+    const feedback = { backoffInitial: '1s', backoffMax: '60s' };
+    const valve = createValve({ id: 'backoff-resume', clock, store, feedback });
+    const other = createValve({ id: 'backoff-resume', clock, store, feedback });
+    expect(valve.observe({ status: 429, headers: {} })).toMatchObject({ waitMs: 1000, attempt: 1 });
+    clock.jump(900);
+    await valve.resume();
+    clock.jump(50);
+    expect(valve.observe({ status: 429, headers: {} })).toMatchObject({ waitMs: 2000, attempt: 2 });
+    // Inside the new pause, a 429 still does not escalate.
+    clock.jump(500);
+    expect(valve.observe({ status: 429, headers: {} })).toMatchObject({ waitMs: 1500, attempt: 2 });
+    // Another process's resume() ends it too: a 'resume' wake-up, which a valve with a job
+    // waiting listens for.
+    const waiting = valve.run(() => 'ran');
+    await flushMicrotasks();
+    await other.resume();
+    expect(await waiting).toBe('ran');
+    expect(valve.observe({ status: 429, headers: {} })).toMatchObject({ waitMs: 4000, attempt: 3 });
+    await Promise.all([valve.close(), other.close()]);
   });
 
   it('is kept per valve', () => {

@@ -8,6 +8,8 @@
  * own), and a call aborted while queued rejects at once without reaching the server. Then what
  * each keeps of its client's semantics (errors, bodies, cancellation).
  */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { PassThrough, Readable } from 'node:stream';
 import axios, { AxiosError, getAdapter, type InternalAxiosRequestConfig } from 'axios';
 import { HTTPError } from 'ky';
@@ -151,6 +153,20 @@ describe('ky (examples/ky.ts)', () => {
       .catch((e: unknown) => e);
     expect(isValveError(error, 'MAX_WAIT')).toBe(true);
     expect(api.log).toEqual([]);
+  });
+
+  it("a call whose retry does not start within maxWait gets ky's HTTPError for the 429 it had", async () => {
+    const api = await fake(true);
+    // A bare 429 backs off 1 s: the retry cannot start within 100 ms.
+    const v = createValve({ id: 'api', store: memoryStore(), maxWait: 100 });
+    closers.push(() => v.close());
+    const error = await createKy(v, api.url)
+      .get('items/1')
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(HTTPError);
+    expect((error as HTTPError).response.status).toBe(429);
+    expect(await (error as HTTPError).response.json()).toEqual({ title: 'Too Many Requests', status: 429 });
+    expect(api.log).toHaveLength(1);
   });
 });
 
@@ -346,6 +362,72 @@ describe('valve/undici (examples/undici.ts)', () => {
     expect(api.log).toEqual([]);
   });
 
+  for (const drain of [false, true]) {
+    it(`a call whose retry waits when the valve closes (drain: ${drain}) gets the 429 it had, body intact; nothing more is sent`, async () => {
+      const api = await fake(true);
+      const v = createValve({ id: 'api', store: memoryStore() });
+      closers.push(() => v.close());
+      const agent = new Agent().compose(valveInterceptor({ valve: v }));
+      closers.push(() => agent.close());
+      const retried = new Promise((resolve) => v.once('retry', resolve));
+      const answer = request(`${api.url}/items`, { dispatcher: agent });
+      await retried;
+      await v.close({ drain });
+      const res = await answer;
+      expect(res.statusCode).toBe(429);
+      expect(await res.body.json()).toEqual({ title: 'Too Many Requests', status: 429 });
+      expect(api.log).toHaveLength(1);
+    });
+  }
+
+  it('a call whose retry does not start within maxWait gets the 429 it had (fetch and request)', async () => {
+    const api = await fake(true);
+    // A bare 429 backs off 1 s: the retry cannot start within 100 ms.
+    const v = createValve({ id: 'api', store: memoryStore(), maxWait: 100 });
+    closers.push(() => v.close());
+    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    setGlobalDispatcher(agent);
+    const viaRequest = await request(`${api.url}/items`, { dispatcher: agent });
+    expect(viaRequest.statusCode).toBe(429);
+    expect(await viaRequest.body.json()).toEqual({ title: 'Too Many Requests', status: 429 });
+    await v.resume();
+    const viaFetch = await fetch(`${api.url}/items`);
+    expect(viaFetch.status).toBe(429);
+    expect(await viaFetch.json()).toEqual({ title: 'Too Many Requests', status: 429 });
+    expect(api.log).toHaveLength(2);
+  });
+
+  it('a request aborted once its 429 arrived, before valve hands that answer over, rejects with the abort', async () => {
+    // A 429 whose body is still streaming when valve reads its headers.
+    const server = createServer((_req, res) => {
+      res.writeHead(429, { 'retry-after': '1' });
+      res.write('slow ');
+      setTimeout(() => res.end('down'), 100);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    closers.push(
+      () =>
+        new Promise((resolve) => {
+          server.closeAllConnections();
+          server.close(resolve);
+        }),
+    );
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const v = createValve({ id: 'api', store: memoryStore() });
+    closers.push(() => v.close());
+    const agent = new Agent().compose(valveInterceptor({ valve: v, retries: 0 }));
+    closers.push(() => agent.close());
+    const controller = new AbortController();
+    // The pause is written as the 429's headers are read, before the answer is handed over.
+    v.on('pause', () => controller.abort(new Error('caller gave up')));
+    const settled = await request(url, { dispatcher: agent, signal: controller.signal }).then(
+      (res) => `resolved ${res.statusCode}`,
+      (e: unknown) => e,
+    );
+    expect(settled).toMatchObject({ message: 'caller gave up' });
+  });
+
   it('a request aborted while its streamed body is read (a producer that stalls) rejects at once', async () => {
     const api = await fake();
     const v = valve();
@@ -400,6 +482,23 @@ describe('valve/undici (examples/undici.ts)', () => {
     expect(() => valveInterceptor({ valve: v, maxBufferedBody: -1 })).toThrow(RangeError);
     expect(() => valveInterceptor({ valve: v, maxBufferedBody: '1mb' } as never)).toThrow(
       /`maxBufferedBody`/,
+    );
+  });
+
+  it("an unknown option's message lists every option; a valve as `group` (or a group as `valve`) is named as such", () => {
+    const v = valve();
+    const g = group();
+    expect(() => valveInterceptor({ valve: v, retry: 0 } as never)).toThrow(
+      'Unknown option `retry`; valveInterceptor() takes `valve`, `group`, `key`, `retries`, `cost`, `priority`, `match` and `maxBufferedBody`',
+    );
+    expect(() => valveInterceptor({ group: v as never, key: () => 'a' })).toThrow(
+      'Expected `group` to be a valve group from createValveGroup(), got a valve (give a valve as `valve`)',
+    );
+    expect(() => valveInterceptor({ valve: g as never })).toThrow(
+      'Expected `valve` to be a valve from createValve(), got a valve group (give a group as `group`, with `key`)',
+    );
+    expect(() => valveInterceptor({ group: {} as never, key: () => 'a' })).toThrow(
+      'Expected `group` to be a valve group from createValveGroup(), got an object',
     );
   });
 });
@@ -501,6 +600,40 @@ describe('valve/axios (examples/axios.ts)', () => {
     expect(api.log).toEqual([]);
   });
 
+  for (const drain of [false, true]) {
+    it(`a call whose retry waits when the valve closes (drain: ${drain}) rejects with the AxiosError of the 429 it had; nothing more is sent`, async () => {
+      const api = await fake(true);
+      const v = createValve({ id: 'api', store: memoryStore() });
+      closers.push(() => v.close());
+      const retried = new Promise((resolve) => v.once('retry', resolve));
+      const answer = createAxios(v, api.url)
+        .get('/items')
+        .catch((e: unknown) => e);
+      await retried;
+      await v.close({ drain });
+      const error = await answer;
+      expect(error).toBeInstanceOf(AxiosError);
+      expect(error).toMatchObject({ code: 'ERR_BAD_REQUEST', response: { status: 429 } });
+      expect((error as AxiosError).response?.data).toEqual({ title: 'Too Many Requests', status: 429 });
+      expect(api.log).toHaveLength(1);
+    });
+  }
+
+  it('a call whose retry does not start within maxWait gets the 429 it had, as validateStatus decides', async () => {
+    const api = await fake(true);
+    const v = createValve({ id: 'api', store: memoryStore(), maxWait: 100 });
+    closers.push(() => v.close());
+    const client = createAxios(v, api.url);
+    const error = await client.get('/items').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(AxiosError);
+    expect(error).toMatchObject({ code: 'ERR_BAD_REQUEST', response: { status: 429 } });
+    await v.resume();
+    const accepted = await client.get('/items', { validateStatus: () => true });
+    expect(accepted.status).toBe(429);
+    expect(accepted.data).toEqual({ title: 'Too Many Requests', status: 429 });
+    expect(api.log).toHaveLength(2);
+  });
+
   it('with a group, each request goes through the valve of its key', async () => {
     const api = await fake();
     const g = group();
@@ -523,6 +656,12 @@ describe('valve/axios (examples/axios.ts)', () => {
     );
     expect(() => valveAdapter({ valve: valve(), adapter: [] as never })).toThrow(TypeError);
     expect(() => valveAdapter({ valve: valve(), adapter: ['fetch', 'HTTP'] })).not.toThrow();
+    expect(() => valveAdapter({ valve: valve(), foo: 1 } as never)).toThrow(
+      'Unknown option `foo`; valveAdapter() takes `valve`, `group`, `key`, `retries`, `cost`, `priority` and `adapter`',
+    );
+    expect(() => valveAdapter({ group: valve() as never, key: () => 'a' })).toThrow(
+      /`group` to be a valve group from createValveGroup\(\), got a valve \(give a valve as `valve`\)/,
+    );
   });
 });
 
