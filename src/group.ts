@@ -279,6 +279,7 @@ class ValveGroupImpl implements ValveGroup {
     }
     this.idle.stop();
     this.kept.clear();
+    this.carried.clear();
     const closes: Promise<void>[] = [...this.closing.values()];
     for (const entry of this.entries.values()) closes.push(entry.valve.close(options));
     this.closePromise = Promise.all(closes).then(() => {
@@ -315,7 +316,6 @@ class ValveGroupImpl implements ValveGroup {
     const kept = this.kept.get(key);
     if (kept !== undefined) options.rules = kept;
     const carry = this.carried.get(key);
-    this.carried.delete(key);
     let valve: Valve;
     try {
       valve = createGroupValve(options, this.recordTtl, carry);
@@ -323,6 +323,7 @@ class ValveGroupImpl implements ValveGroup {
       // The shared options were checked at creation: this is the key's overrides.
       throw overrideError(err, key);
     }
+    this.carried.delete(key);
     const entry = new Entry(key, valve, defaults);
     const setRules = valve.setRules;
     valve.setRules = (rules) => this.setRulesOf(entry, setRules, rules);

@@ -174,16 +174,16 @@ export class RuleSet {
 
   /** The rules change: the old ones (and those of a change still in progress) become previous. */
   set(rules: readonly StoreRule[]): void {
-    // A change whose conversion no answer confirmed: the store may have done it (a call that
-    // failed on the way back) or not, so the rules it introduced count from an unknown time.
+    // A change whose conversion no answer confirmed: the rules it introduced are no old rules
+    // (their state was never known converted, so it proves nothing): left out, and those the
+    // new set keeps are converted by it from the old rules that are (a conversion the store
+    // applied but never answered is then counted twice: the safe side).
+    const seen = new Set<string>();
     if (this.previous !== undefined && this.convert) {
-      for (const rule of this.rules) {
-        if (!this.previous.some((p) => p.digest === rule.digest))
-          this.since.set(rule.digest, Number.POSITIVE_INFINITY);
-      }
+      const old = this.previous;
+      for (const rule of this.rules) if (!old.some((p) => p.digest === rule.digest)) seen.add(rule.digest);
     }
     const previous: StoreRule[] = [];
-    const seen = new Set<string>();
     for (const rule of [...this.rules, ...(this.previous ?? [])]) {
       if (seen.has(rule.digest)) continue;
       seen.add(rule.digest);

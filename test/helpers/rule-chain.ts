@@ -38,13 +38,19 @@ export interface ChainRun {
 const norm = (rules: readonly Rule[], tag: string): StoreRule[] =>
   rules.map((r, i) => normalizeRule(r, `${tag}[${i}]`));
 
-/** Runs segment i's steps under `sets[i]` (setRules() before each segment after the first). */
+/**
+ * Runs segment i's steps under `sets[i]` (setRules() before each segment after the first; a
+ * segment may be empty: two changes before any call). The calls whose index is in `lost` are
+ * made on the store but their answers never reach the RuleSet (a reply lost on the way back):
+ * their grants count as the store's.
+ */
 export async function runChain(
   store: Store,
   clock: FakeClock,
   id: string,
   sets: readonly (readonly Rule[])[],
   segments: readonly (readonly Step[])[],
+  lost: ReadonlySet<number> = new Set(),
 ): Promise<ChainRun> {
   const normalized = sets.map((s, i) => norm(s, `set${i}`));
   const rules = new Map<string, StoreRule>();
@@ -75,7 +81,7 @@ export async function runChain(
       request.costs = step.costs.map((c) => Math.min(c, max));
       request.count = request.costs.length;
       const result = await store.acquire(request as AcquireRequest);
-      ruleSet.answered(request, result, id);
+      if (!lost.has(calls.length)) ruleSet.answered(request, result, id);
       answers.push(result);
       calls.push({
         t: result.now,

@@ -48,11 +48,33 @@ export const chainArb: fc.Arbitrary<Rule[][]> = fc
     return sets;
   });
 
-/** One segment of steps per rule set: short ones, so changes often meet a transition. */
+/**
+ * One segment of steps per rule set: short ones, so changes often meet a transition; a later
+ * one now and then empty (the next change comes before any call).
+ */
 export const segmentsArb = (count: number): fc.Arbitrary<Step[][]> =>
-  fc.array(fc.array(stepArb, { minLength: 1, maxLength: 12 }), { minLength: count, maxLength: count });
+  fc
+    .tuple(
+      fc.array(stepArb, { minLength: 1, maxLength: 12 }),
+      fc.array(
+        fc.oneof(
+          { weight: 4, arbitrary: fc.array(stepArb, { minLength: 1, maxLength: 12 }) },
+          { weight: 1, arbitrary: fc.constant([] as Step[]) },
+        ),
+        { minLength: count - 1, maxLength: count - 1 },
+      ),
+    )
+    .map(([first, rest]) => [first, ...rest]);
 
-/** A chain and its segments. */
+/** A chain, its segments, and the calls whose answers are lost (about one in eight). */
 export const chainRunArb = chainArb.chain((sets) =>
-  segmentsArb(sets.length).map((segments) => ({ sets, segments })),
+  fc
+    .tuple(segmentsArb(sets.length), fc.array(fc.boolean(), { minLength: 50, maxLength: 50 }), fc.nat(7))
+    .map(([segments, flags, shift]) => {
+      const lost = new Set<number>();
+      flags.forEach((f, i) => {
+        if (f && (i + shift) % 4 === 0) lost.add(i);
+      });
+      return { sets, segments, lost };
+    }),
 );

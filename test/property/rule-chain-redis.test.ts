@@ -27,7 +27,7 @@ describe('chains of rule changes: the Lua script and the memory store agree', ()
 
   it('on random chains and schedules, and Redis keeps every rule’s bound', async () => {
     await fc.assert(
-      fc.asyncProperty(chainRunArb, async ({ sets, segments }) => {
+      fc.asyncProperty(chainRunArb, async ({ sets, segments, lost }) => {
         const start = 1_700_000_000_000 + Math.floor(Math.random() * 1e9);
         const memClock = new FakeClock(start);
         const luaClock = new FakeClock(start);
@@ -37,8 +37,8 @@ describe('chains of rule changes: the Lua script and the memory store agree', ()
           prefix: uniquePrefix('chain'),
           unsafeTestClock: luaClock,
         });
-        const a = await runChain(mem, memClock, 'id', sets, segments);
-        const b = await runChain(lua, luaClock, 'id', sets, segments);
+        const a = await runChain(mem, memClock, 'id', sets, segments, lost);
+        const b = await runChain(lua, luaClock, 'id', sets, segments, lost);
         // `recorded` is left out as in rule-change-redis.test.ts (the stores forget the record
         // at different moments).
         const without = (answers: typeof a.answers) => answers.map(({ recorded: _, ...rest }) => rest);

@@ -17,10 +17,10 @@ const runs = Number(process.env.VALVE_PROPERTY_RUNS ?? 400);
 describe('chains of rule changes on the memory store', () => {
   it('every rule keeps its bound per window, counting what was granted before it', async () => {
     await fc.assert(
-      fc.asyncProperty(chainRunArb, async ({ sets, segments }) => {
+      fc.asyncProperty(chainRunArb, async ({ sets, segments, lost }) => {
         const clock = new FakeClock();
         const store = memoryStore({ clock });
-        const run = await runChain(store, clock, 'id', sets, segments);
+        const run = await runChain(store, clock, 'id', sets, segments, lost);
         expect(chainViolations(run)).toEqual([]);
       }),
       // Cheap runs (about 0.15 ms each): ten times the usual count.

@@ -32,6 +32,30 @@ describe('a valve group: a key evicted around a rule change', () => {
     await g.close({ drain: false }).catch(() => {});
   });
 
+  it("what the evicted valve left survives a key's next valve failing to be created (a bad options(key) once)", async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const store = memoryStore({ clock });
+    let bad = false;
+    const g = createValveGroup({
+      rules: { limit: 10, interval: '1h', algorithm: 'fixed-window' },
+      store,
+      clock,
+      idleTimeout: T,
+      options: () => (bad ? { concurrency: -1 } : undefined),
+    });
+    await Promise.all(Array.from({ length: 6 }, () => g.run('k', () => 0)));
+    await g.valve('k').setRules({ limit: 4, interval: '1h', algorithm: 'fixed-window' });
+    await clock.tickAsync(3 * T);
+    expect(g.size).toBe(0);
+    bad = true;
+    await expect(g.run('k', () => 0)).rejects.toThrow(RangeError);
+    bad = false;
+    const next = track(g.run('k', () => 1));
+    await clock.tickAsync(10 * T);
+    expect(next.done).toBe(false);
+    await g.close({ drain: false }).catch(() => {});
+  });
+
   it('a raise, evicted during its transition: the next valve keeps spending the old rule until the old window has passed', async () => {
     const clock = new FakeClock(1_700_000_000_000);
     const t0 = clock.now();

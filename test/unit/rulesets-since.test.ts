@@ -72,7 +72,7 @@ describe('RuleSet: previousSince', () => {
     expect(r4.previousSince).toEqual([6_000]);
   });
 
-  it('a rule whose conversion no answer confirmed counts from an unknown time (Infinity) in the next change', () => {
+  it('rules whose conversion no answer confirmed are no old rules of the next change; those it keeps are converted', () => {
     const clock = new FakeClock(1_000);
     const set = new RuleSet(A, undefined, clock);
     set.set(B);
@@ -83,14 +83,30 @@ describe('RuleSet: previousSince', () => {
     set.set(C);
     const r2 = request();
     set.fill(r2, clock.now());
-    expect(r2.previous).toEqual([...B, ...A]);
-    expect(r2.previousSince).toEqual([Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY]);
+    expect(r2.previous).toEqual(A);
+    expect(r2.previousSince).toEqual([Number.NEGATIVE_INFINITY]);
     // A late answer of r1 changes nothing of C's change.
     set.answered(r1, answer(2_000), 'id');
     const r3 = request();
     set.fill(r3, clock.now());
-    expect(r3.previousSince).toEqual([Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY]);
+    expect(r3.previous).toEqual(A);
     expect(r3.convert).toBe(true);
+    // B set again before any answer, and kept: B is a new rule (converted), not an old one.
+    set.set([...B, ...D]);
+    const r4 = request();
+    set.fill(r4, clock.now());
+    expect(r4.previous).toEqual(A);
+    set.set(B);
+    const r5 = request();
+    set.fill(r5, clock.now());
+    expect(r5.previous).toEqual(A);
+    set.answered(r5, answer(3_000), 'id');
+    // Converted now: from 3000 on.
+    set.set(C);
+    const r6 = request();
+    set.fill(r6, clock.now());
+    expect(r6.previous).toEqual([...B, ...A]);
+    expect(r6.previousSince).toEqual([3_000, Number.NEGATIVE_INFINITY]);
   });
 
   it('a rule kept across changes keeps its time', () => {

@@ -336,6 +336,43 @@ describe('setRules() twice within one interval', () => {
   });
 });
 
+describe('setRules() again before the last change was converted', () => {
+  it('the same rules twice before the next job: they are converted once, the old spend counts', async () => {
+    // 10 per 10 s, all 10 spent; cut to 5 per minute twice (a limit re-applied): the minute
+    // holding the 10 admits nothing more.
+    const clock = new FakeClock(1_700_000_000_000);
+    const t0 = clock.now();
+    const { valve } = setup({ rules: { limit: 10, interval: 10_000, algorithm: 'sliding-window' } }, clock);
+    const starts: number[] = [];
+    const job = () => starts.push(clock.now() - t0);
+    await Promise.all(Array.from({ length: 10 }, () => valve.run(job)));
+    const cut = { limit: 5, interval: 60_000, algorithm: 'sliding-window' as const };
+    await valve.setRules(cut);
+    await valve.setRules(cut);
+    for (let i = 0; i < 5; i++) valve.run(job).catch(() => {});
+    await clock.tickAsync(20_000);
+    expect(starts.filter((t) => t < 60_000)).toHaveLength(10);
+    await valve.close({ drain: false }).catch(() => {});
+  });
+
+  it('rules set twice are not barred for good as evidence: a raise two hours later starts at once', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const hourly = (limit: number) => ({ limit, interval: 3_600_000, algorithm: 'sliding-window' as const });
+    const { valve } = setup({ rules: hourly(5000) }, clock);
+    await valve.run(() => 0);
+    await valve.setRules(hourly(4000));
+    await valve.setRules(hourly(4000));
+    await valve.run(() => 0);
+    await clock.tickAsync(2 * 3_600_000);
+    await valve.run(() => 0);
+    await valve.setRules(hourly(5000));
+    const raised = track(valve.run(() => 0));
+    await clock.tickAsync(1_000);
+    expect(raised.ok).toBe(true);
+    await valve.close();
+  });
+});
+
 describe("setRules(): a job an old rule can never admit waits for the transition's end, no longer", () => {
   const H = 3_600_000;
   const D = 24 * H;
