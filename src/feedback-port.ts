@@ -39,6 +39,8 @@ export interface ValveInternals {
   pauseInBackground(ms: number, source: PauseSource, detail?: unknown): void;
   /** close() was called: a wrapped fetch returns its last answer instead of retrying. */
   isClosed(): boolean;
+  /** Called, and emptied, by the valve's first close(), draining or not (a retry waiting ends). */
+  readonly closeWaiters?: Set<() => void>;
   /** End of the shared pause this process knows (valve clock, epoch ms; 0 or past: none). */
   knownPauseEnd(): number;
   /**

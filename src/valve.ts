@@ -41,11 +41,9 @@ export type { JobContext, JobLease, RunOptions, Valve, ValveStats } from './type
  *   run-options.ts  run()'s per-call options, checked
  *
  * Decisions worth knowing (stated in the user docs):
- * - run() never throws: bad arguments (TypeError/RangeError), QUEUE_FULL, CLOSED and an
- *   already-aborted signal all come back as a rejected promise.
+ * - run() never throws: bad arguments, QUEUE_FULL, CLOSED and an aborted signal reject.
  * - Jobs never start synchronously inside run() (see admission.ts).
- * - A listener that throws is caught (the valve keeps its state) and reported through
- *   process.emitWarning; see events.ts.
+ * - A listener that throws is caught and reported through process.emitWarning (events.ts).
  * - A lost global lease is still released when its job settles (see leases.ts).
  * - An idle valve holds nothing in its store: close() is needed only to end work in progress.
  * - Retries from wrapFetch (runAt with an earlier sequence) are not subject to maxQueue.
@@ -96,10 +94,11 @@ class ValveImpl implements Valve {
   private closed = false;
   /** close({ drain: true }) is letting queued jobs run; a later close() without drain clears it. */
   private draining = false;
-  /** The promise every close() returns; null until the first close(). */
+  /** The promise every close() returns, and what resolves it (null before close(), and once done). */
   private closePromise: Promise<void> | null = null;
-  /** Resolves closePromise; null before close() and once it resolved. */
   private closeResolve: ((value: PromiseLike<void>) => void) | null = null;
+  /** Called, and emptied, by the first close() (ValveInternals.closeWaiters). */
+  private readonly closeWaiters = new Set<() => void>();
 
   constructor(o: NormalizedOptions) {
     this.id = o.id;
@@ -164,6 +163,7 @@ class ValveImpl implements Valve {
       rulesCarry: () => this.admission.rulesCarry(),
       pauseWaiters: pauses.waiters,
       isClosed: () => this.closed,
+      closeWaiters: this.closeWaiters,
       emit: (event, payload) => {
         if (event !== 'error') events.emit(event, payload);
       },
@@ -287,6 +287,8 @@ class ValveImpl implements Valve {
     this.closePromise = new Promise<void>((resolve) => {
       this.closeResolve = resolve;
     });
+    for (const waiter of this.closeWaiters) waiter();
+    this.closeWaiters.clear();
     if (!drain) this.cancelAll();
     else this.admission.schedulePump();
     this.checkClosed();

@@ -1,4 +1,5 @@
 import { describe } from '../duration.js';
+import { ValveError } from '../errors.js';
 import type { FetchRetryEvent } from '../events.js';
 import type { ValveInternals } from '../feedback-port.js';
 import { reportTicket, takeTicket } from './fleet.js';
@@ -137,6 +138,21 @@ function callerSignal(input: unknown, init: Record<string, unknown> | undefined)
 }
 
 /** A signal that aborts when either aborts, with the first one's reason. */
+/**
+ * An abort for a retry waiting in the valve's queue: aborted by the valve's close() while
+ * `waiting()` (the retry has not started), never after. `done()` stops listening.
+ */
+function closeAbort(valve: ValveInternals, waiting: () => boolean): { signal: AbortSignal; done(): void } {
+  const controller = new AbortController();
+  const waiters = valve.closeWaiters;
+  const onClose = () => {
+    if (waiting())
+      controller.abort(new ValveError('CLOSED', 'The valve was closed before the retry was sent'));
+  };
+  waiters?.add(onClose);
+  return { signal: controller.signal, done: () => waiters?.delete(onClose) };
+}
+
 export function anySignal(a: AbortSignal, b: AbortSignal | undefined): AbortSignal {
   if (!b) return a;
   const any = (AbortSignal as { any?: (signals: AbortSignal[]) => AbortSignal }).any;
@@ -241,9 +257,14 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
       // The pause the fleet's record wrote for this attempt's answer (fleet window only).
       let fleetWait: number | undefined;
       let result: { response: unknown; reading: FeedbackReading | undefined } | typeof NOT_SENT;
+      // A retry still waiting when close() is called (draining or not) ends then, not when its
+      // turn would have come: it is never sent, and the call returns the answer it has.
+      let started = false;
+      const closing = last === undefined ? undefined : closeAbort(valve, () => !started);
       try {
         result = await valve.runAt(
           async ({ signal: jobSignal }) => {
+            started = true;
             // After close() (draining or not) no retry is sent: the answer we have is returned.
             if (last !== undefined && valve.isClosed()) return NOT_SENT;
             const attemptSignal = anySignal(jobSignal, signal);
@@ -275,7 +296,7 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
               if (ticket !== undefined) fleetWait = await reportTicket(valve, fleet!, ticket, seen);
             }
           },
-          { cost, priority, signal },
+          { cost, priority, signal: closing === undefined ? signal : anySignal(closing.signal, signal) },
           sequence,
           (used) => {
             sequence ??= used;
@@ -290,6 +311,8 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
           throw err;
         }
         return last;
+      } finally {
+        closing?.done();
       }
       if (result === NOT_SENT) return last;
       const { response, reading } = result;

@@ -510,6 +510,54 @@ describe('wrapFetch: a retry that is never sent', () => {
     });
   }
 
+  it('close({ drain: true }) while a retry waits out a 10 s pause: the 429 comes back at once, and close() resolves without waiting the pause', async () => {
+    const { clock, valve, fetchFn, calls } = always429('drain-now');
+    const retries: unknown[] = [];
+    valve.on('retry', (e) => retries.push(e));
+    const settled = valve
+      .wrapFetch(fetchFn)('https://api.example.com/x')
+      .then(
+        (r) => r,
+        (e: unknown) => e,
+      );
+    while (retries.length === 0) await clock.tickAsync(1);
+    const t0 = clock.now();
+    let closed = false;
+    const closing = valve.close({ drain: true }).then(() => (closed = true));
+    await clock.tickAsync(5);
+    const r = await settled;
+    expect(r).toBeInstanceOf(Response);
+    expect(await (r as Response).text()).toBe('slow down 1');
+    await closing;
+    expect(closed).toBe(true);
+    expect(clock.now() - t0).toBeLessThan(1000);
+    expect(calls()).toBe(1);
+  });
+
+  it('close({ drain: true }) while a retry is being sent lets it finish: its answer is returned', async () => {
+    const clock = new FakeClock(NOW);
+    const valve = createValve({ id: 'drain-sending', clock, store: memoryStore({ clock }) });
+    let calls = 0;
+    let release: (() => void) | undefined;
+    const fetchFn = (async () => {
+      calls++;
+      if (calls === 1) return new Response('slow down', { status: 429, headers: { 'retry-after': '1' } });
+      await new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      return new Response('ok', { status: 200 });
+    }) as typeof fetch;
+    const settled = valve.wrapFetch(fetchFn)('https://api.example.com/x');
+    while (release === undefined) await clock.tickAsync(10);
+    const closing = valve.close({ drain: true });
+    await clock.tickAsync(10);
+    release();
+    const r = await settled;
+    expect(r.status).toBe(200);
+    await closing;
+    expect(calls).toBe(2);
+  });
+
   it('a retry that does not start within maxWait: the call returns the 429 it had, body intact', async () => {
     const { clock, valve, fetchFn, calls } = always429('maxwait-retry', 500);
     const settled = valve
