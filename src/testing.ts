@@ -50,8 +50,8 @@ export interface StoreContractOptions {
   wakeUps?: boolean;
   /**
    * The store keeps a line of turns (`AcquireRequest.turn`, docs/architecture.md "Turns"), like
-   * valve's memory and Redis stores: adds its cases (with `controlledClock` only). Default false:
-   * a store may ignore `turn`.
+   * valve's memory and Redis stores: adds its cases, which need `controlledClock: true` (without
+   * it, storeContract() throws a TypeError). Default false: a store may ignore `turn`.
    */
   turns?: boolean;
   /**
@@ -68,9 +68,36 @@ export interface StoreContractOptions {
    * neither. `true`: the store must keep one (a store without fails them). `false`: no case.
    */
   window?: boolean;
+  /**
+   * How long (ms) each store call the suite makes may take to settle, and `makeStore()`,
+   * `advance()`, `cleanup()` too: past it the case fails naming the call ("store.acquire() did
+   * not settle within 5 s"). Default 5000.
+   */
+  callTimeout?: number;
+  /**
+   * How long (ms) one case may take (`makeStore()` and its checks): past it the case fails,
+   * naming the store calls still in flight, after its cleanups ran. Keep it below your runner's
+   * timeout per test (the runner's own timeout does not let the suite say why). Default 9000,
+   * below the 10 s the docs ask the runner for.
+   */
+  caseTimeout?: number;
 }
 
-const OPTIONS = ['describe', 'it', 'controlledClock', 'wakeUps', 'turns', 'shared', 'window'];
+const OPTIONS = [
+  'describe',
+  'it',
+  'controlledClock',
+  'wakeUps',
+  'turns',
+  'shared',
+  'window',
+  'callTimeout',
+  'caseTimeout',
+];
+
+/** The deadlines without options: a call 5 s, a case 9 s (the docs ask the runner for 10 s). */
+const CALL_TIMEOUT = 5000;
+const CASE_TIMEOUT = 9000;
 
 function check(name: unknown, makeStore: unknown, options: unknown): asserts options is StoreContractOptions {
   if (typeof name !== 'string')
@@ -87,7 +114,7 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
   for (const key of Object.keys(o)) {
     if (!OPTIONS.includes(key)) {
       throw new TypeError(
-        `Unknown option \`${key}\`; storeContract() takes \`describe\`, \`it\`, \`controlledClock\`, \`wakeUps\`, \`turns\`, \`shared\` and \`window\``,
+        `Unknown option \`${key}\`; storeContract() takes \`describe\`, \`it\`, \`controlledClock\`, \`wakeUps\`, \`turns\`, \`shared\`, \`window\`, \`callTimeout\` and \`caseTimeout\``,
       );
     }
   }
@@ -103,6 +130,20 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
       throw new TypeError(`Expected \`${key}\` to be a boolean, got ${describe(o[key])}`);
     }
   }
+  for (const key of ['callTimeout', 'caseTimeout'] as const) {
+    const value = o[key];
+    // setTimeout's largest delay: 2^31 − 1 ms (about 24.8 days).
+    if (value !== undefined && (typeof value !== 'number' || !(value > 0) || value > 2_147_483_647)) {
+      throw new TypeError(
+        `Expected \`${key}\` to be a number of ms from 1 to 2147483647, got ${describe(value)}`,
+      );
+    }
+  }
+  if (o.turns === true && o.controlledClock !== true) {
+    throw new TypeError(
+      'Expected `controlledClock: true` with `turns: true`: the line-of-turns cases are exact-time cases, so without a controlled clock none would run. Return `advance(ms)` from makeStore() and pass `controlledClock: true`, or leave `turns` out',
+    );
+  }
 }
 
 /**
@@ -116,10 +157,12 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
  * store has them: the fleet window, whose cases by default check the store's
  * `windowSend`/`windowReport` when it has them, and `listening(id)`, checked (with `wakeUps`)
  * when the store has it.
- * Most cases take a few ms. Without a controlled clock five wait real time: "renew extends a
- * held lease" 3.6 s, "a pause ends by itself" 0.5 s, "spent budget stays spent" 0.3 s, two
+ * Most cases take a few ms. Without a controlled clock six wait real time: "renew extends a
+ * held lease" 3.6 s, "a pause ends by itself" 0.51 s, "spent budget stays spent" 0.3 s, three
  * others under 0.1 s; the wake-up cases wait up to 5 s for a subscription to become active.
- * Give each test a timeout of at least 10 s.
+ * Every store call must settle within `callTimeout` (5 s) and each case finish within
+ * `caseTimeout` (9 s), or the case fails naming the call; its cleanups run either way. Give
+ * each test a runner timeout of at least 10 s (above `caseTimeout`).
  */
 export function storeContract(
   name: string,
@@ -137,6 +180,8 @@ export function storeContract(
     turns: options.turns === true,
     shared: options.shared === true,
     window: options.window,
+    callTimeout: options.callTimeout ?? CALL_TIMEOUT,
+    caseTimeout: options.caseTimeout ?? CASE_TIMEOUT,
   });
   registry.describe(`Store contract: ${name}`, () => {
     clockCases(registry);

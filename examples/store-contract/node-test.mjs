@@ -1,13 +1,18 @@
-// The Store conformance suite under node:test. Run with `node --test examples/store-contract/`
-// after `npm run build` (it imports the package by its name, as your project will).
+// The Store conformance suite under node:test. Run with
+// `node --test examples/store-contract/node-test.mjs` after `npm run build` (it imports the
+// package by its name, as your project will; the folder's other file is for vitest).
 // #region node-test
 import { describe, it } from 'node:test';
 import { memoryStore } from 'valve';
 import { storeContract } from 'valve/testing';
 
+// node:test has no timeout by default: give each case 10 s (the suite's own deadlines, 5 s
+// per store call and 9 s per case, fail a store that hangs first, and run its cleanup).
+const test = (name, body) => it(name, { timeout: 10_000 }, body);
+
 // Put your own store here. makeStore runs once per case; the cases use fresh random ids,
 // so every store may share one server.
-storeContract('memory store', () => ({ store: memoryStore() }), { describe, it });
+storeContract('memory store', () => ({ store: memoryStore() }), { describe, it: test });
 // #endregion node-test
 
 // #region controlled-clock
@@ -41,6 +46,6 @@ storeContract(
     const clock = manualClock();
     return { store: memoryStore({ clock }), advance: (ms) => clock.advance(ms) };
   },
-  { describe, it, controlledClock: true },
+  { describe, it: test, controlledClock: true },
 );
 // #endregion controlled-clock

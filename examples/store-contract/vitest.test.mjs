@@ -6,6 +6,10 @@ import { memoryStore } from 'valve';
 import { storeContract } from 'valve/testing';
 import { describe, it } from 'vitest';
 
+// vitest's default timeout is 5 s: give each case 10 s (the suite's own deadlines, 5 s per store
+// call and 9 s per case, fail a store that hangs first, and run its cleanup).
+const test = (name, body) => it(name, body, 10_000);
+
 storeContract(
   'memory store',
   () => ({
@@ -13,6 +17,6 @@ storeContract(
     // Optional: runs after each case, pass or fail (close a connection, delete keys).
     cleanup: async () => {},
   }),
-  { describe, it },
+  { describe, it: test },
 );
 // #endregion vitest

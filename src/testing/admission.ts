@@ -3,7 +3,7 @@
  * exact retry hints on a controlled clock, and the real-time cases any store runs.
  */
 import type { StoreRule } from '../rules/rule.js';
-import { expect } from './expect.js';
+import { expect, fail } from './expect.js';
 import {
   type CaseRegistry,
   type ClockCaseContext,
@@ -11,6 +11,7 @@ import {
   hourly3,
   hourlyWindow,
   ones,
+  outcomeOf,
   rule,
 } from './suite.js';
 
@@ -25,75 +26,98 @@ export function admissionCases(c: CaseRegistry): void {
     c.it('grants the longest prefix that fits and reports why it stopped', async (s) => {
       const id = newId();
       const r = await s.acquire({ id, rules: [hourly3], costs: ones(5) });
-      expect(r.granted).toBe(3);
-      expect(r.blocked).toBe('rate');
-      expect(r.pausedUntil).toBeNull();
-      expect(r.leases).toBeUndefined();
-      expect(r.retryAfter).toBeGreaterThan(900);
-      expect(r.retryAfter).toBeLessThanOrEqual(1000);
-      expect(typeof r.now).toBe('number');
-      expect(Math.abs(r.now - Date.now())).toBeLessThan(s.advance ? Number.POSITIVE_INFINITY : 60_000);
+      const first = '5 jobs of cost 1 asked under 3600 per hour, burst 3';
+      expect(r.granted, `${first}: granted`).toBe(3);
+      expect(r.blocked, `${first}: blocked`).toBe('rate');
+      expect(r.pausedUntil, `${first}: pausedUntil (no pause)`).toBeNull();
+      expect(r.leases, `${first}: leases (none asked for)`).toBeUndefined();
+      expect(r.retryAfter, `${first}: retryAfter (ms until the next unit, 1 s per unit)`).toBeGreaterThan(
+        900,
+      );
+      expect(r.retryAfter, `${first}: retryAfter (ms until the next unit, 1 s per unit)`).toBeLessThanOrEqual(
+        1000,
+      );
+      expect(
+        Math.abs(r.now - Date.now()),
+        `now ${r.now}: the store's clock (epoch ms) against this process's Date.now(), in ms`,
+      ).toBeLessThan(s.advance ? Number.POSITIVE_INFINITY : 60_000);
       const again = await s.acquire({ id, rules: [hourly3], costs: ones(2) });
-      expect(again.granted).toBe(0);
-      expect(again.blocked).toBe('rate');
+      expect(again.granted, 'jobs granted right after the burst of 3 was spent').toBe(0);
+      expect(again.blocked, 'blocked, right after the burst of 3 was spent').toBe('rate');
     });
 
     c.it('grants everything with blocked null and retryAfter 0 when all fits', async (s) => {
       const r = await s.acquire({ id: newId(), rules: [hourly3], costs: ones(3) });
-      expect(r).toMatchObject({ granted: 3, retryAfter: 0, blocked: null, pausedUntil: null });
+      expect(r, '3 jobs of cost 1 under 3600 per hour, burst 3 (all fit)').toMatchObject({
+        granted: 3,
+        retryAfter: 0,
+        blocked: null,
+        pausedUntil: null,
+      });
     });
 
     c.it('grants everything when there are no rules', async (s) => {
       const r = await s.acquire({ id: newId(), rules: [], costs: ones(40) });
-      expect(r).toMatchObject({ granted: 40, retryAfter: 0, blocked: null });
+      expect(r, '40 jobs with `rules: []`').toMatchObject({ granted: 40, retryAfter: 0, blocked: null });
     });
 
     c.it('reads only the first `count` costs', async (s) => {
       const id = newId();
       const r = await s.acquire({ id, rules: [hourly3], costs: ones(5), count: 2 });
-      expect(r.granted).toBe(2);
-      expect(r.blocked).toBeNull();
+      expect(r.granted, 'jobs granted for `count: 2` with 5 costs (burst 3)').toBe(2);
+      expect(r.blocked, 'blocked, for `count: 2` with 5 costs (burst 3)').toBeNull();
       const next = await s.acquire({ id, rules: [hourly3], costs: ones(5), count: 2 });
-      expect(next.granted).toBe(1);
+      expect(next.granted, 'jobs granted for `count: 2` again, 1 unit of 3 left').toBe(1);
     });
 
     c.it('counts cost: a job fits only when the whole cost fits', async (s) => {
       const id = newId();
       const r = await s.acquire({ id, rules: [hourly3], costs: [2, 2, 1] });
       // 2 fits; the second 2 does not, and the 1 behind it is not granted either (a prefix).
-      expect(r.granted).toBe(1);
-      expect(r.blocked).toBe('rate');
+      expect(r.granted, 'jobs granted of costs [2, 2, 1] under burst 3 (a prefix: the 1 waits too)').toBe(1);
+      expect(r.blocked, 'blocked, costs [2, 2, 1] under burst 3').toBe('rate');
       const next = await s.acquire({ id, rules: [hourly3], costs: [1] });
-      expect(next.granted).toBe(1);
+      expect(next.granted, 'a job of cost 1 after one of cost 2 (burst 3)').toBe(1);
     });
 
     c.it('rejects costs that are not positive integers (cost units), spending nothing', async (s) => {
       const id = newId();
       const slow = rule({ limit: 1, interval: '1h', burst: 3 });
       for (const bad of [0.5, 1.5, 0, -1, Number.NaN, Number.POSITIVE_INFINITY]) {
-        let thrown: unknown;
-        try {
-          await s.acquire({ id, rules: [slow], costs: [1, bad] });
-        } catch (err) {
-          thrown = err;
+        // The answer itself, unchecked: a store that answers is reported with what it granted.
+        const { thrown, what } = await outcomeOf(
+          async () => await s.store.acquire({ id, rules: [slow], costs: [1, bad], count: 2 }),
+        );
+        if (!(thrown instanceof RangeError)) {
+          fail(
+            `a cost of ${bad} must be refused with a RangeError (spending nothing), but acquire() ${what}`,
+          );
         }
-        expect(thrown instanceof RangeError, `a cost of ${bad} is refused with a RangeError`).toBe(true);
       }
       // Nothing of the refused batches was spent.
-      expect((await s.acquire({ id, rules: [slow], costs: [1, 1, 1] })).granted).toBe(3);
+      expect(
+        (await s.acquire({ id, rules: [slow], costs: [1, 1, 1] })).granted,
+        'jobs of cost 1 granted (burst 3) after the refused batches',
+      ).toBe(3);
     });
 
     c.it('fixed window: grants up to limit units in the window', async (s) => {
       const id = newId();
       const r = await s.acquire({ id, rules: [hourlyWindow], costs: [1, 2, 1] });
-      expect(r.granted).toBe(2);
+      expect(r.granted, 'jobs granted of costs [1, 2, 1] under a fixed window of 3 per hour').toBe(2);
       const id2 = newId();
       // The whole cost must fit in what is left: 2 + 2 > 3.
-      expect((await s.acquire({ id: id2, rules: [hourlyWindow], costs: [2, 2] })).granted).toBe(1);
-      expect((await s.acquire({ id: id2, rules: [hourlyWindow], costs: [1] })).granted).toBe(1);
-      expect(r.blocked).toBe('rate');
-      expect(r.retryAfter).toBeGreaterThan(0);
-      expect(r.retryAfter).toBeLessThanOrEqual(3_600_000);
+      expect(
+        (await s.acquire({ id: id2, rules: [hourlyWindow], costs: [2, 2] })).granted,
+        'jobs granted of costs [2, 2] under a fixed window of 3 per hour',
+      ).toBe(1);
+      expect(
+        (await s.acquire({ id: id2, rules: [hourlyWindow], costs: [1] })).granted,
+        'a job of cost 1 with 1 unit of the window left',
+      ).toBe(1);
+      expect(r.blocked, 'blocked, costs [1, 2, 1] under 3 per hour').toBe('rate');
+      expect(r.retryAfter, 'retryAfter: ms until the window ends').toBeGreaterThan(0);
+      expect(r.retryAfter, 'retryAfter: ms until the window ends').toBeLessThanOrEqual(3_600_000);
     });
 
     c.it('sliding window: the whole limit at once, then nothing until units leave the window', async (s) => {
@@ -119,13 +143,15 @@ export function admissionCases(c: CaseRegistry): void {
       const fast = rule({ limit: 1000, interval: '1s', burst: 2 }); // 1 unit per ms, 2 back to back
       const daily = rule({ limit: 3, interval: '1d', algorithm: 'fixed-window' });
       const first = await s.acquire({ id, rules: [fast, daily], costs: ones(5) });
-      expect(first.granted).toBe(2); // the GCRA rule binds
-      expect(first.retryAfter).toBeLessThanOrEqual(1);
+      const rules = '1000 per second, burst 2, and a fixed window of 3 per day';
+      expect(first.granted, `5 jobs under ${rules} (the burst binds)`).toBe(2);
+      expect(first.retryAfter, `retryAfter under ${rules} (1 ms per unit)`).toBeLessThanOrEqual(1);
       await s.pass(5);
       const second = await s.acquire({ id, rules: [fast, daily], costs: ones(5) });
-      expect(second.granted).toBe(1); // the GCRA rule has room for 2, the window only for 1
-      expect(second.blocked).toBe('rate');
-      expect(second.retryAfter).toBeGreaterThan(1000); // until the day's window ends
+      // The GCRA rule has room for 2, the window only for 1.
+      expect(second.granted, `5 more jobs 5 ms later under ${rules} (the day's window binds)`).toBe(1);
+      expect(second.blocked, `blocked, 5 more jobs under ${rules}`).toBe('rate');
+      expect(second.retryAfter, "retryAfter: ms until the day's window ends").toBeGreaterThan(1000);
     });
 
     c.it('retryAfter is the largest wait over the rules the job failed', async (s) => {
@@ -133,9 +159,14 @@ export function admissionCases(c: CaseRegistry): void {
       const a = rule({ limit: 3600, interval: '1h' }); // 1s emission
       const b = rule({ limit: 360, interval: '1h' }); // 10s emission
       const r = await s.acquire({ id, rules: [a, b], costs: ones(2) });
-      expect(r.granted).toBe(1);
-      expect(r.retryAfter).toBeGreaterThan(9000);
-      expect(r.retryAfter).toBeLessThanOrEqual(10_000);
+      expect(r.granted, '2 jobs under 3600 and 360 per hour').toBe(1);
+      expect(r.retryAfter, 'retryAfter: the larger wait, of 360 per hour (10 s per unit)').toBeGreaterThan(
+        9000,
+      );
+      expect(
+        r.retryAfter,
+        'retryAfter: the larger wait, of 360 per hour (10 s per unit)',
+      ).toBeLessThanOrEqual(10_000);
     });
 
     c.it('spends atomically: a refused job spends nothing on any rule', async (s) => {
@@ -145,27 +176,36 @@ export function admissionCases(c: CaseRegistry): void {
       expect((await s.acquire({ id, rules: [shared, tight], costs: [1] })).granted).toBe(1);
       // `shared` has one unit left, `tight` none: refused, and `shared` keeps its unit.
       for (let i = 0; i < 3; i++) {
-        expect((await s.acquire({ id, rules: [shared, tight], costs: [1] })).granted).toBe(0);
+        expect(
+          (await s.acquire({ id, rules: [shared, tight], costs: [1] })).granted,
+          'a job refused by the spent rule of two',
+        ).toBe(0);
       }
-      expect((await s.acquire({ id, rules: [shared], costs: [1] })).granted).toBe(1);
-      expect((await s.acquire({ id, rules: [shared], costs: [1] })).granted).toBe(0);
+      expect(
+        (await s.acquire({ id, rules: [shared], costs: [1] })).granted,
+        'the other rule alone, after 3 refusals: the refused jobs must have spent nothing of it',
+      ).toBe(1);
+      expect((await s.acquire({ id, rules: [shared], costs: [1] })).granted, 'the other rule, spent').toBe(0);
     });
 
     c.it('spends atomically within a batch: the refused job and those behind it spend nothing', async (s) => {
       const id = newId();
       const r = await s.acquire({ id, rules: [hourly3], costs: [1, 3, 1, 1] });
-      expect(r.granted).toBe(1);
+      expect(r.granted, 'jobs granted of costs [1, 3, 1, 1] under burst 3').toBe(1);
       // Two units are left: a cost-2 job fits.
-      expect((await s.acquire({ id, rules: [hourly3], costs: [2] })).granted).toBe(1);
+      expect(
+        (await s.acquire({ id, rules: [hourly3], costs: [2] })).granted,
+        'a job of cost 2 after [1, 3, 1, 1] granted 1: the refused jobs must have spent nothing',
+      ).toBe(1);
     });
 
     c.it('a batch checks each job against the state as updated by the grants before it', async (s) => {
       const id = newId();
       const w = rule({ limit: 5, interval: '1h', algorithm: 'fixed-window' });
       const r = await s.acquire({ id, rules: [hourly3, w], costs: [1, 1, 1] });
-      expect(r.granted).toBe(3);
+      expect(r.granted, '3 jobs under burst 3 and a fixed window of 5 per hour').toBe(3);
       const r2 = await s.acquire({ id, rules: [w], costs: [1, 1, 1] });
-      expect(r2.granted).toBe(2);
+      expect(r2.granted, 'the window of 5 alone, after the batch of 3 spent 3 of it').toBe(2);
     });
   });
 
@@ -241,18 +281,18 @@ export function admissionCases(c: CaseRegistry): void {
       ) => {
         const id = newId();
         const r = await s.acquire({ id, rules, costs });
-        expect(r.granted).toBe(expected.granted);
-        expect(r.blocked).toBe('rate');
+        expect(r.granted, `jobs granted of costs ${JSON.stringify(costs)}`).toBe(expected.granted);
+        expect(r.blocked, `blocked, costs ${JSON.stringify(costs)}`).toBe('rate');
         expectMs(r.retryAfter, expected.wait);
         const rest = costs.slice(expected.granted, expected.granted + 1);
         // 1 µs before the hint: still refused, and the new hint is the remaining 1 µs.
         await s.advance(r.retryAfter - 0.001);
         const early = await s.acquire({ id, rules, costs: rest });
-        expect(early.granted).toBe(0);
+        expect(early.granted, 'the next job 1 µs before retryAfter').toBe(0);
         expectMs(early.retryAfter, 0.001);
         await s.advance(0.001);
         const onTime = await s.acquire({ id, rules, costs: rest });
-        expect(onTime.granted).toBe(1);
+        expect(onTime.granted, 'the next job exactly retryAfter later').toBe(1);
       };
 
       c.itClock('GCRA, burst 1: the next job fits exactly retryAfter later', async (s) => {

@@ -44,6 +44,11 @@ function equal(a: unknown, b: unknown): boolean {
   return true;
 }
 
+/** Fails the case with `message` (an AssertionError, as every runner shows it). */
+export function fail(message: string): never {
+  throw new AssertionError({ message });
+}
+
 export function expect(actual: unknown, label?: string): Expectation {
   const fail = (operator: string, expected: unknown, text: string): never => {
     throw new AssertionError({

@@ -232,15 +232,37 @@ export function sharingCases(c: CaseRegistry): void {
           const other = newId();
           const events: WakeEvent[] = [];
           const foreign: WakeEvent[] = [];
-          const unsubscribe = s.store.subscribe!(id, (e) => events.push(e));
+          const subscribed = Date.now();
+          const unsubscribeStore = s.store.subscribe!(id, (e) => events.push(e));
+          // The case unsubscribes itself (twice) before it ends; when it fails before that, the
+          // subscription ends after it all the same (a store may hold a timer or a connection).
+          let unsubscribed = false;
+          const unsubscribe = () => {
+            unsubscribed = true;
+            unsubscribeStore();
+          };
+          s.defer(() => {
+            if (!unsubscribed) unsubscribeStore();
+          });
           const unsubscribeOther = s.store.subscribe!(other, (e) => foreign.push(e));
           s.defer(unsubscribeOther);
-          if (s.store.notifies === false) await waitFor(() => s.store.notifies === true, 5000);
+          const heard = () => `(heard so far: ${JSON.stringify(events)})`;
+          if (s.store.notifies === false) {
+            await waitFor(
+              () => s.store.notifies === true,
+              "the store's `notifies` to turn true after subscribe() (it was false)",
+              5000,
+            );
+          }
           // A subscription may take a moment to become active (e.g. SSUBSCRIBE on a cluster), and
-          // wake-ups sent before that are lost (they are hints). Probe with resume() until one arrives.
-          const probeEnd = Date.now() + 5000;
+          // wake-ups sent before that are lost (they are hints). Probe with resume() until one
+          // arrives: 5 s from subscribing in all.
           while (!events.some((e) => e.type === 'resume') || !foreign.some((e) => e.type === 'resume')) {
-            if (Date.now() > probeEnd) throw new Error('no wake-up arrived within 5s of subscribing');
+            if (Date.now() > subscribed + 5000) {
+              throw new Error(
+                `no 'resume' wake-up arrived within 5 s of subscribing, resume() called every 20 ms (heard for the id: ${JSON.stringify(events)}, for a second id: ${JSON.stringify(foreign)})`,
+              );
+            }
             await s.store.resume(id);
             await s.store.resume(other);
             await sleep(20);
@@ -250,25 +272,34 @@ export function sharingCases(c: CaseRegistry): void {
           foreign.length = 0;
 
           const until = await s.store.pause(id, 60_000);
-          await waitFor(() => events.length >= 1);
-          expect(events[0]!.type).toBe('pause');
+          await waitFor(
+            () => events.length >= 1,
+            () => `a 'pause' wake-up after pause(id) ${heard()}`,
+          );
+          expect(events[0]!.type, 'the wake-up after pause(id)').toBe('pause');
           expectMs((events[0] as { until: number }).until, until);
 
           await s.store.resume(id);
-          await waitFor(() => events.length >= 2);
-          expect(events[1]).toEqual({ type: 'resume' });
+          await waitFor(
+            () => events.length >= 2,
+            () => `a 'resume' wake-up after resume(id) ${heard()}`,
+          );
+          expect(events[1], 'the wake-up after resume(id)').toEqual({ type: 'resume' });
 
           const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: 60_000 } });
           await s.store.release(id, [leaseOf(r, 0).token]);
-          await waitFor(() => events.length >= 3);
-          expect(events[2]).toEqual({ type: 'release' });
+          await waitFor(
+            () => events.length >= 3,
+            () => `a 'release' wake-up after release(id) ${heard()}`,
+          );
+          expect(events[2], 'the wake-up after release(id)').toEqual({ type: 'release' });
 
           unsubscribe();
           unsubscribe(); // idempotent
           await s.store.pause(id, 1000);
           await sleep(30);
-          expect(events).toHaveLength(3);
-          expect(foreign).toEqual([]);
+          expect(events, 'wake-ups heard, none after unsubscribing').toHaveLength(3);
+          expect(foreign, 'wake-ups heard for a second id, subscribed on its own').toEqual([]);
         },
       );
 
@@ -277,16 +308,21 @@ export function sharingCases(c: CaseRegistry): void {
         async (s) => {
           if (typeof s.store.listening !== 'function') return;
           const id = newId();
-          expect(s.store.listening(id)).toBe(false);
+          expect(s.store.listening(id), 'listening(id) before subscribe()').toBe(false);
           const events: WakeEvent[] = [];
           const unsubscribe = s.store.subscribe!(id, (e) => events.push(e));
           s.defer(unsubscribe);
-          await waitFor(() => s.store.listening!(id), 5000);
+          await waitFor(() => s.store.listening!(id), 'listening(id) to turn true after subscribe()', 5000);
           // Once it says so, the next wake-up arrives: no probing with resume() needed.
           await s.store.pause(id, 1000);
-          await waitFor(() => events.some((e) => e.type === 'pause'), 2000);
+          await waitFor(
+            () => events.some((e) => e.type === 'pause'),
+            () =>
+              `a 'pause' wake-up after pause(id), listening(id) being true (heard so far: ${JSON.stringify(events)})`,
+            2000,
+          );
           unsubscribe();
-          expect(s.store.listening(id)).toBe(false);
+          expect(s.store.listening(id), 'listening(id) after unsubscribing').toBe(false);
         },
       );
     });

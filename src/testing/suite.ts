@@ -1,3 +1,5 @@
+import { AssertionError } from 'node:assert';
+import { checkAcquireAnswer } from '../answers.js';
 import { describe as describeValue } from '../duration.js';
 import type { Rule, StoreRule } from '../rules/rule.js';
 import { normalizeRule } from '../rules/rule.js';
@@ -98,12 +100,42 @@ export const rule = (r: Rule): StoreRule => normalizeRule(r, 'rule');
 export const ones = (n: number): number[] => Array.from({ length: n }, () => 1);
 export const sleep = (ms: number): Promise<void> => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-/** `store.acquire` with `count` defaulting to `costs.length`. */
+/**
+ * `store.acquire` with `count` defaulting to `costs.length`, its answer checked as valve checks
+ * it (src/answers.ts): an answer valve would reject as a store failure fails the case with
+ * valve's own message.
+ */
 export const acquireOn = async (
   store: Store,
   request: Omit<AcquireRequest, 'count'> & { count?: number },
-): Promise<AcquireResult> =>
-  await store.acquire({ ...request, count: request.count ?? request.costs.length });
+): Promise<AcquireResult> => {
+  const full: AcquireRequest = { ...request, count: request.count ?? request.costs.length };
+  const r = await store.acquire(full);
+  const invalid = checkAcquireAnswer(r, full.count, full.lease !== undefined);
+  if (invalid !== undefined) {
+    throw new AssertionError({
+      message: `${invalid.message} (to a call for ${full.count} job(s)${full.lease ? ' with leases' : ''}): valve treats such an answer as a failed call (a 'store-error') and grants nothing`,
+      actual: r,
+      operator: 'checkAcquireAnswer',
+    });
+  }
+  return r;
+};
+
+/** What a call did, for a message: "threw RangeError: …" or "nothing was thrown (granted 2)". */
+export async function outcomeOf(
+  call: () => Promise<AcquireResult>,
+): Promise<{ thrown: unknown; what: string }> {
+  try {
+    const r = await call();
+    const granted = (r as Partial<AcquireResult> | null | undefined)?.granted;
+    return { thrown: undefined, what: `nothing was thrown (granted ${describeValue(granted)})` };
+  } catch (err) {
+    const name = err instanceof Error ? err.name : typeof err;
+    const message = err instanceof Error ? err.message : describeValue(err);
+    return { thrown: err, what: `threw ${name}: ${message}` };
+  }
+}
 
 /** The lease of the `index`th granted job: a labelled failure when the store granted fewer. */
 export function leaseOf(r: AcquireResult, index: number, what = 'the lease'): Lease {
@@ -120,17 +152,125 @@ export function leaseOf(r: AcquireResult, index: number, what = 'the lease'): Le
 /** The methods every store has (docs/api.md, "The Store contract"); the others are optional. */
 const REQUIRED = ['acquire', 'pause', 'resume', 'renew', 'release'] as const;
 
-/** µs resolution: two ms values from the store agree when they round to the same µs. */
+/**
+ * µs resolution: two ms values from the store agree when they round to the same µs. Both must be
+ * finite numbers (NaN or Infinity from a store never agrees with anything, itself included).
+ */
 export function expectMs(actual: number, expected: number): void {
+  for (const [value, which] of [
+    [actual, 'the store'],
+    [expected, 'the expected value'],
+  ] as const) {
+    if (typeof value !== 'number' || !Number.isFinite(value)) {
+      throw new AssertionError({
+        message: `expected a finite number of ms from ${which}, got ${describeValue(value)}`,
+        actual,
+        expected,
+        operator: 'expectMs',
+      });
+    }
+  }
   expect(Math.round(actual * 1000), `${actual} ms in µs`).toBe(Math.round(expected * 1000));
 }
 
-export async function waitFor(check: () => boolean, timeoutMs = 2000): Promise<void> {
+/**
+ * Waits (polling every 2 ms) until `check()` holds; after `timeoutMs`, fails naming `what` it
+ * waited for (a string, or a function for a message that says what was seen by then).
+ */
+export async function waitFor(
+  check: () => boolean,
+  what: string | (() => string),
+  timeoutMs = 2000,
+): Promise<void> {
   const end = Date.now() + timeoutMs;
   while (!check()) {
-    if (Date.now() > end) throw new Error('timed out waiting for a condition');
+    if (Date.now() > end) {
+      throw new Error(
+        `timed out after ${seconds(timeoutMs)} waiting for ${typeof what === 'function' ? what() : what}`,
+      );
+    }
     await sleep(2);
   }
+}
+
+/** A duration for a message: "5 s", "1.5 s", "300 ms". */
+export function seconds(ms: number): string {
+  return ms >= 1000 ? `${Math.round(ms / 100) / 10} s` : `${Math.round(ms)} ms`;
+}
+
+/** A store call (or makeStore(), advance(), a cleanup) in flight: what it is and when it began. */
+interface Pending {
+  what: string;
+  since: number;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+/**
+ * Runs `run` and gives what it returns `ms` to settle: past that, the promise rejects with an
+ * error naming `what` (the call itself is left to settle or not; its outcome is ignored).
+ */
+function within<T>(what: string, ms: number, run: () => MaybePromise<T>, pending?: Set<Pending>): Promise<T> {
+  let result: MaybePromise<T>;
+  try {
+    result = run();
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  if (typeof (result as { then?: unknown } | null)?.then !== 'function') return Promise.resolve(result);
+  return new Promise<T>((resolve, reject) => {
+    const entry: Pending = {
+      what,
+      since: Date.now(),
+      timer: setTimeout(() => {
+        pending?.delete(entry);
+        reject(new Error(`${what} did not settle within ${seconds(ms)} (the suite's \`callTimeout\`)`));
+      }, ms),
+    };
+    pending?.add(entry);
+    const settle = () => {
+      clearTimeout(entry.timer);
+      pending?.delete(entry);
+    };
+    Promise.resolve(result).then(
+      (value) => {
+        settle();
+        resolve(value);
+      },
+      (err: unknown) => {
+        settle();
+        reject(err);
+      },
+    );
+  });
+}
+
+/** The store's methods that the suite calls and awaits: each gets the call deadline. */
+const CALLS = new Set<PropertyKey>([
+  'acquire',
+  'pause',
+  'resume',
+  'renew',
+  'release',
+  'windowSend',
+  'windowReport',
+]);
+
+/**
+ * The store as the cases see it: its awaited methods under the call deadline, every other
+ * property read live from the store (e.g. `notifies`), its other methods bound to it.
+ */
+function guarded(store: Store, timed: <T>(what: string, run: () => MaybePromise<T>) => Promise<T>): Store {
+  const target = store as unknown as Record<PropertyKey, unknown>;
+  return new Proxy({} as Store, {
+    get: (_, prop) => {
+      const value = target[prop];
+      if (typeof value !== 'function') return value;
+      if (!CALLS.has(prop)) return value.bind(store);
+      return (...args: unknown[]) =>
+        timed(`store.${String(prop)}()`, () => (value as (...a: unknown[]) => unknown).apply(store, args));
+    },
+    has: (_, prop) => prop in target,
+  });
 }
 
 // Slow rules: their answers do not change over the few ms a case takes.
@@ -141,6 +281,10 @@ export const hourlyWindow = rule({ limit: 3, interval: '1h', algorithm: 'fixed-w
 
 export interface RegistryOptions {
   name: string;
+  /** The deadline (ms) of each store call, makeStore(), advance(), cleanup and deferred work. */
+  callTimeout: number;
+  /** The deadline (ms) of one case (makeStore() and the case's body; cleanups run after it). */
+  caseTimeout: number;
   makeStore: () => MaybePromise<StoreUnderTest>;
   describe: DescribeFunction;
   it: TestFunction;
@@ -171,9 +315,11 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
 
   const prefix = `storeContract(${JSON.stringify(name)})`;
 
-  /** Calls makeStore() and checks what it returned: a TypeError naming what is wrong. */
-  async function make(): Promise<StoreUnderTest> {
-    const made: unknown = await makeStore();
+  /** Calls makeStore() (under the call deadline) and checks what it returned: a TypeError naming what is wrong. */
+  async function make(
+    timed: <T>(what: string, run: () => MaybePromise<T>) => Promise<T>,
+  ): Promise<StoreUnderTest> {
+    const made: unknown = await timed('makeStore()', makeStore);
     const store = (made as { store?: unknown } | null)?.store;
     if (typeof made !== 'object' || made === null || typeof store !== 'object' || store === null) {
       throw new TypeError(
@@ -199,45 +345,91 @@ export function createRegistry(options: RegistryOptions): CaseRegistry {
     return made as StoreUnderTest;
   }
 
-  /** Runs one case on a fresh store, then its deferred work and the store's cleanup, pass or fail. */
+  /**
+   * Runs one case on a fresh store, then its deferred work and the store's cleanup, pass or fail.
+   *
+   * Every store call the suite makes (and makeStore(), advance(), each cleanup and deferred
+   * function) must settle within `callTimeout`, and the case (makeStore() and its body) within
+   * `caseTimeout`, a little below the runner timeout the docs ask for: a store that never
+   * answers fails the case with a message naming the call, and the cleanups run all the same,
+   * also when the runner's own timeout gave up on the case first.
+   */
   async function runCase<C extends CaseContext>(
     body: (s: C) => Promise<unknown>,
     check: (s: CaseContext) => void,
     two = false,
   ): Promise<void> {
-    const made = await make();
+    const { callTimeout, caseTimeout } = options;
+    const pending = new Set<Pending>();
+    let over = false;
+    const timed = <T>(what: string, run: () => MaybePromise<T>): Promise<T> =>
+      over
+        ? Promise.reject(new Error(`${prefix}: ${what} called after the case ended (it ran out of time)`))
+        : within(what, callTimeout, run, pending);
     const deferred: (() => MaybePromise<void>)[] = [];
-    const cleanups: (() => MaybePromise<void>)[] = made.cleanup ? [made.cleanup] : [];
-    const { store, advance } = made;
-    const s: CaseContext = {
-      store,
-      advance,
-      acquire: async (request) => await acquireOn(store, request),
-      pass: async (ms) => {
-        if (advance) await advance(ms);
-        else await sleep(ms);
-      },
-      defer: (fn) => {
-        deferred.push(fn);
-      },
-    };
-    let failed = false;
-    let error: unknown;
-    try {
+    const cleanups: (() => MaybePromise<void>)[] = [];
+    const work = async () => {
+      const made = await make(timed);
+      if (made.cleanup) cleanups.push(made.cleanup);
+      const store = guarded(made.store, timed);
+      const own = made.advance;
+      const advance = own && ((ms: number) => timed(`advance(${ms})`, () => own(ms)));
+      const s: CaseContext = {
+        store,
+        advance,
+        acquire: async (request) => await acquireOn(store, request),
+        pass: async (ms) => {
+          if (advance) await advance(ms);
+          else await sleep(ms);
+        },
+        defer: (fn) => {
+          deferred.push(fn);
+        },
+      };
       if (two) {
-        const other = await make();
+        const other = await make(timed);
         if (other.cleanup) cleanups.unshift(other.cleanup);
-        (s as SharedCaseContext).other = other.store;
+        (s as SharedCaseContext).other = guarded(other.store, timed);
       }
       check(s);
       await body(s as C);
+    };
+    let failed = false;
+    let error: unknown;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      await Promise.race([
+        work(),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            const waiting = [...pending].map(
+              (p) => `${p.what} (called ${seconds(Date.now() - p.since)} ago)`,
+            );
+            reject(
+              new Error(
+                `${prefix}: the case did not finish within ${seconds(caseTimeout)} (the suite's \`caseTimeout\`; give your runner a longer timeout than this)${waiting.length > 0 ? `: still waiting for ${waiting.join(', ')}` : ''}`,
+              ),
+            );
+          }, caseTimeout);
+        }),
+      ]);
     } catch (err) {
       failed = true;
       error = err;
+    } finally {
+      clearTimeout(timer);
     }
-    for (const fn of [...deferred.reverse(), ...cleanups]) {
+    // A body still running (out of time) makes no more store calls; the ones in flight are let go.
+    over = true;
+    for (const p of pending) clearTimeout(p.timer);
+    pending.clear();
+    const last = [
+      ...deferred.reverse().map((fn) => ['deferred work of the case', fn] as const),
+      ...cleanups.map((fn) => ['cleanup()', fn] as const),
+    ];
+    for (const [what, fn] of last) {
       try {
-        await fn();
+        await within(what, callTimeout, fn);
       } catch (err) {
         // The case's own failure is the one to report; a cleanup failure fails a passing case.
         if (!failed) {

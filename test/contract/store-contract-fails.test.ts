@@ -510,7 +510,24 @@ describe('mistakes in the setup fail with a message that names them', () => {
   });
 
   it('a lease case on a store that grants none fails with a labelled assertion, not a TypeError', async () => {
-    const cases = collect(
+    // Fewer jobs granted than the case needs leases of: leaseOf() says which lease is missing.
+    const fewer = collect(
+      broken((inner) => ({
+        acquire: async (r: AcquireRequest) => {
+          const result = await inner.acquire(r);
+          return r.lease ? { ...result, granted: 0, leases: [] } : result;
+        },
+      })),
+      { controlledClock: true },
+    );
+    const fences = fewer.find((c) => /fences keep growing after every lease/.test(c.name))!;
+    const error = await fences.run().catch((e: unknown) => e);
+    expect((error as Error).name).toBe('AssertionError');
+    expect((error as Error).message).toMatch(
+      /the answer holds 0 lease\(s\) \(granted 0, blocked null\), so lease #5 is missing/,
+    );
+    // Granted jobs without their leases: an answer valve rejects, with valve's message.
+    const none = collect(
       broken((inner) => ({
         acquire: async (r: AcquireRequest) => {
           const result = await inner.acquire(r);
@@ -519,11 +536,13 @@ describe('mistakes in the setup fail with a message that names them', () => {
       })),
       { controlledClock: true },
     );
-    const fences = cases.find((c) => /fences keep growing after every lease/.test(c.name))!;
-    const error = await fences.run().catch((e: unknown) => e);
-    expect((error as Error).name).toBe('AssertionError');
-    expect((error as Error).message).toMatch(
-      /the answer holds 0 lease\(s\) \(granted 5, blocked null\), so lease #5 is missing/,
+    const invalid = await none
+      .find((c) => /fences keep growing after every lease/.test(c.name))!
+      .run()
+      .catch((e: unknown) => e);
+    expect((invalid as Error).name).toBe('AssertionError');
+    expect((invalid as Error).message).toMatch(
+      /store\.acquire\(\) returned an invalid result: 5 granted with 0 leases/,
     );
   });
 });

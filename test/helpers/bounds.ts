@@ -8,7 +8,8 @@ import { normalizeRule } from '../../src/rules/rule.js';
  *
  * Input: one entry per granted job, `t` = the store's clock at admission in epoch ms
  * (a fraction is fine), `cost` = the job's cost in units: a positive integer (anything else
- * throws: valve refuses other costs, and the bounds are stated for whole units). Times are rounded to the nearest µs
+ * throws: valve refuses other costs, and the bounds are stated for whole units); `t` must be a
+ * finite number (NaN, ±Infinity or a missing time throw a RangeError). Times are rounded to the nearest µs
  * (every store clock has µs resolution), so ms values such as `now` from an
  * AcquireResult compare exactly. Entries may come in any order; grants with the same
  * `t` keep their given order.
@@ -73,6 +74,13 @@ const tol = (x: number) => 1e-9 * Math.max(1, Math.abs(x));
 export function checkBounds(grants: readonly Grant[], rule: Rule | StoreRule): Violation[] {
   const { label, algorithm, L, I, B } = toRule(rule);
   for (const g of grants) {
+    // A time that is not a finite number would sort nowhere and fall in no window (and a NaN
+    // never leaves the fixed-window loop): refused like a cost that is not whole units.
+    if (typeof g.t !== 'number' || !Number.isFinite(g.t)) {
+      throw new RangeError(
+        `checkBounds: times are finite epoch ms, got ${typeof g.t === 'string' ? JSON.stringify(g.t) : String(g.t)} (cost ${g.cost})`,
+      );
+    }
     if (!Number.isSafeInteger(g.cost) || g.cost < 1) {
       throw new RangeError(`checkBounds: costs are whole units (positive integers), got ${g.cost} at ${g.t}`);
     }
