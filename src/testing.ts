@@ -19,6 +19,7 @@ import { admissionCases } from './testing/admission.js';
 import { clockCases } from './testing/clock.js';
 import { leaseCases } from './testing/leases.js';
 import { pauseCases } from './testing/pauses.js';
+import { realTimeCases } from './testing/realtime.js';
 import { sharingCases } from './testing/sharing.js';
 import {
   createRegistry,
@@ -186,6 +187,7 @@ export function storeContract(
   registry.describe(`Store contract: ${name}`, () => {
     clockCases(registry);
     admissionCases(registry);
+    realTimeCases(registry);
     pauseCases(registry);
     leaseCases(registry);
     sharingCases(registry);
