@@ -8,7 +8,8 @@ import type { AddressInfo } from 'node:net';
 import { Octokit } from '@octokit/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FeedbackState } from '../../src/feedback/state.js';
-import { throttling } from '../../src/integrations/octokit/index.js';
+import { createValve } from '../../src/index.js';
+import { githubLimits, throttling } from '../../src/integrations/octokit/index.js';
 import { memoryStore } from '../../src/stores/memory.js';
 
 const ThrottledOctokit = Octokit.plugin(throttling);
@@ -202,6 +203,91 @@ describe('what GitHub receives after waiting', () => {
     const sent = github.log.find((e) => e.url === '/drained')!;
     expect(sent.t).toBeGreaterThan(limit.t);
     expect(github.log.map((e) => e.url)).toEqual(['/limit', '/limit', '/drained']);
+  });
+});
+
+describe('a lane spent by its rules keeps no other lane waiting', () => {
+  /** Resolves with what `promise` settled with, or 'pending' after `ms`. */
+  const within = <T>(promise: Promise<T>, ms: number) =>
+    Promise.race([
+      promise.then(
+        (value) => ({ settled: 'fulfilled' as const, value }),
+        (error: unknown) => ({ settled: 'rejected' as const, error }),
+      ),
+      new Promise<{ settled: 'pending' }>((r) => setTimeout(() => r({ settled: 'pending' }), ms)),
+    ]);
+
+  it('with githubLimits, while `core` is spent for the hour, GraphQL and search requests go out at once', async () => {
+    const github = await serve((_req, res) => ok(res));
+    const store = memoryStore();
+    // Another part of the app (or another process) spent this hour's 5,000 core requests.
+    const side = createValve({ id: 'github:core', store, rules: githubLimits.core });
+    await side.run(() => undefined, { cost: 5000 });
+    const octokit = client(github.url, { store }); // every limit at its default: 100 slots
+    const stop = new AbortController();
+    // More core requests than slots wait for core's next hour (or for the abort below).
+    const waiting = Array.from({ length: 120 }, (_, i) =>
+      octokit.request(`GET /repos/o/r/issues/${i}`, { request: { signal: stop.signal } }).catch((e) => e),
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    const graphql = octokit.request('POST /graphql', { query: '{ viewer { login } }' });
+    const search = octokit.request('GET /search/issues', { q: 'x' });
+    // Before: both waited for a slot until core's window ended (up to an hour).
+    const sent = await within(Promise.all([graphql, search]), 10_000);
+    stop.abort(new Error('stop'));
+    await Promise.all(waiting);
+    await side.close();
+    expect(sent.settled).toBe('fulfilled');
+    // (The core requests go out only if core's hour ended during the test.)
+    const others = github.log.map((e) => e.url.split('?')[0]).filter((url) => !url!.startsWith('/repos/'));
+    expect(others.sort()).toEqual(['/graphql', '/search/issues']);
+  });
+
+  it('POSTs waiting for a spent `core` hold no `content` grant: GitHub sees the content rule kept', async () => {
+    const github = await serve((_req, res) => ok(res, 201));
+    const octokit = client(github.url, {
+      limits: {
+        // Scaled-down githubLimits: core a fixed window (as the default), content a sliding window.
+        core: { limit: 4, interval: '4s', algorithm: 'fixed-window' },
+        content: { limit: 3, interval: '2s', algorithm: 'sliding-window' },
+      },
+    });
+    for (let i = 0; i < 4; i++) await octokit.request(`GET /spend/${i}`);
+    // Core is spent until its window turns: before, each POST took its content grant meanwhile
+    // and all of them went out together at the turn.
+    await Promise.all(
+      Array.from({ length: 8 }, (_, i) => octokit.request('POST /repos/o/r/issues', { title: `#${i}` })),
+    );
+    const posts = github.log.filter((e) => e.method === 'POST').map((e) => e.t);
+    expect(posts).toHaveLength(8);
+    // 3 per 2 s, counted in windows of 1.9 s (a few ms of delay between grant and arrival).
+    expect(most(posts, 1900)).toBeLessThanOrEqual(3);
+  });
+
+  it('requests of every kind sharing one slot all go out (no two wait for each other)', async () => {
+    const github = await serve((_req, res) => ok(res));
+    const octokit = client(github.url, {
+      limits: {
+        concurrency: 1,
+        // Tight enough that requests wait for several lanes' rules while others wait for theirs.
+        rest: { limit: 10, interval: '300ms', algorithm: 'sliding-window' },
+        content: { limit: 2, interval: '300ms', algorithm: 'sliding-window' },
+        graphql: { limit: 6, interval: '300ms', algorithm: 'sliding-window' },
+        search: { limit: 2, interval: '300ms', algorithm: 'sliding-window' },
+      },
+    });
+    const kinds = [
+      () => octokit.request('GET /repos/o/r'),
+      () => octokit.request('POST /repos/o/r/issues', { title: 'x' }),
+      () => octokit.request('GET /search/issues', { q: 'x' }),
+      () => octokit.request('POST /graphql', { query: '{ viewer { login } }' }),
+      () =>
+        octokit.request('POST /graphql', { query: 'mutation { addStar(input: {}) { clientMutationId } }' }),
+    ];
+    const all = within(Promise.all(Array.from({ length: 30 }, (_, i) => kinds[i % kinds.length]!())), 20_000);
+    const result = await all;
+    expect(result).toMatchObject({ settled: 'fulfilled' });
+    expect(github.log).toHaveLength(30);
   });
 });
 

@@ -9,7 +9,7 @@ import { Octokit } from '@octokit/core';
 import { Octokit as RestOctokit } from '@octokit/rest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type ThrottleControl, throttling } from '../../src/integrations/octokit/index.js';
-import { classify } from '../../src/integrations/octokit/limits.js';
+import { classify, LANE_ORDER } from '../../src/integrations/octokit/limits.js';
 import { memoryStore } from '../../src/stores/memory.js';
 import {
   type FakeGitHub,
@@ -596,9 +596,10 @@ describe('classify', () => {
       ['core', 1],
       ['rest', 1],
     ]);
+    // The longest window first: a POST waiting for `core`'s hour holds no `content` grant.
     expect(classify('POST', '/repos/{owner}/{repo}/issues', {}).lanes).toEqual([
-      ['content', 1],
       ['core', 1],
+      ['content', 1],
       ['rest', 5],
     ]);
     expect(classify('DELETE', '/repos/o/r/issues/1/labels/x', {}).lanes).toEqual([
@@ -620,6 +621,20 @@ describe('classify', () => {
       ['graphql', 5],
     ]);
     expect(classify('POST', '/api/graphql', { query: '{ viewer { login } }' }).graphql).toBe(true);
+    // Every request takes its lanes in one order (no two requests wait for each other's lane).
+    const kinds: [string, string, Record<string, unknown>][] = [
+      ['GET', '/repos/o/r', {}],
+      ['POST', '/repos/o/r/issues', {}],
+      ['POST', '/markdown', {}],
+      ['GET', '/search/issues', {}],
+      ['POST', '/search/code', {}],
+      ['POST', '/graphql', { query: '{ a }' }],
+      ['POST', '/graphql', { query: 'mutation { a }' }],
+    ];
+    for (const [method, url, options] of kinds) {
+      const order = classify(method, url, options).lanes.map(([lane]) => LANE_ORDER.indexOf(lane));
+      expect(order.every((n, i) => n >= 0 && (i === 0 || n > order[i - 1]!))).toBe(true);
+    }
     expect(classify('POST', '/app/installations/{installation_id}/access_tokens', {}).auth).toBe(true);
     expect(classify('POST', '/app/installations/9/access_tokens', {}).auth).toBe(true);
   });

@@ -141,6 +141,9 @@ function closedError(): ValveError {
 /** The reason a grant's wait is aborted with when a lane of its request is paused meanwhile. */
 const PAUSED: unique symbol = Symbol('valve/octokit: paused');
 
+/** What the job in `all` ends with when it gives its turn at its first lane up to a request called before it. */
+const YIELD: unique symbol = Symbol('valve/octokit: a request called earlier waits for this turn');
+
 /** What the job in `all` ends with when a pause came before the request could be sent. */
 const AGAIN: unique symbol = Symbol('valve/octokit: wait for the pause');
 
@@ -184,10 +187,58 @@ class Watch {
   }
 }
 
-/** Calls `fn` on each 'pause' event of `valve` (a pause learnt from the store, or written); returns the off switch. */
-function onPause(valve: Valve, fn: () => void): () => void {
-  valve.on('pause', fn);
-  return () => valve.off('pause', fn);
+/** One request waiting for its turn at a Turns lock. */
+interface TurnWaiter {
+  readonly ticket: number;
+  grant(): void;
+}
+
+/**
+ * A local lock held by one request at a time, handed to the waiting request with the lowest
+ * ticket (the order requests were called in: a request that comes back after a pause goes ahead
+ * of later ones). Made on first use, forgotten (`onFree`) once nobody holds or waits for it.
+ */
+class Turns {
+  private held = false;
+  private readonly waiters: TurnWaiter[] = [];
+  /** The holder's ticket. */
+  private holder = 0;
+  /** A request with a lower ticket than the holder's waits (a holder that can still give its turn up does). */
+  wanted = false;
+
+  constructor(private readonly onFree: () => void) {}
+
+  /** Takes the lock if nobody holds it (nobody then waits for it either). */
+  tryTake(ticket: number): boolean {
+    if (this.held) return false;
+    this.held = true;
+    this.holder = ticket;
+    return true;
+  }
+
+  enqueue(waiter: TurnWaiter): void {
+    let i = this.waiters.length;
+    while (i > 0 && this.waiters[i - 1]!.ticket > waiter.ticket) i--;
+    this.waiters.splice(i, 0, waiter);
+    if (waiter.ticket < this.holder) this.wanted = true;
+  }
+
+  remove(waiter: TurnWaiter): void {
+    const i = this.waiters.indexOf(waiter);
+    if (i >= 0) this.waiters.splice(i, 1);
+  }
+
+  release(): void {
+    this.wanted = false;
+    const next = this.waiters.shift();
+    if (next !== undefined) {
+      this.holder = next.ticket;
+      next.grant();
+      return;
+    }
+    this.held = false;
+    this.onFree();
+  }
 }
 
 /** A request waiting, outside every valve, for the pauses of its lanes to end. */
@@ -212,8 +263,15 @@ class Throttle {
   private readonly idleWaiters = new Set<() => void>();
   /** Requests waiting for a pause to end, in the order they began to wait (woken in that order). */
   private readonly sleepers = new Set<Sleeper>();
-  /** Jobs holding a slot while they wait for grants: told when this client pauses a lane. */
+  /** Jobs holding a slot while they wait for grants: told when a lane is paused (here, or learnt from the store). */
   private readonly watchers = new Set<() => void>();
+  /** The valves this client listens to for 'pause': one listener each, for every watcher, kept while the valve lives. */
+  private readonly listening = new WeakSet<Valve>();
+  private readonly onPauseEvent = () => this.paused();
+  /** The locks of the lanes by budget and lane (see attempt()): made on first use, dropped once free. */
+  private readonly turnLocks = new Map<string, Turns>();
+  /** The next request's ticket (its place at every lock). */
+  private tickets = 0;
 
   constructor(
     private readonly settings: Settings,
@@ -295,6 +353,7 @@ class Throttle {
     const requestOptions = options.request;
     const signal = requestOptions.signal ?? undefined;
     const places = new Places();
+    const ticket = this.tickets++;
     const maxWait = this.settings.maxWait;
     for (let retryCount = 0; ; retryCount++) {
       // The request's primary lane counts its requests in flight, so that a remaining count no
@@ -313,6 +372,7 @@ class Throttle {
           budget,
           klass,
           places,
+          ticket,
           signal,
           deadline,
           () => {
@@ -354,19 +414,95 @@ class Throttle {
     return valves;
   }
 
-  /** The internals of valvesOf(): every valve of the request, or (`rateOnly`) its rate lanes'. */
-  private pausable(budget: string, klass: RequestClass, rateOnly = false): ValveInternals[] {
-    const valves = this.valvesOf(budget, klass).map(internals);
-    return rateOnly ? valves.slice(1) : valves;
+  /**
+   * The lock of a lane for a budget: `slot` is the turn to take a slot for a request whose first
+   * lane it is, `grant` the turn to wait for the lane's grant inside the slot.
+   */
+  private lock(budget: string, lane: RateLane, kind: 'slot' | 'grant'): Turns {
+    const key = `${kind}\n${lane}\n${budget}`;
+    let lock = this.turnLocks.get(key);
+    if (lock === undefined) {
+      lock = new Turns(() => this.turnLocks.delete(key));
+      this.turnLocks.set(key, lock);
+    }
+    return lock;
   }
 
   /**
-   * One attempt: sent once no lane of the request is paused, it holds a concurrency slot, and
-   * every rate lane granted it, in that order. Neither a slot nor a grant is taken while a pause
-   * of the request's lanes is known: the request waits for the pause holding nothing. Inside its
-   * slot, it takes the grants lane after lane; a pause of any of its lanes known meanwhile ends
-   * the job (the slot is released, the grants taken are dropped: spent and never used) and the
-   * request waits for that pause, then comes back at its places.
+   * Takes `lock`: at once (undefined) when free, else a promise that resolves when the request's
+   * turn comes, or rejects with the signal's reason, MAX_WAIT at the deadline, or CLOSED on
+   * close() without drain (the request then leaves the line).
+   */
+  private turn(
+    lock: Turns,
+    ticket: number,
+    signal: AbortSignal | undefined,
+    deadline: number,
+    clock: ValveInternals['clock'],
+  ): Promise<void> | undefined {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (this.cut !== undefined) return Promise.reject(this.cut);
+    if (lock.tryTake(ticket)) return undefined;
+    const now = clock.now();
+    if (deadline <= now) return Promise.reject(maxWaitError());
+    return new Promise<void>((resolve, reject) => {
+      let settled = false;
+      const waiter: TurnWaiter = {
+        ticket,
+        grant: () => {
+          if (settled) return;
+          settled = true;
+          done();
+          resolve();
+        },
+      };
+      const fail = (reason: unknown) => {
+        if (settled) return;
+        settled = true;
+        lock.remove(waiter);
+        done();
+        reject(reason);
+      };
+      const onAbort = () => fail(signal?.reason);
+      const timer =
+        deadline === Number.POSITIVE_INFINITY
+          ? undefined
+          : clock.setTimeout(() => fail(maxWaitError()), Math.max(0, deadline - now));
+      const done = () => {
+        if (timer !== undefined) clock.clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        this.cutters.delete(fail);
+      };
+      lock.enqueue(waiter);
+      signal?.addEventListener('abort', onAbort);
+      this.cutters.add(fail);
+    });
+  }
+
+  /** Calls `check` on each pause of a lane (of `valves`, learnt from the store, or this client's); returns the off switch. */
+  private watchPauses(valves: readonly Valve[], check: () => void): () => void {
+    for (const valve of valves) {
+      if (this.listening.has(valve)) continue;
+      valve.on('pause', this.onPauseEvent);
+      this.listening.add(valve);
+    }
+    this.watchers.add(check);
+    return () => this.watchers.delete(check);
+  }
+
+  /**
+   * One attempt. It waits, holding nothing, while a lane of the request is paused; then for its
+   * turn at its first lane (one request per lane and budget in this client between here and its
+   * turn at that lane's grant); takes a concurrency slot (in `all`); and, holding the slot, takes
+   * each lane's grant in LANE_ORDER, each while it holds that lane's turn (one request per lane
+   * and budget in this client waits for a lane's grant inside a slot; the turn at the next lane
+   * is taken before the previous one is released, always in the same order, so no two requests
+   * wait for each other). It releases its last turn once granted and is sent at once. So a
+   * request waiting for a lane's rules keeps no request of another lane from its slot: at most
+   * two requests per lane (the one waiting for the grant, the next one for its turn) hold a slot
+   * while that lane's rules make them wait. A pause of any of its lanes known while it holds the
+   * slot ends the job (the slot and the turns are released, the grants taken are dropped: spent
+   * and never used) and the request waits for that pause, then comes back at its places.
    */
   private async attempt(
     request: RequestFn,
@@ -375,71 +511,112 @@ class Throttle {
     budget: string,
     klass: RequestClass,
     places: Places,
+    ticket: number,
     signal: AbortSignal | undefined,
     deadline: number,
     onSend: () => void,
   ): Promise<Outcome> {
     const gates = klass.lanes;
+    const first = gates[0]![0];
     // The rate lanes' pauses are waited for here, `all`'s in its queue at the request's place;
     // after a job that met a pause, every lane's here (the request keeps its places).
     let rateOnly = true;
-    for (; ; rateOnly = false) {
-      await this.sleep(this.pausable(budget, klass, rateOnly), deadline, signal);
-      const outcome = await places.run(
-        gates.length,
-        this.lanes.all.valve(budget),
-        async ({ signal: jobSignal }): Promise<Outcome | typeof AGAIN> => {
-          const valves = this.valvesOf(budget, klass);
-          const clock = internals(valves[0]!).clock;
-          if (pauseEnd(this.pausable(budget, klass)) > clock.now()) return AGAIN;
-          let firstGrant = Number.NaN;
-          // The job's signal aborts with the caller's signal too (and on close(), LEASE_LOST).
-          const watch = new Watch([jobSignal]);
-          const cutter = (reason: unknown) => watch.abort(reason);
-          if (this.cut !== undefined) watch.abort(this.cut);
-          this.cutters.add(cutter);
-          const check = () => {
-            if (pauseEnd(this.pausable(budget, klass)) > clock.now()) watch.abort(PAUSED);
-          };
-          const offs = valves.map((v) => onPause(v, check));
-          this.watchers.add(check);
-          try {
-            for (let i = 0; i < gates.length; i++) {
-              const [lane, cost] = gates[i]!;
-              const valve = this.lanes.group(lane).valve(Lanes.id(budget, lane));
-              try {
+    for (;;) {
+      const listed = this.valvesOf(budget, klass);
+      const every = listed.map(internals);
+      const waited = rateOnly ? every.slice(1) : every;
+      const clock = every[0]!.clock;
+      const since = clock.now();
+      if (pauseEnd(waited) > since || signal?.aborted || this.cut !== undefined) {
+        await this.sleep(waited, deadline, signal);
+      }
+      const reservation = this.lock(budget, first, 'slot');
+      const wait = this.turn(reservation, ticket, signal, deadline, clock);
+      if (wait !== undefined) await wait;
+      let reserved = true;
+      const unreserve = () => {
+        if (!reserved) return;
+        reserved = false;
+        reservation.release();
+      };
+      let outcome: Outcome | typeof AGAIN | typeof YIELD;
+      try {
+        // A pause that came while it waited for its turn: waited for again, holding nothing.
+        if (pauseEnd(waited) > clock.now()) continue;
+        outcome = await places.run(
+          gates.length,
+          this.lanes.all.valve(budget),
+          async ({ signal: jobSignal }): Promise<Outcome | typeof AGAIN | typeof YIELD> => {
+            // A request called before it (a retry, or one back from a pause) waits for this
+            // turn: given up, with the slot, before any grant; this request keeps its places.
+            if (reservation.wanted) return YIELD;
+            // The valves listed before the waits, unless they may have been dropped since (a
+            // group drops a valve after five idle minutes).
+            const fresh = clock.now() - since < 1000;
+            const valves = fresh ? listed : this.valvesOf(budget, klass);
+            const inner = fresh ? every : valves.map(internals);
+            if (pauseEnd(inner) > clock.now()) return AGAIN;
+            let firstGrant = Number.NaN;
+            // The job's signal aborts with the caller's signal too (and on close(), LEASE_LOST).
+            const watch = new Watch([jobSignal]);
+            const cutter = (reason: unknown) => watch.abort(reason);
+            if (this.cut !== undefined) watch.abort(this.cut);
+            this.cutters.add(cutter);
+            const off = this.watchPauses(valves, () => {
+              if (pauseEnd(inner) > clock.now()) watch.abort(PAUSED);
+            });
+            let held: Turns | undefined;
+            try {
+              for (let i = 0; i < gates.length; i++) {
+                const [lane, cost] = gates[i]!;
+                const lock = this.lock(budget, lane, 'grant');
+                const turn = this.turn(lock, ticket, watch.signal, deadline, clock);
+                if (turn !== undefined) await turn;
+                // Hand over hand: the previous lane's turn ends once this one's is held.
+                held?.release();
+                held = lock;
+                if (i === 0) unreserve();
+                const valve = this.lanes.group(lane).valve(Lanes.id(budget, lane));
                 await places.run(i, valve, noop, cost, watch.signal, deadline);
-              } catch (error) {
-                if (error === PAUSED) return AGAIN;
-                throw error;
+                if (i === 0) firstGrant = clock.now();
               }
-              if (i === 0) firstGrant = clock.now();
+            } catch (error) {
+              if (error === PAUSED) return AGAIN;
+              throw error;
+            } finally {
+              held?.release();
+              unreserve();
+              off();
+              this.cutters.delete(cutter);
+              watch.dispose();
             }
-          } finally {
-            this.watchers.delete(check);
-            this.cutters.delete(cutter);
-            for (const off of offs) off();
-            watch.dispose();
-          }
-          // A pause of a lane that was on after the first grant (still on, or ended meanwhile):
-          // the grants taken so far were held through it. They are dropped.
-          if (pauseEnd(this.pausable(budget, klass)) > firstGrant) return AGAIN;
-          onSend();
-          try {
-            const attempt = {
-              ...options,
-              request: { ...requestOptions, signal: anySignal(jobSignal, signal ?? undefined) },
-            };
-            return { ok: true, response: await request(attempt) };
-          } catch (error) {
-            return { ok: false, error };
-          }
-        },
-        1,
-        signal,
-        deadline,
-      );
+            // A pause of a lane that was on after the first grant (still on, or ended meanwhile):
+            // the grants taken so far were held through it. They are dropped.
+            if (pauseEnd(inner) > firstGrant) return AGAIN;
+            onSend();
+            try {
+              const attempt = {
+                ...options,
+                request: {
+                  ...requestOptions,
+                  signal: signal === undefined ? jobSignal : anySignal(jobSignal, signal),
+                },
+              };
+              return { ok: true, response: await request(attempt) };
+            } catch (error) {
+              return { ok: false, error };
+            }
+          },
+          1,
+          signal,
+          deadline,
+        );
+      } finally {
+        unreserve();
+      }
+      if (outcome === YIELD) continue;
       if (outcome !== AGAIN) return outcome;
+      rateOnly = false;
     }
   }
 
@@ -501,7 +678,7 @@ class Throttle {
     }
   }
 
-  /** This client paused a lane: jobs waiting for grants look at their lanes' pauses again. */
+  /** A lane was paused (by this client, or learnt from the store): jobs waiting for grants look at their lanes' pauses again. */
   private paused(): void {
     for (const check of [...this.watchers]) check();
   }

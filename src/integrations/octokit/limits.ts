@@ -4,8 +4,9 @@ import type { Rule } from '../../rules/rule.js';
  * GitHub's documented limits as valve rules, and which of them a request spends. Each limit that
  * GitHub counts in its own unit, or pauses on its own, is a lane: one valve per key and lane, whose
  * id is `<id>:<lane>` (the lane `all`, which carries the concurrency limit and the secondary-limit
- * pauses, is `<id>` itself). A request first takes a slot in `all` (once no lane of it is paused),
- * then the grant of each of its lanes in turn, and is sent at once (see index.ts).
+ * pauses, is `<id>` itself). A request first takes a slot in `all` (once no lane of it is paused
+ * and its turn at its first lane came), then the grant of each of its lanes in turn, and is sent
+ * at once (see index.ts).
  *
  * Sources: "Rate limits for the REST API" and "Rate limits and node limits for the GraphQL API"
  * (docs.github.com): primary 5,000 requests per hour per user or installation token; search 30
@@ -52,6 +53,12 @@ export const githubLimits: Readonly<Required<GitHubLimits>> = Object.freeze({
 
 export const RATE_LANES: readonly RateLane[] = ['core', 'rest', 'graphql', 'search', 'codeSearch', 'content'];
 
+/**
+ * The one order in which every request takes its lanes (grants and turns): the longest window
+ * first. classify() lists a request's lanes in it.
+ */
+export const LANE_ORDER: readonly RateLane[] = ['core', 'content', 'search', 'codeSearch', 'graphql', 'rest'];
+
 /** The suffix of a lane's valve id. */
 export const LANE_SUFFIX: Readonly<Record<RateLane, string>> = {
   core: 'core',
@@ -70,8 +77,10 @@ export interface RequestClass {
   /** The lane whose primary limit the request spends (paused by `x-ratelimit-remaining: 0`). */
   readonly primary: RateLane;
   /**
-   * Lanes in the order they grant, each with its cost, the tightest first (the one most likely
-   * to make the request wait, while the others' grants are not taken yet); `all` comes before them.
+   * Lanes in the order they grant, each with its cost: always in LANE_ORDER, the longest window
+   * first (`core`'s hour before `content`'s minute), so that no grant of a short window is held
+   * through a long wait; `all` comes before them. The order is also the order in which a request
+   * takes its turn at each lane (index.ts), the same for every request: no two wait for each other.
    */
   readonly lanes: readonly (readonly [RateLane, number])[];
 }
@@ -155,8 +164,8 @@ export function classify(method: string, url: string, options: Record<string, un
     primary: 'core',
     lanes: content
       ? [
-          ['content', 1],
           ['core', 1],
+          ['content', 1],
           ['rest', points],
         ]
       : [
