@@ -3,6 +3,7 @@
  * several lanes), maxWait as one deadline, and the checks of `limits`, `id` and `key`. Real
  * @octokit/core against a node:http server on loopback, whose answers each test scripts.
  */
+import { getEventListeners } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Octokit } from '@octokit/core';
@@ -383,6 +384,36 @@ describe('options checked', () => {
     const braces = client(github.url, { key: () => 'a{b}' });
     await expect(braces.request('GET /x')).rejects.toThrow(TypeError);
     expect(github.log).toHaveLength(0);
+  });
+});
+
+describe("a caller's signal shared by many requests", () => {
+  it('gets one abort listener whatever the number of requests waiting on it (no MaxListenersExceededWarning)', async () => {
+    const { url } = await serve((_req, res) => ok(res, 201));
+    const octokit = client(url, {
+      limits: { content: { limit: 2, interval: '1h', algorithm: 'fixed-window' } },
+    });
+    const listeners = async (n: number) => {
+      const controller = new AbortController();
+      const posts = Array.from({ length: n }, (_, i) =>
+        octokit
+          .request('POST /repos/o/r/issues', { title: `#${i}`, request: { signal: controller.signal } })
+          .catch(() => undefined),
+      );
+      await new Promise((r) => setTimeout(r, 300));
+      const count = getEventListeners(controller.signal, 'abort').length;
+      controller.abort(new Error('stop'));
+      await Promise.all(posts);
+      return { count, after: getEventListeners(controller.signal, 'abort').length };
+    };
+    // The content budget (2 per hour) is spent by the first run's first two requests.
+    const twelve = await listeners(12);
+    const thirty = await listeners(30);
+    // One for valve/octokit's waits, one for valve's own queue: not one per request.
+    expect(thirty.count).toBe(twelve.count);
+    expect(twelve.count).toBeLessThanOrEqual(2);
+    expect(twelve.after).toBe(0);
+    expect(thirty.after).toBe(0);
   });
 });
 

@@ -10,7 +10,7 @@ import { limitsResult, type Settings } from './options.js';
 /*
  * The valves of the plugin: one group per lane (limits.ts), each keyed by valve id. The lane `all`
  * (id `<budget>`) carries the concurrency limit and runs the request, whose job takes the rate
- * lanes' grants (id `<budget>:<suffix>`) before it sends (index.ts). Valves are created on first use and dropped after five idle
+ * lanes' grants (id `<budget>:<suffix>`) before it sends (throttle.ts). Valves are created on first use and dropped after five idle
  * minutes; their budgets live in the store.
  */
 

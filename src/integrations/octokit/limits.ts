@@ -6,7 +6,7 @@ import type { Rule } from '../../rules/rule.js';
  * id is `<id>:<lane>` (the lane `all`, which carries the concurrency limit and the secondary-limit
  * pauses, is `<id>` itself). A request first takes a slot in `all` (once no lane of it is paused
  * and its turn at its first lane came), then the grant of each of its lanes in turn, and is sent
- * at once (see index.ts).
+ * at once (see throttle.ts).
  *
  * Sources: "Rate limits for the REST API" and "Rate limits and node limits for the GraphQL API"
  * (docs.github.com): primary 5,000 requests per hour per user or installation token; search 30

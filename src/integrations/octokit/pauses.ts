@@ -1,0 +1,188 @@
+import { observe } from '../../feedback/observe.js';
+import type { ValveInternals } from '../../feedback-port.js';
+import type { Valve } from '../../types.js';
+import { type AnswerInput, header, type RateLimitAnswer } from './answers.js';
+import { Lanes } from './lanes.js';
+import { laneOfResource, type RateLane, type RequestClass } from './limits.js';
+import type { Settings } from './options.js';
+import { type Cut, internals, maxWaitError, onAbort, pauseEnd } from './waiting.js';
+
+/*
+ * The pauses of one client: a response's rate-limit headers and a rate-limit answer pause their
+ * lane (observe(), pause()); the requests waiting outside the valves for a pause to end (sleep(),
+ * woken by wakeDue()); and the jobs holding a slot, told when a lane of theirs is paused
+ * (watchPauses(), paused()). Used by the request flow in throttle.ts.
+ */
+
+/** The part of an Octokit instance the pauses use: its log. */
+interface OctokitLog {
+  log?: { warn?: (...args: unknown[]) => unknown };
+}
+
+/** A request waiting, outside every valve, for the pauses of its lanes to end. */
+interface Sleeper {
+  readonly valves: readonly ValveInternals[];
+  /** Valve clock: when the sleeper wakes anyway (its maxWait deadline, or a pause's end). */
+  wakeAt: number;
+  wake(): void;
+}
+
+export class Pauses {
+  /** Requests waiting for a pause to end, in the order they began to wait (woken in that order). */
+  private readonly sleepers = new Set<Sleeper>();
+  /** Jobs holding a slot while they wait for grants: told when a lane is paused (here, or learnt from the store). */
+  private readonly watchers = new Set<() => void>();
+  /** The valves this client listens to for 'pause': one listener each, for every watcher, kept while the valve lives. */
+  private readonly listening = new WeakSet<Valve>();
+  private readonly onPauseEvent = () => this.paused();
+
+  constructor(
+    private readonly settings: Settings,
+    private readonly octokit: OctokitLog,
+    private readonly lanes: Lanes,
+    private readonly cut: Cut,
+  ) {}
+
+  /**
+   * Waits, holding nothing, until no pause of `valves` is known (or the deadline: MAX_WAIT; the
+   * signal: its reason; close(): CLOSED). Requests that waited for the same pause wake in the
+   * order they began to wait.
+   */
+  async sleep(
+    valves: readonly ValveInternals[],
+    deadline: number,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    const clock = valves[0]!.clock;
+    for (;;) {
+      if (signal?.aborted) throw signal.reason;
+      if (this.cut.error !== undefined) throw this.cut.error;
+      const now = clock.now();
+      const end = pauseEnd(valves);
+      if (end <= now) return;
+      if (deadline <= now) throw maxWaitError();
+      await new Promise<void>((resolve, reject) => {
+        const sleeper: Sleeper = {
+          valves,
+          wakeAt: Math.min(end, deadline),
+          wake: () => {
+            done();
+            resolve();
+          },
+        };
+        let off: (() => void) | undefined;
+        const cutter = (reason: unknown) => {
+          done();
+          reject(reason);
+        };
+        // A resume() (here or, through the store's wake-ups, elsewhere) ends the wait early.
+        const onResume = () => this.wakeDue();
+        const timer = clock.setTimeout(() => this.wakeDue(), Math.max(0, sleeper.wakeAt - now));
+        const done = () => {
+          clock.clearTimeout(timer);
+          this.sleepers.delete(sleeper);
+          for (const v of valves) v.pauseWaiters.delete(onResume);
+          off?.();
+          this.cut.cutters.delete(cutter);
+        };
+        this.sleepers.add(sleeper);
+        for (const v of valves) v.pauseWaiters.add(onResume);
+        if (signal !== undefined) off = onAbort(signal, cutter);
+        this.cut.cutters.add(cutter);
+      });
+    }
+  }
+
+  /** Wakes, in the order they began to wait, the sleepers whose pauses ended or whose time came. */
+  private wakeDue(): void {
+    for (const sleeper of [...this.sleepers]) {
+      const now = sleeper.valves[0]!.clock.now();
+      if (sleeper.wakeAt <= now || pauseEnd(sleeper.valves) <= now) sleeper.wake();
+    }
+  }
+
+  /** A lane was paused (by this client, or learnt from the store): jobs waiting for grants look at their lanes' pauses again. */
+  private paused(): void {
+    for (const check of [...this.watchers]) check();
+  }
+
+  /** Calls `check` on each pause of a lane (of `valves`, learnt from the store, or this client's); returns the off switch. */
+  watchPauses(valves: readonly Valve[], check: () => void): () => void {
+    for (const valve of valves) {
+      if (this.listening.has(valve)) continue;
+      valve.on('pause', this.onPauseEvent);
+      this.listening.add(valve);
+    }
+    this.watchers.add(check);
+    return () => this.watchers.delete(check);
+  }
+
+  /**
+   * A response that is not a rate-limit answer: `x-ratelimit-remaining: 0` (or a count no larger
+   * than the requests sent after this one, still in flight) pauses its resource's lane until
+   * `x-ratelimit-reset`, in every process, so the next request waits instead of meeting a 403.
+   * Only GitHub's pair is read, and only with a reset in epoch seconds, as GitHub sends it.
+   */
+  observe(
+    budget: string,
+    klass: RequestClass,
+    input: AnswerInput,
+    now: number,
+    primary: ValveInternals,
+    sent: number,
+  ): void {
+    const remaining = header(input.headers, 'x-ratelimit-remaining');
+    const reset = header(input.headers, 'x-ratelimit-reset');
+    if (remaining === undefined || reset === undefined || !(Number(reset) * 1000 > now)) return;
+    const resource = header(input.headers, 'x-ratelimit-resource');
+    const lane = resource === undefined ? klass.primary : laneOfResource(resource);
+    if (lane === undefined) return;
+    const valve =
+      lane === klass.primary ? primary : internals(this.lanes.group(lane).valve(Lanes.id(budget, lane)));
+    const headers = { 'x-ratelimit-remaining': remaining, 'x-ratelimit-reset': reset };
+    observe(valve, { status: input.status, headers }, valve === primary ? sent : undefined);
+    this.paused();
+  }
+
+  /**
+   * Pauses the lane the answer is about (every request of the budget for a secondary limit) for
+   * `retryAfter × retryAfterBaseValue`; a primary limit's pause ends at `x-ratelimit-reset` when
+   * that comes sooner (plugin-throttling's retryAfter adds a second and rounds up).
+   */
+  pause(budget: string, klass: RequestClass, answer: RateLimitAnswer, input: AnswerInput, now: number): void {
+    let ms = Math.ceil(answer.retryAfter * this.settings.retryAfterBaseValue);
+    const detail = { status: input.status, kind: answer.kind, retryAfter: answer.retryAfter };
+    let valve: ValveInternals;
+    let name: string;
+    if (answer.kind === 'secondary') {
+      valve = internals(this.lanes.all.valve(budget));
+      name = 'retry-after';
+    } else {
+      const reset = Number(header(input.headers, 'x-ratelimit-reset')) * 1000;
+      if (reset > now) ms = Math.min(ms, reset - now);
+      const lane: RateLane = answer.lane ?? klass.primary;
+      valve = internals(this.lanes.group(lane).valve(Lanes.id(budget, lane)));
+      name = 'x-ratelimit-reset';
+    }
+    if (!(ms > 0)) return;
+    // Nonsense (a year, 1e12 s) never pauses longer than the valve's feedback.maxPause, as
+    // observe() caps a header's wait: reported, not thrown.
+    const maxPause = valve.feedback.maxPause;
+    if (ms > maxPause) {
+      valve.emit('feedback-ignored', {
+        header: name,
+        value: (header(input.headers, name) ?? String(answer.retryAfter)).slice(0, 200),
+        reason: 'capped',
+        status: input.status,
+        cappedTo: maxPause,
+        requestedMs: ms,
+      });
+      this.octokit.log?.warn?.(
+        `valve/octokit: GitHub asked for a ${ms} ms wait (${name}); the budget pauses for ${maxPause} ms, the most it pauses`,
+      );
+      ms = maxPause;
+    }
+    valve.pauseInBackground(ms, name === 'retry-after' ? 'retry-after' : 'ratelimit-header', detail);
+    this.paused();
+  }
+}

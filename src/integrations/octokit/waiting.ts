@@ -1,0 +1,290 @@
+import { ValveError } from '../../errors.js';
+import type { ValveInternals } from '../../feedback-port.js';
+import type { Valve } from '../../types.js';
+import { internalsOf } from '../../valve.js';
+import type { RateLane } from './limits.js';
+
+/*
+ * The waiting primitives of the plugin: a request's places in the valves it passes (Places), the
+ * turns at the lanes' local locks (Turns, TurnLocks), the AbortSignal of a job's grants (Watch),
+ * the end of close() without drain (Cut), what the jobs end with (PAUSED, YIELD, AGAIN), and the
+ * errors the waits end with (MAX_WAIT, CLOSED). The request flow that uses them is throttle.ts,
+ * the waits for pauses are pauses.ts.
+ */
+
+/** The valve's scheduler hooks (this package's own valves always have them). */
+export function internals(valve: Valve): ValveInternals {
+  const found = internalsOf(valve);
+  if (found === undefined) throw new TypeError('valve/octokit: a valve of another copy of valve');
+  return found;
+}
+
+/** Where one request stands in each valve it passes: the valve and its queue position there. */
+export class Places {
+  private readonly valves: (Valve | undefined)[] = [];
+  private readonly sequences: (number | undefined)[] = [];
+
+  /**
+   * Runs `job` in `valve` at the request's place there (its first attempt's, for a retry), with
+   * the time left until `deadline` (valve clock) as its maxWait: MAX_WAIT at once when none is left.
+   */
+  run<T>(
+    index: number,
+    valve: Valve,
+    job: (ctx: { signal: AbortSignal }) => T | Promise<T>,
+    cost: number,
+    signal: AbortSignal | undefined,
+    deadline: number,
+  ): Promise<T> {
+    if (this.valves[index] !== valve) {
+      // A valve dropped while idle and made again has its own positions.
+      this.valves[index] = valve;
+      this.sequences[index] = undefined;
+    }
+    const inner = internals(valve);
+    let maxWait: number | undefined;
+    if (deadline !== Number.POSITIVE_INFINITY) {
+      maxWait = deadline - inner.clock.now();
+      if (!(maxWait > 0)) return Promise.reject(maxWaitError());
+    }
+    return inner.runAt(
+      job,
+      maxWait === undefined ? { cost, signal } : { cost, signal, maxWait },
+      this.sequences[index],
+      (used) => {
+        this.sequences[index] ??= used;
+      },
+    );
+  }
+}
+
+export function maxWaitError(): ValveError {
+  return new ValveError('MAX_WAIT', 'The request did not start within its maxWait');
+}
+
+export function closedError(): ValveError {
+  return new ValveError('CLOSED', 'The valve was closed before the job started');
+}
+
+/** The reason a grant's wait is aborted with when a lane of its request is paused meanwhile. */
+export const PAUSED: unique symbol = Symbol('valve/octokit: paused');
+
+/** What the job in `all` ends with when it gives its turn at its first lane up to a request called before it. */
+export const YIELD: unique symbol = Symbol('valve/octokit: a request called earlier waits for this turn');
+
+/** What the job in `all` ends with when a pause came before the request could be sent. */
+export const AGAIN: unique symbol = Symbol('valve/octokit: wait for the pause');
+
+/** The latest known pause end (valve clock) among `valves`. */
+export function pauseEnd(valves: readonly ValveInternals[]): number {
+  let end = 0;
+  for (const v of valves) end = Math.max(end, v.knownPauseEnd());
+  return end;
+}
+
+/** close() without drain, as the waits outside the valves meet it. */
+export class Cut {
+  /** Set (CLOSED) by close() without drain: the waits outside the valves end with it. */
+  error: ValveError | undefined;
+  /** Waits that end when close() without drain is called (one listener each, not one per AbortSignal). */
+  readonly cutters = new Set<(reason: unknown) => void>();
+
+  /** close() without drain: sets `error` (once) and ends every wait with it. */
+  close(): void {
+    if (this.error === undefined) {
+      this.error = closedError();
+      for (const cutter of [...this.cutters]) cutter(this.error);
+    }
+  }
+}
+
+/**
+ * The waits listening to each caller's signal: one 'abort' listener per signal, however many
+ * requests share it (a shutdown signal given to every request), as valve's own queue does
+ * (src/signals.ts). The last wait out removes the listener.
+ */
+const fans = new WeakMap<AbortSignal, { fns: Set<(reason: unknown) => void>; fire: () => void }>();
+
+/** Calls `fn` with the signal's reason when it aborts; the returned function stops listening. */
+export function onAbort(signal: AbortSignal, fn: (reason: unknown) => void): () => void {
+  let fan = fans.get(signal);
+  if (fan === undefined) {
+    const fns = new Set<(reason: unknown) => void>();
+    const fire = () => {
+      fans.delete(signal);
+      signal.removeEventListener('abort', fire);
+      for (const f of [...fns]) f(signal.reason);
+    };
+    fan = { fns, fire };
+    fans.set(signal, fan);
+    signal.addEventListener('abort', fire);
+  }
+  const own = fan;
+  own.fns.add(fn);
+  return () => {
+    if (!own.fns.delete(fn) || own.fns.size > 0) return;
+    if (fans.get(signal) === own) fans.delete(signal);
+    signal.removeEventListener('abort', own.fire);
+  };
+}
+
+/**
+ * An AbortSignal that aborts when one of `signals` does (with its reason) or on abort(); dispose()
+ * stops listening (a caller's signal may live much longer than one wait).
+ */
+export class Watch {
+  private readonly controller = new AbortController();
+  private readonly signals: AbortSignal[];
+  private offs: (() => void)[] = [];
+  private readonly onAbort = (reason: unknown) => this.abort(reason);
+
+  constructor(signals: readonly (AbortSignal | undefined)[]) {
+    this.signals = signals.filter((s): s is AbortSignal => s !== undefined);
+    for (const s of this.signals) {
+      if (s.aborted) {
+        this.abort(s.reason);
+        return;
+      }
+    }
+    this.offs = this.signals.map((s) => onAbort(s, this.onAbort));
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  abort(reason: unknown): void {
+    if (!this.controller.signal.aborted) this.controller.abort(reason);
+  }
+
+  dispose(): void {
+    for (const off of this.offs) off();
+    this.offs = [];
+  }
+}
+
+/** One request waiting for its turn at a Turns lock. */
+interface TurnWaiter {
+  readonly ticket: number;
+  grant(): void;
+}
+
+/**
+ * A local lock held by one request at a time, handed to the waiting request with the lowest
+ * ticket (the order requests were called in: a request that comes back after a pause goes ahead
+ * of later ones). Made on first use, forgotten (`onFree`) once nobody holds or waits for it.
+ */
+export class Turns {
+  private held = false;
+  private readonly waiters: TurnWaiter[] = [];
+  /** The holder's ticket. */
+  private holder = 0;
+  /** A request with a lower ticket than the holder's waits (a holder that can still give its turn up does). */
+  wanted = false;
+
+  constructor(private readonly onFree: () => void) {}
+
+  /** Takes the lock if nobody holds it (nobody then waits for it either). */
+  tryTake(ticket: number): boolean {
+    if (this.held) return false;
+    this.held = true;
+    this.holder = ticket;
+    return true;
+  }
+
+  enqueue(waiter: TurnWaiter): void {
+    let i = this.waiters.length;
+    while (i > 0 && this.waiters[i - 1]!.ticket > waiter.ticket) i--;
+    this.waiters.splice(i, 0, waiter);
+    if (waiter.ticket < this.holder) this.wanted = true;
+  }
+
+  remove(waiter: TurnWaiter): void {
+    const i = this.waiters.indexOf(waiter);
+    if (i >= 0) this.waiters.splice(i, 1);
+  }
+
+  release(): void {
+    this.wanted = false;
+    const next = this.waiters.shift();
+    if (next !== undefined) {
+      this.holder = next.ticket;
+      next.grant();
+      return;
+    }
+    this.held = false;
+    this.onFree();
+  }
+}
+
+/** The locks of the lanes by budget and lane (see Throttle.attempt()): made on first use, dropped once free. */
+export class TurnLocks {
+  private readonly turnLocks = new Map<string, Turns>();
+
+  constructor(private readonly cut: Cut) {}
+
+  /**
+   * The lock of a lane for a budget: `slot` is the turn to take a slot for a request whose first
+   * lane it is, `grant` the turn to wait for the lane's grant inside the slot.
+   */
+  lock(budget: string, lane: RateLane, kind: 'slot' | 'grant'): Turns {
+    const key = `${kind}\n${lane}\n${budget}`;
+    let lock = this.turnLocks.get(key);
+    if (lock === undefined) {
+      lock = new Turns(() => this.turnLocks.delete(key));
+      this.turnLocks.set(key, lock);
+    }
+    return lock;
+  }
+
+  /**
+   * Takes `lock`: at once (undefined) when free, else a promise that resolves when the request's
+   * turn comes, or rejects with the signal's reason, MAX_WAIT at the deadline, or CLOSED on
+   * close() without drain (the request then leaves the line).
+   */
+  turn(
+    lock: Turns,
+    ticket: number,
+    signal: AbortSignal | undefined,
+    deadline: number,
+    clock: ValveInternals['clock'],
+  ): Promise<void> | undefined {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (this.cut.error !== undefined) return Promise.reject(this.cut.error);
+    if (lock.tryTake(ticket)) return undefined;
+    const now = clock.now();
+    if (deadline <= now) return Promise.reject(maxWaitError());
+    return new Promise<void>((resolve, reject) => {
+      let settled = false;
+      const waiter: TurnWaiter = {
+        ticket,
+        grant: () => {
+          if (settled) return;
+          settled = true;
+          done();
+          resolve();
+        },
+      };
+      const fail = (reason: unknown) => {
+        if (settled) return;
+        settled = true;
+        lock.remove(waiter);
+        done();
+        reject(reason);
+      };
+      let off: (() => void) | undefined;
+      const timer =
+        deadline === Number.POSITIVE_INFINITY
+          ? undefined
+          : clock.setTimeout(() => fail(maxWaitError()), Math.max(0, deadline - now));
+      const done = () => {
+        if (timer !== undefined) clock.clearTimeout(timer);
+        off?.();
+        this.cut.cutters.delete(fail);
+      };
+      lock.enqueue(waiter);
+      if (signal !== undefined) off = onAbort(signal, fail);
+      this.cut.cutters.add(fail);
+    });
+  }
+}
