@@ -97,8 +97,7 @@ class ValveImpl implements Valve {
   /** The promise every close() returns, and what resolves it (null before close(), and once done). */
   private closePromise: Promise<void> | null = null;
   private closeResolve: ((value: PromiseLike<void>) => void) | null = null;
-  /** Called, and emptied, by the first close() (ValveInternals.closeWaiters). */
-  private readonly closeWaiters = new Set<() => void>();
+  private readonly closeWaiters = new Set<() => void>(); // called, emptied, by the first close()
 
   constructor(o: NormalizedOptions) {
     this.id = o.id;
