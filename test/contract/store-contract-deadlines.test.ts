@@ -12,36 +12,12 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../src/stores/memory.js';
 import type { AcquireRequest, AcquireResult, Store, WakeEvent } from '../../src/stores/store.js';
-import { type StoreContractOptions, type StoreUnderTest, storeContract } from '../../src/testing.js';
+import { storeContract } from '../../src/testing.js';
 import { checkBounds } from '../helpers/bounds.js';
 import { FakeClock } from '../helpers/fake-clock.js';
+import { type Collected, collect } from './collect.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '../..');
-
-interface Collected {
-  name: string;
-  run: () => Promise<void>;
-}
-
-function collect(
-  makeStore: () => StoreUnderTest | Promise<StoreUnderTest>,
-  options: Omit<StoreContractOptions, 'describe' | 'it'> = {},
-): Collected[] {
-  const cases: Collected[] = [];
-  const path: string[] = [];
-  storeContract('probe', makeStore, {
-    describe: (name, body) => {
-      path.push(name);
-      body();
-      path.pop();
-    },
-    it: (name, body) => {
-      cases.push({ name: [...path, name].join(' › '), run: body });
-    },
-    ...options,
-  });
-  return cases;
-}
 
 const find = (cases: Collected[], pattern: RegExp): Collected => {
   const found = cases.find((c) => pattern.test(c.name));

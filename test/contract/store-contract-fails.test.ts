@@ -10,33 +10,7 @@ import { memoryStore } from '../../src/stores/memory.js';
 import type { AcquireRequest, AcquireResult, Store } from '../../src/stores/store.js';
 import { type StoreUnderTest, storeContract } from '../../src/testing.js';
 import { FakeClock } from '../helpers/fake-clock.js';
-
-interface Collected {
-  name: string;
-  run: () => Promise<void>;
-}
-
-/** Registers the suite on a runner of our own and returns its cases by full name. */
-function collect(
-  makeStore: () => StoreUnderTest | Promise<StoreUnderTest>,
-  options: { controlledClock?: boolean; wakeUps?: boolean; window?: boolean; shared?: boolean } = {},
-  name = 'probe',
-): Collected[] {
-  const cases: Collected[] = [];
-  const path: string[] = [];
-  storeContract(name, makeStore, {
-    describe: (name, body) => {
-      path.push(name);
-      body();
-      path.pop();
-    },
-    it: (name, body) => {
-      cases.push({ name: [...path, name].join(' › '), run: body });
-    },
-    ...options,
-  });
-  return cases;
-}
+import { type Collected, collect } from './collect.js';
 
 /** The names of the cases that fail. */
 async function failing(cases: Collected[], only?: RegExp): Promise<string[]> {
