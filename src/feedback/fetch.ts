@@ -261,6 +261,8 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
       // turn would have come: it is never sent, and the call returns the answer it has.
       let started = false;
       const closing = last === undefined ? undefined : closeAbort(valve, () => !started);
+      // When this attempt was queued: one that waited long was held back by the fleet's limits.
+      const queuedAt = fleet === undefined ? 0 : valve.clock.now();
       try {
         result = await valve.runAt(
           async ({ signal: jobSignal }) => {
@@ -269,7 +271,8 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
             if (last !== undefined && valve.isClosed()) return NOT_SENT;
             const attemptSignal = anySignal(jobSignal, signal);
             // With a fleet window (a store that keeps one), a ticket first (feedback/fleet.ts).
-            const ticket = fleet === undefined ? undefined : await takeTicket(valve, fleet, attemptSignal);
+            const ticket =
+              fleet === undefined ? undefined : await takeTicket(valve, fleet, attemptSignal, queuedAt);
             const seen: FleetObservation | undefined =
               ticket === undefined ? undefined : { window: undefined };
             try {
@@ -283,7 +286,14 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
               const [attemptInput, attemptInit] = plan.args();
               const n = state.begin();
               try {
+                const sentAt = ticket === undefined ? 0 : valve.clock.now();
                 const response = await fn(attemptInput, { ...attemptInit, signal: attemptSignal });
+                // How long the provider takes to answer decides how long a probe holds the
+                // others (feedback/fleet.ts, probeTtl); its 429s and 503s come back fast.
+                const status = (response as { status?: unknown } | null)?.status;
+                if (ticket !== undefined && status !== 429 && status !== 503) {
+                  state.noteAnswer(valve.clock.now() - sentAt);
+                }
                 const reading =
                   response !== null && typeof response === 'object'
                     ? observe(valve, response, n, seen)

@@ -2,7 +2,7 @@ import type { FleetWindow, ValveInternals } from '../feedback-port.js';
 import { isThenable } from '../maybe-promise.js';
 import type { WindowTicket } from '../stores/store.js';
 import type { FleetObservation } from './observe.js';
-import { feedbackState } from './state.js';
+import { type FeedbackState, feedbackState } from './state.js';
 import type { FeedbackReading } from './types.js';
 
 /*
@@ -15,6 +15,25 @@ import type { FeedbackReading } from './types.js';
 
 /** How long a probe may stay unanswered before the fleet stops waiting for it (ms). */
 export const PROBE_TTL_MS = 2000;
+/**
+ * The probe's time-to-live when this process has seen no answer of the provider yet (ms): a
+ * provider that answers later than this is a slow one (below), which an idle fleet's probe does
+ * not hold the others for.
+ */
+export const FIRST_PROBE_TTL_MS = 1000;
+/**
+ * A provider whose answers usually take longer than this (ms; an LLM API answering a
+ * non-streaming call) is slow: the probe of an idle fleet holds nobody for it (probeTtl).
+ */
+export const SLOW_ANSWER_MS = 1000;
+/**
+ * A process that has not asked the fleet's window for this long (ms) may find its record
+ * forgotten (the store keeps it a minute past its last call, reset and probe): a probe it sends
+ * then is likely an idle fleet's (probeTtl).
+ */
+const IDLE_MS = 50_000;
+/** A request that waited this long (ms) in the valve's queue was held back by the fleet's limits. */
+const HELD_MS = 1000;
 /** How often a request waiting for a probe's answer asks again (ms). */
 const PROBE_POLL_MS = 5;
 /** A wait for a window's reset is re-asked at least this often (ms): a probe may open it sooner elsewhere. */
@@ -55,6 +74,23 @@ function sleep(
 }
 
 /**
+ * How long the ticket asked for at `now`, if it is a probe, holds the others (ms). While the
+ * fleet is busy (this process asked its window within IDLE_MS, or the request waited HELD_MS in
+ * the queue, as for a spent window's reset or a coarse Retry-After, whose 429s come back fast):
+ * PROBE_TTL_MS. A probe of an idle fleet (the id's first request, the first after the fleet
+ * forgot its window) is what makes every concurrent request wait a whole answer: for a provider
+ * this process knows to answer within SLOW_ANSWER_MS, PROBE_TTL_MS still (a cold connection's
+ * answer is worth waiting for); for one it knows to answer slower, 0 (the hold would cost every
+ * concurrent request a whole slow answer, and 2 s of it would not even see a 3 s one's); for one
+ * it knows nothing of, FIRST_PROBE_TTL_MS. `queuedAt`: when the request was queued (valve clock).
+ */
+export function probeTtl(state: FeedbackState, now: number, queuedAt: number): number {
+  if (now - state.windowCallAt < IDLE_MS || now - queuedAt >= HELD_MS) return PROBE_TTL_MS;
+  if (state.answerMs === undefined) return FIRST_PROBE_TTL_MS;
+  return state.answerMs > SLOW_ANSWER_MS ? 0 : PROBE_TTL_MS;
+}
+
+/**
  * A ticket to send one request; waits (honouring `signal`) while the fleet's window is spent or a
  * probe is out, and while this process knows of a pause (written since the job was granted).
  * Undefined when the store failed: send without one.
@@ -63,7 +99,9 @@ export async function takeTicket(
   valve: ValveInternals,
   window: FleetWindow,
   signal: AbortSignal,
+  queuedAt: number,
 ): Promise<WindowTicket | undefined> {
+  const state = feedbackState(valve);
   // Refusals in a row while the window is spent: the next asks again sooner than the reset.
   let refused = 0;
   for (;;) {
@@ -77,7 +115,10 @@ export async function takeTicket(
     }
     let ticket: WindowTicket;
     try {
-      const t = window.send(PROBE_TTL_MS);
+      const now = valve.clock.now();
+      const ttl = probeTtl(state, now, queuedAt);
+      state.windowCallAt = now;
+      const t = window.send(ttl);
       ticket = isThenable(t) ? await t : t;
     } catch {
       return undefined;
@@ -92,7 +133,7 @@ export async function takeTicket(
     );
     // This process's own answers wake it as soon as they are reported: a probe's, and one that
     // shows budget left (a request that was in flight turned out counted before the lowest count).
-    await sleep(valve, Math.max(1, wait), signal, feedbackState(valve).ticketWaiters);
+    await sleep(valve, Math.max(1, wait), signal, state.ticketWaiters);
   }
 }
 
@@ -173,6 +214,7 @@ export async function reportTicket(
     resetMs = Math.min(seen.window.waitMs, valve.feedback.maxPause);
   }
   let wait: number;
+  feedbackState(valve).windowCallAt = valve.clock.now();
   try {
     const w = window.report(ticket.seq, remaining, resetMs);
     wait = isThenable(w) ? await w : w;

@@ -25,6 +25,14 @@ export class FeedbackState {
    * valve reports a probe's answer, or an answer after which the window has budget left.
    */
   readonly ticketWaiters = new Set<() => void>();
+  /**
+   * How long the provider usually takes to answer (ms, from the fetch call to its response; a
+   * moving average of the answers that are not 429 or 503): how long a probe's answer would keep
+   * the others waiting (feedback/fleet.ts, probeTtl). Undefined until the first answer.
+   */
+  answerMs: number | undefined = undefined;
+  /** When this valve last asked the fleet's window for a ticket or reported an answer (valve clock). */
+  windowCallAt = Number.NEGATIVE_INFINITY;
 
   /** An attempt starts: returns its start number. */
   begin(): number {
@@ -44,6 +52,11 @@ export class FeedbackState {
       before++;
     }
     return Math.max(0, this.inFlight.size - before - (this.inFlight.has(attempt) ? 1 : 0));
+  }
+
+  /** An answer (not a 429 or 503) came `ms` after its request was sent: the moving average moves a quarter of the way. */
+  noteAnswer(ms: number): void {
+    this.answerMs = this.answerMs === undefined ? ms : this.answerMs + (ms - this.answerMs) / 4;
   }
 
   /** An attempt ended (answered or failed). */
