@@ -13,23 +13,24 @@ import { createValve, redisStore, type Store, type Valve } from '../src/index.js
 export function github(client: Redis) {
   // #region github
   const store = redisStore({ client });
-  const hourly = { limit: 4901, interval: '1h', burst: 100 }; // ≤ 5,000 in any hour, bursts of 100
-  const concurrency = { limit: 100, scope: 'global' } as const; // same limit in both valves
-
-  const reads = createValve({ id: 'github:app-42', store, rules: [hourly], concurrency });
-  const writes = createValve({
+  const reads = createValve({
     id: 'github:app-42',
     store,
+    rules: { limit: 4901, interval: '1h', burst: 100 }, // ≤ 5,000 in any hour, bursts of 100
+    concurrency: { limit: 100, scope: 'global' },
+  });
+  const writes = createValve({
+    id: 'github:app-42:writes',
+    store,
     rules: [
-      hourly,
       { limit: 80, interval: '1m' }, // content creation: ≤ 80 in any minute
-      { limit: 500, interval: '1h' }, // and ≤ 500 in any hour
+      { limit: 421, interval: '1h', burst: 80 }, // and ≤ 500 in any hour
     ],
-    concurrency,
   });
 
   const gh = reads.wrapFetch(fetch);
-  const ghWrite = writes.wrapFetch(fetch);
+  // A write takes a content-creation grant, then goes out like any request.
+  const ghWrite: typeof fetch = (input, init) => writes.run(() => gh(input, init));
   // #endregion github
   return { reads, writes, gh, ghWrite };
 }

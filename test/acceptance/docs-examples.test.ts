@@ -246,11 +246,19 @@ describe('examples/providers.ts: the worked examples of docs/choose-an-algorithm
     const client = new Redis(sharedRedis().url, { maxRetriesPerRequest: 0 });
     try {
       const { reads, writes, gh, ghWrite } = providers.github(client);
+      const mismatches: string[] = [];
+      reads.on('rule-mismatch', (e) => mismatches.push(`reads ${e.id}`));
+      writes.on('rule-mismatch', (e) => mismatches.push(`writes ${e.id}`));
       expect((await gh(`${server.url}/repos/octo/hello`)).status).toBe(200); // spends the hour's last request
       const res = await ghWrite(`${server.url}/repos/octo/hello/issues`, { method: 'POST', body: '{}' });
       expect(res.status).toBe(200);
       expect(arrivals.map((a) => a.method)).toEqual(['GET', 'POST']);
       expect(arrivals[1]!.at).toBeGreaterThanOrEqual(reset * 1000 - 20); // the write waited for the reset
+      expect(reads.stats().started).toBe(2); // the write went out through the reads valve too
+      expect(writes.stats().started).toBe(1);
+      // One rule set per id: the docs' set-up never warns (it did with two rule sets on one id).
+      await gh(`${server.url}/repos/octo/hello`);
+      expect(mismatches).toEqual([]);
       await Promise.all([reads.close(), writes.close()]);
     } finally {
       await client.quit();
