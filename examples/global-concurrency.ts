@@ -31,8 +31,10 @@ const client = new Redis(url, {
   autoResendUnfulfilledCommands: false,
   maxRetriesPerRequest: 0,
 });
-await client.connect();
 const subscriber = client.duplicate({ enableOfflineQueue: true });
+client.on('error', (err) => console.warn('redis:', err.message)); // without one: a stack trace per reconnect
+subscriber.on('error', (err) => console.warn('redis subscriber:', err.message));
+await client.connect();
 
 const valve = createValve({
   id: 'reports-api:tenant-7',
@@ -53,5 +55,5 @@ async function oneExport() {
 
 await Promise.all(Array.from({ length: jobs }, oneExport));
 await valve.close();
-await Promise.all([client.quit(), subscriber.quit()]);
+await Promise.all([client, subscriber].map((c) => c.quit().catch(() => c.disconnect())));
 console.log(JSON.stringify(log));

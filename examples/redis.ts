@@ -15,11 +15,12 @@ const api = process.env.HUBSPOT_API ?? 'https://api.hubapi.com';
 const token = process.env.HUBSPOT_TOKEN ?? '';
 
 // #region readme
-const client = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0 });
+const client = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0 });
 const subscriber = client.duplicate(); // optional: hears other processes pause, resume, free a slot
 // ioredis emits 'error' on every failed (re)connection; with no listener it prints "Unhandled error event".
 client.on('error', (err) => console.warn('redis:', err.message));
 subscriber.on('error', (err) => console.warn('redis subscriber:', err.message));
+await Promise.all([client.connect(), subscriber.connect()]); // no offline queue: connect before use
 
 const valve = createValve({
   id: 'hubspot:portal-123', // one id per provider credential
@@ -42,9 +43,10 @@ const res = await hubspot(`${api}/crm/v3/objects/contacts`, {
 const owners = await valve.run(({ signal }) => fetch(`${api}/crm/v3/owners`, { signal }), { priority: 1 });
 
 // On shutdown: the valve first (queued jobs reject with CLOSED, its leases are released), then
-// both connections. valve never closes a client you pass it.
+// both connections (quit() fails while Redis is down: disconnect then). valve never closes a
+// client you pass it.
 await valve.close();
-await Promise.all([client.quit(), subscriber.quit()]);
+await Promise.all([client, subscriber].map((c) => c.quit().catch(() => c.disconnect())));
 // #endregion readme
 
 console.log(`contacts ${res.status}, owners ${owners.status}`);

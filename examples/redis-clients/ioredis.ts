@@ -6,15 +6,16 @@ import { redisStore } from '../../src/index.js';
 
 export async function setup(url: string) {
   // #region docs
-  const client = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0 });
+  const client = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0 });
   const subscriber = client.duplicate(); // optional: wake-ups
   // ioredis emits 'error' on every failed (re)connection; with no listener it prints "Unhandled error event".
   client.on('error', (err) => console.warn('redis:', err.message));
   subscriber.on('error', (err) => console.warn('redis subscriber:', err.message));
+  await Promise.all([client.connect(), subscriber.connect()]); // no offline queue: connect before use
   const store = redisStore({ client, subscriber });
 
-  // On shutdown, once every valve using the store is closed:
-  const close = () => Promise.all([client.quit(), subscriber.quit()]);
+  // On shutdown, once every valve using the store is closed (quit() fails while the server is down):
+  const close = () => Promise.all([client, subscriber].map((c) => c.quit().catch(() => c.disconnect())));
   // #endregion docs
   return { store, close };
 }

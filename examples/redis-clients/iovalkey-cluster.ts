@@ -7,14 +7,19 @@ import { redisStore } from '../../src/index.js';
 export async function setup(nodes: { host: string; port: number }[]) {
   // #region docs
   // retryDelayOnFailover: 0, or the Cluster resends a command whose connection closed after it ran.
-  const client = new Cluster(nodes, { enableOfflineQueue: false, retryDelayOnFailover: 0 });
+  const client = new Cluster(nodes, {
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    retryDelayOnFailover: 0,
+  });
   const subscriber = new Cluster(nodes);
   client.on('error', (err) => console.warn('valkey:', err.message));
   subscriber.on('error', (err) => console.warn('valkey subscriber:', err.message));
+  await client.connect(); // no offline queue: connect before use
   const store = redisStore({ client, subscriber, pubsub: 'classic' });
 
-  // On shutdown, once every valve using the store is closed:
-  const close = () => Promise.all([client.quit(), subscriber.quit()]);
+  // On shutdown, once every valve using the store is closed (quit() fails while nodes are down):
+  const close = () => Promise.all([client, subscriber].map((c) => c.quit().catch(() => c.disconnect())));
   // #endregion docs
   return { store, close };
 }

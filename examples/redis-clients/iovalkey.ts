@@ -6,14 +6,15 @@ import { redisStore } from '../../src/index.js';
 
 export async function setup(url: string) {
   // #region docs
-  const client = new Valkey(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0 });
+  const client = new Valkey(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0 });
   const subscriber = client.duplicate(); // optional: wake-ups
   client.on('error', (err) => console.warn('valkey:', err.message));
   subscriber.on('error', (err) => console.warn('valkey subscriber:', err.message));
+  await Promise.all([client.connect(), subscriber.connect()]); // no offline queue: connect before use
   const store = redisStore({ client, subscriber });
 
-  // On shutdown, once every valve using the store is closed:
-  const close = () => Promise.all([client.quit(), subscriber.quit()]);
+  // On shutdown, once every valve using the store is closed (quit() fails while the server is down):
+  const close = () => Promise.all([client, subscriber].map((c) => c.quit().catch(() => c.disconnect())));
   // #endregion docs
   return { store, close };
 }

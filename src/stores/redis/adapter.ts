@@ -11,6 +11,7 @@
  * Replies are normalised from RESP2 or RESP3 (numbers may arrive as numbers, strings,
  * bigints or Buffers, strings as strings or Buffers).
  */
+import { FirstReady } from './first-ready.js';
 import type { LuaScript } from './scripts.generated.js';
 
 /** What the store needs from a command connection. */
@@ -19,8 +20,12 @@ export interface CommandAdapter {
   readonly family: 'ioredis' | 'node-redis';
   /** True for a cluster client. */
   readonly cluster: boolean;
-  /** Runs a script by SHA1 (EVALSHA): rejects with NOSCRIPT when the server does not have it cached. */
-  call(script: LuaScript, numKeys: number, all: readonly string[]): Promise<unknown>;
+  /**
+   * Runs a script by SHA1 (EVALSHA): rejects with NOSCRIPT when the server does not have it
+   * cached. On an ioredis or iovalkey client still making its first connection, waits for it
+   * (see FirstReady), and is not sent if `call.done` by then.
+   */
+  call(script: LuaScript, numKeys: number, all: readonly string[], call?: Gone): Promise<unknown>;
   /**
    * After a NOSCRIPT from call(): loads the script (one load at a time per server) and runs the
    * call, unless `call.done` (valve gave up on it) by the time it would be sent.
@@ -235,10 +240,14 @@ function adapt(client: object): CommandAdapter {
       (text, numKeys, all) => evalNode.call(client, text, numKeys, all) as Promise<unknown>,
       cluster ? clusterNodeOf(client, 'ioredis') : STANDALONE,
     );
+    const first = FirstReady.of(client);
     return {
       family: 'ioredis',
       cluster,
-      call: (script, numKeys, all) => loads.call(script, numKeys, all),
+      call: (script, numKeys, all, call) =>
+        first === null || first.open
+          ? loads.call(script, numKeys, all)
+          : first.run(() => loads.call(script, numKeys, all), call),
       recover: (script, numKeys, all, call) => loads.recover(script, numKeys, all, call),
     };
   }

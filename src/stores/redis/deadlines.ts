@@ -166,7 +166,7 @@ export class Pending {
     }
     let command: Promise<unknown>;
     try {
-      command = this.list.cmd.call(this.script, this.numKeys, this.all);
+      command = this.list.cmd.call(this.script, this.numKeys, this.all, this);
     } catch (err) {
       this.fail(err);
       return;
@@ -272,7 +272,7 @@ export class Deadlines {
     if (this.timer === null && !this.verdictQueued) this.arm();
     let command: Promise<unknown>;
     try {
-      command = this.cmd.call(script, numKeys, all);
+      command = this.cmd.call(script, numKeys, all, call);
     } catch (err) {
       call.fail(err);
       return call;

@@ -44,7 +44,8 @@ import { type PubSubMode, type WakeHub, wakeHub } from './subscriber.js';
 export interface RedisStoreOptions {
   /**
    * The command connection: an ioredis or iovalkey `Redis` or `Cluster`, or a node-redis
-   * client or cluster (connected). valve never closes it.
+   * client or cluster (connected; an ioredis or iovalkey client still making its first
+   * connection is waited for, within `timeout`). valve never closes it.
    */
   client: object;
   /**
