@@ -62,8 +62,9 @@ export function throttling(octokit: any, octokitOptions: any): { throttle: Throt
 /** `octokit.throttle`: what the plugin adds to an Octokit instance. */
 export interface ThrottleControl {
   /**
-   * Ends this client's throttling: requests still queued reject with `ValveError` `CLOSED` (or,
-   * with `{ drain: true }`, are sent first), and resolves once every concurrency lease it held is
+   * Ends this client's throttling: requests not yet sent reject with `ValveError` `CLOSED`, and
+   * requests in flight are aborted (they reject `CLOSED` too); with `{ drain: true }` every
+   * request is sent and answered first. Resolves once every concurrency lease it held is
    * released in the store. Later requests reject `CLOSED`. Call it before disconnecting a Redis
    * client, so that no lease is left to expire.
    */

@@ -1,16 +1,16 @@
 import { observe } from '../../feedback/observe.js';
 import type { ValveInternals } from '../../feedback-port.js';
-import type { Valve } from '../../types.js';
 import { type AnswerInput, header, type RateLimitAnswer } from './answers.js';
-import { Lanes } from './lanes.js';
+import type { Lanes } from './lanes.js';
 import { laneOfResource, type RateLane, type RequestClass } from './limits.js';
 import type { Settings } from './options.js';
-import { type Cut, internals, maxWaitError, onAbort, pauseEnd } from './waiting.js';
+import { type Sleeper, Sleepers } from './sleepers.js';
+import { type Cut, maxWaitError, onAbort, pauseEnd } from './waiting.js';
 
 /*
  * The pauses of one client: a response's rate-limit headers and a rate-limit answer pause their
  * lane (observe(), pause()); the requests waiting outside the valves for a pause to end (sleep(),
- * woken by wakeDue()); and the jobs holding a slot, told when a lane of theirs is paused
+ * woken by sleepers.ts); and the jobs holding a slot, told when a lane of theirs is paused
  * (watchPauses(), paused()). Used by the request flow in throttle.ts.
  */
 
@@ -19,29 +19,25 @@ interface OctokitLog {
   log?: { warn?: (...args: unknown[]) => unknown };
 }
 
-/** A request waiting, outside every valve, for the pauses of its lanes to end. */
-interface Sleeper {
-  readonly valves: readonly ValveInternals[];
-  /** Valve clock: when the sleeper wakes anyway (its maxWait deadline, or a pause's end). */
-  wakeAt: number;
-  wake(): void;
-}
-
 export class Pauses {
-  /** Requests waiting for a pause to end, in the order they began to wait (woken in that order). */
-  private readonly sleepers = new Set<Sleeper>();
+  /** Requests waiting for a pause to end (woken in the order they began to wait). */
+  private readonly sleepers = new Sleepers();
+  /** The next sleeper's place in the order of waits. */
+  private seqs = 0;
+  /** A pause deleted early (resume(), here or elsewhere): every sleeper whose pauses ended wakes. */
+  private readonly onResume = () => this.sleepers.wakeEnded();
   /** Jobs holding a slot while they wait for grants: told when a lane is paused (here, or learnt from the store). */
   private readonly watchers = new Set<() => void>();
-  /** The valves this client listens to for 'pause': one listener each, for every watcher, kept while the valve lives. */
-  private readonly listening = new WeakSet<Valve>();
-  private readonly onPauseEvent = () => this.paused();
 
   constructor(
     private readonly settings: Settings,
     private readonly octokit: OctokitLog,
     private readonly lanes: Lanes,
     private readonly cut: Cut,
-  ) {}
+  ) {
+    // One listener per valve (made with it, kept while it lives) for every watcher.
+    lanes.onPause = () => this.paused();
+  }
 
   /**
    * Waits, holding nothing, until no pause of `valves` is known (or the deadline: MAX_WAIT; the
@@ -54,6 +50,8 @@ export class Pauses {
     signal: AbortSignal | undefined,
   ): Promise<void> {
     const clock = valves[0]!.clock;
+    // One place in the order for the whole wait, a pause extended meanwhile included.
+    const seq = this.seqs++;
     for (;;) {
       if (signal?.aborted) throw signal.reason;
       if (this.cut.error !== undefined) throw this.cut.error;
@@ -65,6 +63,8 @@ export class Pauses {
         const sleeper: Sleeper = {
           valves,
           wakeAt: Math.min(end, deadline),
+          seq,
+          index: -1,
           wake: () => {
             done();
             resolve();
@@ -75,29 +75,18 @@ export class Pauses {
           done();
           reject(reason);
         };
-        // A resume() (here or, through the store's wake-ups, elsewhere) ends the wait early.
-        const onResume = () => this.wakeDue();
-        const timer = clock.setTimeout(() => this.wakeDue(), Math.max(0, sleeper.wakeAt - now));
         const done = () => {
-          clock.clearTimeout(timer);
-          this.sleepers.delete(sleeper);
-          for (const v of valves) v.pauseWaiters.delete(onResume);
+          this.sleepers.remove(sleeper);
           off?.();
           this.cut.cutters.delete(cutter);
         };
-        this.sleepers.add(sleeper);
-        for (const v of valves) v.pauseWaiters.add(onResume);
+        this.sleepers.add(sleeper, clock);
+        // A resume() (here or, through the store's wake-ups, elsewhere) ends the wait early. The
+        // valve empties its set when it calls it: added again by each sleeper.
+        for (const v of valves) v.pauseWaiters.add(this.onResume);
         if (signal !== undefined) off = onAbort(signal, cutter);
         this.cut.cutters.add(cutter);
       });
-    }
-  }
-
-  /** Wakes, in the order they began to wait, the sleepers whose pauses ended or whose time came. */
-  private wakeDue(): void {
-    for (const sleeper of [...this.sleepers]) {
-      const now = sleeper.valves[0]!.clock.now();
-      if (sleeper.wakeAt <= now || pauseEnd(sleeper.valves) <= now) sleeper.wake();
     }
   }
 
@@ -106,13 +95,8 @@ export class Pauses {
     for (const check of [...this.watchers]) check();
   }
 
-  /** Calls `check` on each pause of a lane (of `valves`, learnt from the store, or this client's); returns the off switch. */
-  watchPauses(valves: readonly Valve[], check: () => void): () => void {
-    for (const valve of valves) {
-      if (this.listening.has(valve)) continue;
-      valve.on('pause', this.onPauseEvent);
-      this.listening.add(valve);
-    }
+  /** Calls `check` on each pause of a lane (learnt from the store, or this client's); returns the off switch. */
+  watchPauses(check: () => void): () => void {
     this.watchers.add(check);
     return () => this.watchers.delete(check);
   }
@@ -137,8 +121,7 @@ export class Pauses {
     const resource = header(input.headers, 'x-ratelimit-resource');
     const lane = resource === undefined ? klass.primary : laneOfResource(resource);
     if (lane === undefined) return;
-    const valve =
-      lane === klass.primary ? primary : internals(this.lanes.group(lane).valve(Lanes.id(budget, lane)));
+    const valve = lane === klass.primary ? primary : this.lanes.budget(budget).valve(lane);
     const headers = { 'x-ratelimit-remaining': remaining, 'x-ratelimit-reset': reset };
     observe(valve, { status: input.status, headers }, valve === primary ? sent : undefined);
     this.paused();
@@ -155,13 +138,13 @@ export class Pauses {
     let valve: ValveInternals;
     let name: string;
     if (answer.kind === 'secondary') {
-      valve = internals(this.lanes.all.valve(budget));
+      valve = this.lanes.budget(budget).valve('all');
       name = 'retry-after';
     } else {
       const reset = Number(header(input.headers, 'x-ratelimit-reset')) * 1000;
       if (reset > now) ms = Math.min(ms, reset - now);
       const lane: RateLane = answer.lane ?? klass.primary;
-      valve = internals(this.lanes.group(lane).valve(Lanes.id(budget, lane)));
+      valve = this.lanes.budget(budget).valve(lane);
       name = 'x-ratelimit-reset';
     }
     if (!(ms > 0)) return;

@@ -1,18 +1,19 @@
 import { describe } from '../../duration.js';
+import { ValveError } from '../../errors.js';
 import { anySignal } from '../../feedback/fetch.js';
 import { feedbackState } from '../../feedback/state.js';
+import type { ValveInternals } from '../../feedback-port.js';
 import { readCloseOptions } from '../../run-options.js';
-import type { Valve } from '../../types.js';
 import { type AnswerInput, type RateLimitAnswer, readAnswer } from './answers.js';
-import { Lanes } from './lanes.js';
+import { type Budget, Lanes } from './lanes.js';
 import { classify, type RequestClass } from './limits.js';
 import { checkBudget, type Settings, type ThrottledRequestOptions } from './options.js';
 import { Pauses } from './pauses.js';
 import {
   AGAIN,
+  abortedInFlightError,
   Cut,
   closedError,
-  internals,
   PAUSED,
   Places,
   pauseEnd,
@@ -45,6 +46,12 @@ type Outcome =
   | { readonly ok: false; readonly error: unknown };
 
 const noop = () => undefined;
+
+/** Whether a valve of the list was closed (dropped by its group after five idle minutes). */
+function anyClosed(valves: readonly ValveInternals[]): boolean {
+  for (const v of valves) if (v.isClosed()) return true;
+  return false;
+}
 
 /** status, headers and body of a response, or of an error's response. */
 function inputOf(outcome: Outcome): AnswerInput {
@@ -169,7 +176,7 @@ export class Throttle {
     for (let retryCount = 0; ; retryCount++) {
       // The request's primary lane counts its requests in flight, so that a remaining count no
       // larger than the requests sent after this one reads as spent (see Pauses.observe()).
-      const primary = internals(this.lanes.group(klass.primary).valve(Lanes.id(budget, klass.primary)));
+      const primary = this.lanes.budget(budget).valve(klass.primary);
       const inFlight = feedbackState(primary);
       // One deadline per attempt, shared by every wait of the attempt.
       const deadline = maxWait === Number.POSITIVE_INFINITY ? maxWait : primary.clock.now() + maxWait;
@@ -193,6 +200,8 @@ export class Throttle {
       } catch (error) {
         // Sent, and then lost its lease (LEASE_LOST) or its valve (CLOSED): no longer in flight.
         if (sent >= 0) inFlight.end(sent);
+        // Not sent: a wait in a valve closed by close() says so in the plugin's words.
+        if (sent < 0 && error instanceof ValveError && error.code === 'CLOSED') throw closedError();
         throw error;
       }
       const input = inputOf(outcome);
@@ -219,9 +228,11 @@ export class Throttle {
   }
 
   /** The valves a request passes: `all`, then its rate lanes (made on first use). */
-  private valvesOf(budget: string, klass: RequestClass): Valve[] {
-    const valves = [this.lanes.all.valve(budget)];
-    for (const [lane] of klass.lanes) valves.push(this.lanes.group(lane).valve(Lanes.id(budget, lane)));
+  private valvesOf(budget: Budget, klass: RequestClass): ValveInternals[] {
+    const gates = klass.lanes;
+    const valves = new Array<ValveInternals>(gates.length + 1);
+    valves[0] = budget.valve('all');
+    for (let i = 0; i < gates.length; i++) valves[i + 1] = budget.valve(gates[i]![0]);
     return valves;
   }
 
@@ -257,15 +268,17 @@ export class Throttle {
     // after a job that met a pause, every lane's here (the request keeps its places).
     let rateOnly = true;
     for (;;) {
-      const listed = this.valvesOf(budget, klass);
-      const every = listed.map(internals);
-      const waited = rateOnly ? every.slice(1) : every;
+      // The budget and its valves looked up again after each wait (a valve dropped while idle is made again).
+      let bud = this.lanes.budget(budget);
+      let every = this.valvesOf(bud, klass);
+      const from = rateOnly ? 1 : 0;
       const clock = every[0]!.clock;
-      const since = clock.now();
-      if (pauseEnd(waited) > since || signal?.aborted || this.cut.error !== undefined) {
-        await this.pauses.sleep(waited, deadline, signal);
+      if (pauseEnd(every, from) > clock.now() || signal?.aborted || this.cut.error !== undefined) {
+        await this.pauses.sleep(from === 0 ? every : every.slice(1), deadline, signal);
+        bud = this.lanes.budget(budget);
+        every = this.valvesOf(bud, klass);
       }
-      const reservation = this.turns.lock(budget, first, 'slot');
+      const reservation = bud.turns(first, 'slot');
       const wait = this.turns.turn(reservation, ticket, signal, deadline, clock);
       if (wait !== undefined) await wait;
       let reserved = true;
@@ -277,41 +290,42 @@ export class Throttle {
       let outcome: Outcome | typeof AGAIN | typeof YIELD;
       try {
         // A pause that came while it waited for its turn: waited for again, holding nothing.
-        if (pauseEnd(waited) > clock.now()) continue;
+        if (pauseEnd(every, from) > clock.now()) continue;
         outcome = await places.run(
           gates.length,
-          this.lanes.all.valve(budget),
+          bud.valve('all'),
           async ({ signal: jobSignal }): Promise<Outcome | typeof AGAIN | typeof YIELD> => {
             // A request called before it (a retry, or one back from a pause) waits for this
             // turn: given up, with the slot, before any grant; this request keeps its places.
             if (reservation.wanted) return YIELD;
-            // The valves listed before the waits, unless they may have been dropped since (a
-            // group drops a valve after five idle minutes).
-            const fresh = clock.now() - since < 1000;
-            const valves = fresh ? listed : this.valvesOf(budget, klass);
-            const inner = fresh ? every : valves.map(internals);
+            // Its valves again, unless none was dropped meanwhile (a group drops a valve after
+            // five idle minutes): a valve made again learns a pause from the store at its grant.
+            const inner = anyClosed(every) ? this.valvesOf(bud, klass) : every;
             if (pauseEnd(inner) > clock.now()) return AGAIN;
             let firstGrant = Number.NaN;
             // The job's signal aborts with the caller's signal too (and on close(), LEASE_LOST).
-            const watch = new Watch([jobSignal]);
-            const cutter = (reason: unknown) => watch.abort(reason);
+            const watch = new Watch(jobSignal);
+            const cutter = watch.abort;
             if (this.cut.error !== undefined) watch.abort(this.cut.error);
             this.cut.cutters.add(cutter);
-            const off = this.pauses.watchPauses(valves, () => {
+            const off = this.pauses.watchPauses(() => {
               if (pauseEnd(inner) > clock.now()) watch.abort(PAUSED);
             });
             let held: Turns | undefined;
             try {
               for (let i = 0; i < gates.length; i++) {
                 const [lane, cost] = gates[i]!;
-                const lock = this.turns.lock(budget, lane, 'grant');
+                const lock = bud.turns(lane, 'grant');
                 const turn = this.turns.turn(lock, ticket, watch.signal, deadline, clock);
                 if (turn !== undefined) await turn;
                 // Hand over hand: the previous lane's turn ends once this one's is held.
                 held?.release();
                 held = lock;
                 if (i === 0) unreserve();
-                const valve = this.lanes.group(lane).valve(Lanes.id(budget, lane));
+                // Looked up again: a later lane's valve may have been dropped while this
+                // request waited for an earlier lane's grant (the pause checks see the new one).
+                let valve = inner[i + 1]!;
+                if (valve.isClosed()) inner[i + 1] = valve = bud.valve(lane);
                 await places.run(i, valve, noop, cost, watch.signal, deadline);
                 if (i === 0) firstGrant = clock.now();
               }
@@ -339,6 +353,13 @@ export class Throttle {
               };
               return { ok: true, response: await request(attempt) };
             } catch (error) {
+              // Aborted by the valve (close() without drain, a lease lost), not by the caller:
+              // the valve's reason, not the HTTP error Octokit makes of the abort.
+              if (jobSignal.aborted && !signal?.aborted) {
+                const reason = jobSignal.reason;
+                const closing = reason instanceof ValveError && reason.code === 'CLOSED';
+                return { ok: false, error: closing ? abortedInFlightError() : reason };
+              }
               return { ok: false, error };
             }
           },

@@ -2,7 +2,6 @@ import { ValveError } from '../../errors.js';
 import type { ValveInternals } from '../../feedback-port.js';
 import type { Valve } from '../../types.js';
 import { internalsOf } from '../../valve.js';
-import type { RateLane } from './limits.js';
 
 /*
  * The waiting primitives of the plugin: a request's places in the valves it passes (Places), the
@@ -21,7 +20,7 @@ export function internals(valve: Valve): ValveInternals {
 
 /** Where one request stands in each valve it passes: the valve and its queue position there. */
 export class Places {
-  private readonly valves: (Valve | undefined)[] = [];
+  private readonly valves: (ValveInternals | undefined)[] = [];
   private readonly sequences: (number | undefined)[] = [];
 
   /**
@@ -30,18 +29,17 @@ export class Places {
    */
   run<T>(
     index: number,
-    valve: Valve,
+    inner: ValveInternals,
     job: (ctx: { signal: AbortSignal }) => T | Promise<T>,
     cost: number,
     signal: AbortSignal | undefined,
     deadline: number,
   ): Promise<T> {
-    if (this.valves[index] !== valve) {
+    if (this.valves[index] !== inner) {
       // A valve dropped while idle and made again has its own positions.
-      this.valves[index] = valve;
+      this.valves[index] = inner;
       this.sequences[index] = undefined;
     }
-    const inner = internals(valve);
     let maxWait: number | undefined;
     if (deadline !== Number.POSITIVE_INFINITY) {
       maxWait = deadline - inner.clock.now();
@@ -62,8 +60,17 @@ export function maxWaitError(): ValveError {
   return new ValveError('MAX_WAIT', 'The request did not start within its maxWait');
 }
 
+/** close() (without drain, or before the call) ended a request that was not sent. */
 export function closedError(): ValveError {
-  return new ValveError('CLOSED', 'The valve was closed before the job started');
+  return new ValveError('CLOSED', 'octokit.throttle.close() was called before the request was sent');
+}
+
+/** close() without drain aborted a request in flight (its fetch's signal). */
+export function abortedInFlightError(): ValveError {
+  return new ValveError(
+    'CLOSED',
+    'octokit.throttle.close() aborted the request in flight (close({ drain: true }) lets requests in flight end)',
+  );
 }
 
 /** The reason a grant's wait is aborted with when a lane of its request is paused meanwhile. */
@@ -75,10 +82,13 @@ export const YIELD: unique symbol = Symbol('valve/octokit: a request called earl
 /** What the job in `all` ends with when a pause came before the request could be sent. */
 export const AGAIN: unique symbol = Symbol('valve/octokit: wait for the pause');
 
-/** The latest known pause end (valve clock) among `valves`. */
-export function pauseEnd(valves: readonly ValveInternals[]): number {
+/** The latest known pause end (valve clock) among `valves` (from index `from` on). */
+export function pauseEnd(valves: readonly ValveInternals[], from = 0): number {
   let end = 0;
-  for (const v of valves) end = Math.max(end, v.knownPauseEnd());
+  for (let i = from; i < valves.length; i++) {
+    const e = valves[i]!.knownPauseEnd();
+    if (e > end) end = e;
+  }
   return end;
 }
 
@@ -129,37 +139,28 @@ export function onAbort(signal: AbortSignal, fn: (reason: unknown) => void): () 
 }
 
 /**
- * An AbortSignal that aborts when one of `signals` does (with its reason) or on abort(); dispose()
- * stops listening (a caller's signal may live much longer than one wait).
+ * An AbortSignal that aborts when the job's signal does (with its reason) or on abort();
+ * dispose() stops listening. The job's signal is its own (one listener, added directly).
  */
 export class Watch {
   private readonly controller = new AbortController();
-  private readonly signals: AbortSignal[];
-  private offs: (() => void)[] = [];
-  private readonly onAbort = (reason: unknown) => this.abort(reason);
+  /** abort(), bound: also what close() without drain calls (Cut.cutters). */
+  readonly abort = (reason: unknown): void => {
+    if (!this.controller.signal.aborted) this.controller.abort(reason);
+  };
+  private readonly onAbort = (): void => this.abort(this.source.reason);
 
-  constructor(signals: readonly (AbortSignal | undefined)[]) {
-    this.signals = signals.filter((s): s is AbortSignal => s !== undefined);
-    for (const s of this.signals) {
-      if (s.aborted) {
-        this.abort(s.reason);
-        return;
-      }
-    }
-    this.offs = this.signals.map((s) => onAbort(s, this.onAbort));
+  constructor(private readonly source: AbortSignal) {
+    if (source.aborted) this.abort(source.reason);
+    else source.addEventListener('abort', this.onAbort);
   }
 
   get signal(): AbortSignal {
     return this.controller.signal;
   }
 
-  abort(reason: unknown): void {
-    if (!this.controller.signal.aborted) this.controller.abort(reason);
-  }
-
   dispose(): void {
-    for (const off of this.offs) off();
-    this.offs = [];
+    this.source.removeEventListener('abort', this.onAbort);
   }
 }
 
@@ -172,7 +173,7 @@ interface TurnWaiter {
 /**
  * A local lock held by one request at a time, handed to the waiting request with the lowest
  * ticket (the order requests were called in: a request that comes back after a pause goes ahead
- * of later ones). Made on first use, forgotten (`onFree`) once nobody holds or waits for it.
+ * of later ones). Kept by its budget (lanes.ts) while the budget is in use.
  */
 export class Turns {
   private held = false;
@@ -182,7 +183,10 @@ export class Turns {
   /** A request with a lower ticket than the holder's waits (a holder that can still give its turn up does). */
   wanted = false;
 
-  constructor(private readonly onFree: () => void) {}
+  /** Held, or waited for. */
+  get busy(): boolean {
+    return this.held;
+  }
 
   /** Takes the lock if nobody holds it (nobody then waits for it either). */
   tryTake(ticket: number): boolean {
@@ -213,29 +217,12 @@ export class Turns {
       return;
     }
     this.held = false;
-    this.onFree();
   }
 }
 
-/** The locks of the lanes by budget and lane (see Throttle.attempt()): made on first use, dropped once free. */
+/** Takes the turns at the lanes' locks (see Throttle.attempt(); the locks are the budgets', lanes.ts). */
 export class TurnLocks {
-  private readonly turnLocks = new Map<string, Turns>();
-
   constructor(private readonly cut: Cut) {}
-
-  /**
-   * The lock of a lane for a budget: `slot` is the turn to take a slot for a request whose first
-   * lane it is, `grant` the turn to wait for the lane's grant inside the slot.
-   */
-  lock(budget: string, lane: RateLane, kind: 'slot' | 'grant'): Turns {
-    const key = `${kind}\n${lane}\n${budget}`;
-    let lock = this.turnLocks.get(key);
-    if (lock === undefined) {
-      lock = new Turns(() => this.turnLocks.delete(key));
-      this.turnLocks.set(key, lock);
-    }
-    return lock;
-  }
 
   /**
    * Takes `lock`: at once (undefined) when free, else a promise that resolves when the request's
