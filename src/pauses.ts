@@ -4,7 +4,6 @@ import type { Emitter, PauseCause, PauseSource, StoreErrorContext, StoreOperatio
 import { isThenable } from './maybe-promise.js';
 import { pauseMs, pauseOrigin } from './pause-args.js';
 import { ResumeEcho } from './resume-echo.js';
-import { MAX_DURATION_MS } from './stores/checks.js';
 import type { AcquireResult, Store } from './stores/store.js';
 
 export { pauseOrigin } from './pause-args.js';
@@ -103,6 +102,12 @@ export class Pauses {
   /** End of the known pause on the local clock, held or learnt from the store (0 or past: none). */
   get until(): number {
     return Math.max(this.heldUntil, this.localUntil);
+  }
+
+  /** Whether a pause is known now (cached or held) that was last heard of `ms` ago or more. */
+  heldSince(ms: number): boolean {
+    const now = this.clock.now();
+    return this.until > now && now - this.lastHeard >= ms;
   }
 
   /** End of the pause as cached from the store and this valve's writes: a store answer may clear it. */
@@ -235,19 +240,15 @@ export class Pauses {
   }
 
   /**
-   * A 'pause' wake-up: another valve wrote a pause ending at `storeUntil` (store clock). A time
-   * that is not finite, or further ahead than any pause valve writes (365 days, a day of slack
-   * for clocks), is not valve's: ignored, so a forged message cannot hold admission for good
-   * (the next store answer tells the real pause).
+   * A 'pause' wake-up: a cue, never trusted (channels are server-wide: another database or
+   * keyPrefix sends the same; anyone may publish). Without a known pause, with jobs queued, the
+   * store is asked now (or once this valve's resume() answered: an answer before may show the
+   * deleted pause), and its answer is cached as any other. A known pause holds the queue anyway
+   * and is checked with the store at its end (or PAUSE_TRUST): the end the message announces is unused.
    */
-  heard(storeUntil: unknown): void {
-    if (typeof storeUntil !== 'number' || !Number.isFinite(storeUntil)) return;
-    if (storeUntil - this.offset - this.clock.now() > MAX_DURATION_MS + 86_400_000) return;
-    const verdict = this.echo.verdict(storeUntil, this.clock.now());
-    // The echo of a pause this valve deleted, or another valve's shorter pause written since:
-    // not trusted either way, the store is asked.
-    if (verdict === 'echo' && this.echo.echoed()) this.host.askStore();
-    if (verdict === 'heard') this.learn(storeUntil);
+  heard(): void {
+    if (this.until > this.clock.now()) return;
+    if (this.echo.echoed()) this.host.askStore();
   }
 
   /** A 'resume' wake-up: another valve deleted the pause. */

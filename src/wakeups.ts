@@ -7,6 +7,14 @@ import type { Store, WakeEvent, WakeStatus } from './stores/store.js';
  * store call, ended when the valve goes idle or closes), whether the store confirmed it, and
  * what a 'pause', 'resume' or 'release' notification changes. Owned by the admission room.
  *
+ * A wake-up is a cue, never a fact: Redis pub/sub channels are server-wide (a classic channel
+ * ignores the database, and ioredis' keyPrefix does not prefix it), so processes on another
+ * database or keyPrefix with the same prefix and id send the same messages, and anyone may
+ * publish. So no message holds jobs: a 'pause' makes a valve with jobs queued and no known
+ * pause ask the store now (Pauses.heard), whose answer it caches; a 'resume' drops the cached pause (the next call
+ * asks); a 'release' ends a wait on concurrency (the next call asks). Cross-talk costs at most
+ * a store call per message and listening valve.
+ *
  * Wake-ups are trusted only while the store confirms it delivers them for the id (`live`):
  * through onStatus, else store.listening(id), else store.notifies. Otherwise a wait on
  * concurrency is polled (50 ms plus jitter) and, when the store could notify, a cached pause is
@@ -21,8 +29,9 @@ const NOTIFIED_RECHECK = 1000;
 export const PAUSE_RECHECK = 1000;
 /**
  * Even while wake-ups are confirmed, a cached pause is checked with the store at least this
- * often (ms): pub/sub delivers at most once, and a subscription can end without the client
- * noticing (a cluster slot migration), so a missed resume costs at most this long.
+ * often (ms), counted from the last store answer or own write that reported it (a wake-up
+ * never restarts it): pub/sub delivers at most once, and a subscription can end without the
+ * client noticing (a cluster slot migration), so a missed resume costs at most this long.
  */
 export const PAUSE_TRUST = 30_000;
 
@@ -59,7 +68,7 @@ export class Wakeups {
     private readonly id: string,
     /** Sends the wake-ups (when it can subscribe). */
     private readonly store: Store,
-    /** Learns of pauses and resumes announced by other valves. */
+    /** Told of the pauses and resumes other valves announce (cues to ask the store). */
     private readonly pauses: Pauses,
     /** The admission room. */
     private readonly host: WakeupsHost,
@@ -67,8 +76,10 @@ export class Wakeups {
 
   /**
    * Holds a subscription to the store's wake-ups (the valve has work). Returns true when it
-   * took a new one after having held one before: wake-ups of the gap are unknown, so the
-   * caller asks the store once instead of trusting what it cached.
+   * took a new one after having held one before, or while it knows a pause last heard of a
+   * PAUSE_RECHECK ago or more (learned while it did not listen: another valve may have resumed
+   * it since): wake-ups of the gap are unknown, so the caller asks the store once instead of
+   * trusting what it cached.
    */
   ensure(): boolean {
     if (this.unsubscribe !== null || this.broken) return false;
@@ -88,7 +99,7 @@ export class Wakeups {
       this.host.storeError(err, 'subscribe', 'none');
       return false;
     }
-    const again = this.heldBefore;
+    const again = this.heldBefore || this.pauses.heldSince(PAUSE_RECHECK);
     this.heldBefore = true;
     return again;
   }
@@ -141,7 +152,7 @@ export class Wakeups {
     if (this.unsubscribe === null || !this.host.listening()) return;
     if (typeof event !== 'object' || event === null) return;
     if (event.type === 'pause') {
-      this.pauses.heard(event.until);
+      this.pauses.heard();
     } else if (event.type === 'resume') {
       this.pauses.resumedRemotely();
     } else if (event.type === 'release') {

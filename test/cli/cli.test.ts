@@ -280,6 +280,10 @@ class LiveWorker {
       await new Promise<void>((r) => this.waiters.push(r));
     }
   }
+  /** Queues one job (cost 1) in the worker's valve. */
+  job(): void {
+    this.child.stdin.write('job\n');
+  }
   async done(): Promise<void> {
     this.child.stdin.end('done\n');
     await this.line((l) => l.done === true);
@@ -414,13 +418,16 @@ describe('status, pause and resume against a live valve', () => {
       await worker.line((l) => l.event === 'resume');
       expect(json<IdStatus>(await valve(['status', id, '--json', ...args])).pause).toBeNull();
 
-      // pause: extend-only, the same until in the valve's 'pause' event.
+      // pause: extend-only, the same until in the valve's 'pause' event. A wake-up is only a cue
+      // to ask the store (docs/redis.md): the worker's valve, idle but for its held jobs, learns
+      // the pause from the store's answer to its next job.
       const paused = json<{ until: number; in: number; extended: boolean }>(
         await valve(['pause', id, '30s', '--json', ...args]),
       );
       expect(paused.extended).toBe(true);
       expect(paused.in).toBeGreaterThan(25_000);
       expect(paused.in).toBeLessThanOrEqual(30_000);
+      worker.job();
       const heard = await worker.line((l) => l.event === 'pause');
       expect(Math.abs((heard.until as number) - paused.until)).toBeLessThan(1);
       expect(json<IdStatus>(await valve(['status', id, '--json', ...args])).pause!.by).toMatch(

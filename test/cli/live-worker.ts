@@ -1,8 +1,9 @@
 /**
  * A live valve in its own process, for test/cli/cli.test.ts: it runs known jobs, holds two
  * global-concurrency leases, pauses, prints what it did as one JSON line, then prints each
- * 'pause' and 'resume' event it hears (from the command, through the store's wake-ups) as a
- * JSON line, until it reads "done" on stdin.
+ * 'pause' and 'resume' event it hears (from the command: a resume through the store's wake-up,
+ * a pause through the store's answer to the next job) as a JSON line, until it reads "done" on
+ * stdin ("job" queues one more job).
  *
  * Bundled by cli.test.ts's beforeAll and run as `node <build>/live-worker.js` (or as
  * `node --import tsx test/cli/live-worker.ts`) with VALVE_CLI_WORKER set to the JSON of
@@ -88,13 +89,22 @@ line({ state });
 valve.on('pause', (e) => line({ event: 'pause', until: e.until, source: e.source }));
 valve.on('resume', () => line({ event: 'resume' }));
 
+// "job" on stdin queues one more job (cost 1, held until "done" like the others; CLOSED at
+// "done" if a pause still holds it).
 let input = '';
+let queued = 0;
+const extra: Promise<unknown>[] = [];
 process.stdin.on('data', async (chunk) => {
   input += chunk;
-  if (!/^done$/m.test(input)) return;
+  const lines = input.split('\n');
+  for (const asked = lines.filter((l) => l === 'job').length; queued < asked; queued++) {
+    extra.push(valve.run(() => gate).catch(() => {}));
+  }
+  if (!lines.includes('done')) return;
   release();
   await Promise.all(held);
   await valve.close();
+  await Promise.all(extra);
   await c.close();
   line({ done: true });
   process.exit(0);

@@ -62,7 +62,7 @@ describe("a valve's own pause, its wake-up coming before the write's answer", ()
     expect(queued.done).toBe(true);
   });
 
-  it("another process's longer pause heard while the write is in flight is still 'remote'", async () => {
+  it("another process's longer pause announced while the write is in flight is not taken from the wake-up", async () => {
     const { clock, inner, valve, events, queued } = await subscribedValve('own-remote');
     const other = createValve({ id: 'own-remote', clock, store: inner });
     const t0 = clock.now();
@@ -71,9 +71,11 @@ describe("a valve's own pause, its wake-up coming before the write's answer", ()
     await other.pause(120_000);
     await clock.tickAsync(13);
     await pausing;
-    expect(events).toEqual(['pause manual', 'pause remote']);
-    expect(valve.stats().pausedBy?.source).toBe('remote');
-    expect(valve.stats().pausedUntil).toBe(t0 + 7 + 120_000);
+    // A cue only: the known pause holds the queue anyway (which waits an hour on its rule), so
+    // the store is not asked; its own pause is not taken for the other's, nor the other's end cached.
+    expect(events).toEqual(['pause manual']);
+    expect(valve.stats().pausedBy?.source).toBe('manual');
+    expect(valve.stats().pausedUntil).toBe(t0 + 5 + 60_000);
     await valve.close();
     expect(queued.done).toBe(true);
   });
@@ -193,24 +195,34 @@ async function manualValve(id: string) {
 describe('a pause learnt while an own write is in flight, and own writes answered late', () => {
   it("after resume(), another process's pause heard before the write's answer: stats().pausedBy is 'remote'", async () => {
     // pausedUntil was set and pausedBy null until the write answered (valve/otel: not paused).
-    const { valve, other, done } = await manualValve('inflight-resumed');
+    const { valve, other, answerNext, done } = await manualValve('inflight-resumed');
     valve.observe({ status: 429, headers: { 'retry-after': '1' } }); // write in flight
     void valve.resume().catch(() => {});
     await flushMicrotasks();
     await other.pause(120_000);
+    await flushMicrotasks();
+    // The wake-up is a cue: the store is asked once the write and the resume answered.
+    expect(valve.stats().pausedUntil).toBeNull();
+    answerNext().resolve(); // the write
+    answerNext().resolve(); // the resume
     await flushMicrotasks();
     expect(valve.stats().pausedUntil).not.toBeNull();
     expect(valve.stats().pausedBy).toEqual({ source: 'remote', header: undefined, model: undefined });
     await done();
   });
 
-  it("another process's longer pause heard while an own shorter write is in flight: pausedBy is 'remote' at once", async () => {
-    const { valve, other, done } = await manualValve('inflight-longer');
+  it("another process's longer pause announced while an own shorter write is in flight: not taken from the wake-up", async () => {
+    const { valve, other, events, answerNext, done } = await manualValve('inflight-longer');
     void valve.pause(1000);
     await flushMicrotasks();
     await other.pause(120_000);
     await flushMicrotasks();
-    expect(valve.stats().pausedBy?.source).toBe('remote');
+    // A cue only: the known pause holds the queue anyway, so nothing is asked or cached from it.
+    expect(valve.stats().pausedBy?.source).toBe('manual');
+    answerNext().resolve();
+    await flushMicrotasks();
+    expect(valve.stats().pausedBy?.source).toBe('manual');
+    expect(events).toEqual(['pause 1000 manual']);
     await done();
   });
 
@@ -230,13 +242,15 @@ describe('a pause learnt while an own write is in flight, and own writes answere
     await done();
   });
 
-  it("an own write applied (its wake-up came) whose answer failed: its 'pause' keeps its source", async () => {
+  it("an own write applied (its wake-up came) whose answer failed: no 'remote' pause is announced for it", async () => {
     const { valve, events, answerNext, done } = await manualValve('lost-answer');
     const p = valve.pause(1000).catch(() => 'rejected');
     await flushMicrotasks();
     answerNext().reject(new Error('timeout'));
     expect(await p).toBe('rejected');
-    expect(events).toEqual(['pause 1000 manual']);
+    // The wake-up is only a cue, and the held pause keeps the store from being asked: pause()
+    // rejected, and nothing is announced (as for any write whose answer failed).
+    expect(events).toEqual([]);
     expect(valve.stats().pausedBy?.source).toBe('manual');
     await done();
   });

@@ -16,7 +16,10 @@ export interface IdKeys {
   readonly leases: string;
   /** `<prefix>:{<id>}:fence`: the last fencing number. */
   readonly fence: string;
-  /** `<prefix>:{<id>}:wake`: pub/sub channel for wake-ups. */
+  /**
+   * `<prefix>:{<id>}:wake`: pub/sub channel for wake-ups. Server-wide: not per database, nor
+   * prefixed by ioredis' keyPrefix (classic pub/sub), so its messages are only cues.
+   */
   readonly wake: string;
   /** `<prefix>:{<id>}:r:` + a rule digest: one rule's state. */
   readonly rulePrefix: string;

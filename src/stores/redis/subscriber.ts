@@ -1,7 +1,7 @@
 /**
  * Wake-ups over pub/sub: one optional subscriber connection, shared by every id of a store.
- * Messages on `<prefix>:{<id>}:wake` are "pause:<until ms>", "resume" and "release". They are
- * hints only: admission is always decided by the acquire script.
+ * Messages on `<prefix>:{<id>}:wake` are "pause:<until ms>", "resume" and "release": cues only
+ * (wakeups.ts), as channels are server-wide (other databases and keyPrefixes hear them too).
  *
  * Classic pub/sub (SUBSCRIBE/PUBLISH) on a standalone server; sharded pub/sub
  * (SSUBSCRIBE/SPUBLISH, Redis 7+) on a cluster, where the channel's hash tag puts it in the
