@@ -1,5 +1,6 @@
 import type { Clock } from './clock.js';
 import type { PauseSource } from './events.js';
+import type { PauseCarrier } from './pauses-types.js';
 import type { RulesCarry } from './rulesets.js';
 import type { MaybePromise, Store, WindowTicket } from './stores/store.js';
 
@@ -44,10 +45,10 @@ export interface ValveInternals {
   /** End of the shared pause this process knows (valve clock, epoch ms; 0 or past: none). */
   knownPauseEnd(): number;
   /**
-   * End of a pause this valve applied that the store has not confirmed (its write failed or is
-   * in flight; valve clock, epoch ms; 0 or past: none): a valve group keeps the valve until then.
+   * What a valve group reads and hands over of the valve's pauses: a pause the store has not
+   * confirmed keeps the valve; a known one goes to the key's next valve (pauses-types.ts).
    */
-  unconfirmedPauseEnd?(): number;
+  readonly pauseCarrier?: PauseCarrier;
   /** What a valve group keeps of this valve's rule changes for the key's next valve (rulesets.ts). */
   rulesCarry?(): RulesCarry | undefined;
   /**

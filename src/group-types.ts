@@ -25,8 +25,9 @@ export interface ValveOverrides {
 export interface ValveGroupOptions extends Omit<ValveOptions, 'id'> {
   /**
    * A valve with nothing queued or running for this long is closed and dropped (one holding a
-   * pause the store has not confirmed is kept until that pause ends). Default '5m'; Infinity
-   * keeps valves until close().
+   * pause the store has not confirmed is kept until that pause ends; a confirmed pause stays
+   * with the key, for its next valve, until it ends). Default '5m'; Infinity keeps valves until
+   * close().
    */
   idleTimeout?: number | string;
   /**
@@ -54,7 +55,7 @@ export interface ValveGroupStats {
   evicted: number;
   /** Live valves with jobs queued or running. */
   busy: number;
-  /** Live valves that know of a shared pause. */
+  /** Keys paused: live valves that know of a shared pause, and keys dropped while their pause lasts. */
   paused: number;
   /** Jobs queued, and running, in the live valves. */
   queued: number;
@@ -87,7 +88,7 @@ export interface ValveGroup {
   ): F;
   /** Live valves. */
   readonly size: number;
-  /** Totals and counts over the valves; O(live valves), one small object per live valve. */
+  /** Totals and counts over the valves; O(live valves + dropped paused keys), one small object per live valve. */
   stats(): ValveGroupStats;
   /** Listens to an event of every valve; the listener gets the valve's arguments, then its key. */
   on<E extends ValveEventName>(event: E, listener: ValveGroupListener<E>): this;

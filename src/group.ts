@@ -1,11 +1,11 @@
 import { systemClock } from './clock.js';
 import { describe } from './duration.js';
 import { ValveError } from './errors.js';
-import type { ValveEventName } from './events.js';
+import type { PauseSource, ValveEventName } from './events.js';
 import { checkWrapFetch, type FetchLike, type WrapFetchOptions } from './feedback/fetch.js';
-import type { ValveInternals } from './feedback-port.js';
-import { type Forwarders, GroupEvents, type ValveGroupListener } from './group-events.js';
-import { checkIdleTimeout, IdleEntry, IdleList } from './group-idle.js';
+import { Entry, PausedKey, PausedKeys } from './group-entries.js';
+import { GroupEvents, type ValveGroupListener } from './group-events.js';
+import { checkIdleTimeout, IdleList } from './group-idle.js';
 import {
   checkOverrides,
   type GroupFetchOptions,
@@ -16,7 +16,7 @@ import {
   type ValveGroupStats,
   type ValveOverrides,
 } from './group-types.js';
-import { type GroupWatcher, OBSERVE } from './observer.js';
+import { type GroupWatcher, OBSERVE, PAUSED_KEYS } from './observer.js';
 import { normalizeOptions, type ValveOptions } from './options.js';
 import type { Rule } from './rules/rule.js';
 import type { RulesCarry } from './rulesets.js';
@@ -25,7 +25,7 @@ import { checkId, checkKnownKeys } from './stores/checks.js';
 import { memoryStore } from './stores/memory.js';
 import type { Store } from './stores/store.js';
 import type { JobContext, RunOptions, Valve, ValveStats } from './types.js';
-import { createGroupValve, internalsOf } from './valve.js';
+import { createGroupValve } from './valve.js';
 
 export type { ValveGroupListener } from './group-events.js';
 export type {
@@ -40,7 +40,8 @@ export type {
  * createValveGroup(): one valve per key (a credential, a tenant), created on first use, dropped
  * after `idleTimeout` without work. Every valve of a group shares the group's one store (so on
  * Redis one client and one subscriber connection serve every key). Eviction is group-idle.ts (one
- * list, one timer); the group's events are group-events.ts.
+ * list, one timer); a key dropped while paused keeps its pause as a record (group-entries.ts);
+ * the group's events are group-events.ts.
  */
 
 const GROUP_OPTIONS = [
@@ -60,34 +61,6 @@ const GROUP_OPTIONS = [
 /** The longest a key's rule-set record is kept for the group beyond its rules' interval (ms). */
 const RECORD_TTL_MS = 60_000;
 
-/** One live valve of the group. */
-class Entry extends IdleEntry {
-  /** The valve's forwarders of the group's events (null until the group has a listener). */
-  forwarders: Forwarders | null = null;
-  private readonly internals: ValveInternals | undefined;
-  constructor(
-    readonly key: string,
-    readonly valve: Valve,
-    /** The rules the key gets without any set by setRules(): options(key)'s, or the group's. */
-    readonly defaults: ValveOptions['rules'],
-  ) {
-    super();
-    this.internals = internalsOf(valve);
-  }
-  /** Whether close() was called on the valve (by the group, or by hand). */
-  isClosed(): boolean {
-    return this.internals?.isClosed() ?? false;
-  }
-  /** End of a pause the valve applied that the store has not confirmed (0: none). */
-  unconfirmedPauseEnd(): number {
-    return this.internals?.unconfirmedPauseEnd?.() ?? 0;
-  }
-  /** What the key's next valve takes over of this one's rule changes (undefined: nothing). */
-  rulesCarry(): RulesCarry | undefined {
-    return this.internals?.rulesCarry?.();
-  }
-}
-
 /** Counters of the valves no longer live (evicted, or closed with the group). */
 type Retired = Pick<
   ValveStats,
@@ -102,8 +75,10 @@ class ValveGroupImpl implements ValveGroup {
   private readonly clock: NonNullable<ValveOptions['clock']>;
   /** Live valves by key: an entry exists exactly while its valve is linked in `idle`. */
   private readonly entries = new Map<string, Entry>();
-  /** The live valves by last activity, and the one eviction timer. */
-  private readonly idle: IdleList<Entry>;
+  /** The live valves (and the paused records) by last activity, and the one eviction timer. */
+  private readonly idle: IdleList<Entry | PausedKey>;
+  /** The dropped keys whose pause lasts, kept for their next valve (group-entries.ts). */
+  private readonly paused: PausedKeys;
   private readonly events: GroupEvents;
   /** Closes of evicted valves not yet resolved (awaited by close()). */
   private readonly closing = new Map<Valve, Promise<void>>();
@@ -151,7 +126,10 @@ class ValveGroupImpl implements ValveGroup {
     const store: Store = base.store ?? memoryStore({ clock: this.clock });
     this.base = { ...base, store, clock: this.clock };
     const idleMs = checkIdleTimeout(idleTimeout);
-    this.idle = new IdleList(this.clock, idleMs, (entry, now) => this.due(entry, now));
+    this.idle = new IdleList(this.clock, idleMs, (entry, now) =>
+      entry instanceof PausedKey ? this.paused.due(entry, now) : this.due(entry, now),
+    );
+    this.paused = new PausedKeys(this.idle);
     this.recordTtl = Math.min(idleMs, RECORD_TTL_MS);
     this.events = new GroupEvents(() => this.entries.values());
   }
@@ -226,12 +204,13 @@ class ValveGroupImpl implements ValveGroup {
 
   stats(): ValveGroupStats {
     const r = this.retired;
+    const now = this.clock.now();
     const out: ValveGroupStats = {
       size: this.entries.size,
       created: this.created,
       evicted: this.evicted,
       busy: 0,
-      paused: 0,
+      paused: this.paused.count(now),
       queued: 0,
       running: 0,
       started: r.started,
@@ -280,6 +259,7 @@ class ValveGroupImpl implements ValveGroup {
     this.idle.stop();
     this.kept.clear();
     this.carried.clear();
+    this.paused.clear();
     const closes: Promise<void>[] = [...this.closing.values()];
     for (const entry of this.entries.values()) closes.push(entry.valve.close(options));
     this.closePromise = Promise.all(closes).then(() => {
@@ -299,6 +279,11 @@ class ValveGroupImpl implements ValveGroup {
     this.watcher = watcher;
     if (watcher !== null) for (const entry of this.entries.values()) watcher.added(entry.key, entry.valve);
     return previous;
+  }
+
+  /** valve/otel's reading (see observer.ts): each dropped key whose pause lasts, with its source. */
+  [PAUSED_KEYS](visit: (key: string, source: PauseSource) => void): void {
+    this.paused.forEach(this.clock.now(), visit);
   }
 
   // ---------------------------------------------------------------- creation and eviction
@@ -325,6 +310,9 @@ class ValveGroupImpl implements ValveGroup {
     }
     this.carried.delete(key);
     const entry = new Entry(key, valve, defaults);
+    // The pause its last valve knew is this one's (not another process's, when the store tells).
+    const pause = this.paused.take(key, this.clock.now());
+    if (pause !== undefined) entry.adopt(pause);
     const setRules = valve.setRules;
     valve.setRules = (rules) => this.setRulesOf(entry, setRules, rules);
     this.entries.set(key, entry);
@@ -361,6 +349,8 @@ class ValveGroupImpl implements ValveGroup {
     const carry = entry.rulesCarry();
     if (carry !== undefined && this.closePromise === null) this.carried.set(entry.key, carry);
     this.idle.unlink(entry);
+    // Its pause still counts (stats, metrics), and the key's next valve takes it over.
+    if (this.closePromise === null) this.paused.keep(entry.key, entry.pauseCarry(), this.clock.now());
     this.entries.delete(entry.key);
     this.watcher?.removed(entry.key, entry.valve);
     const valve = entry.valve;
@@ -387,7 +377,8 @@ class ValveGroupImpl implements ValveGroup {
 
   /**
    * The entry's idleTimeout passed since its last activity: evict it, unless it has work or
-   * holds a pause the store has not confirmed (the next valve would not know of it).
+   * holds a pause the store has not confirmed (the next valve would not know of it). A pause
+   * the store has outlives the valve as a record (drop).
    */
   private due(entry: Entry, now: number): void {
     const s = entry.valve.stats();

@@ -37,3 +37,9 @@ export interface GroupWatcher {
  * `(watcher | null) → previous watcher`.
  */
 export const OBSERVE: unique symbol = Symbol.for('valve.observe');
+
+/**
+ * The key of a valve group's method `(visit) → void`: calls `visit(key, source)` for each key
+ * whose valve the group dropped while the pause it knew lasts (valve/otel's valve.paused).
+ */
+export const PAUSED_KEYS: unique symbol = Symbol.for('valve.pausedKeys');

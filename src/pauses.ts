@@ -1,8 +1,9 @@
 import type { Clock } from './clock.js';
 import { ValveError } from './errors.js';
-import type { Emitter, PauseCause, PauseSource, StoreErrorContext, StoreOperation } from './events.js';
+import type { Emitter, PauseCause, PauseSource } from './events.js';
 import { isThenable } from './maybe-promise.js';
 import { pauseMs, pauseOrigin } from './pause-args.js';
+import type { PauseCarrier, PauseCarry, PausesHost } from './pauses-types.js';
 import { ResumeEcho } from './resume-echo.js';
 import type { AcquireResult, Store } from './stores/store.js';
 
@@ -27,25 +28,9 @@ export { pauseOrigin } from './pause-args.js';
  * once they all answered is another process's ('remote'). The later end names the cause.
  */
 
-/** What the pauses room may call above it (wired by valve.ts). */
-export interface PausesHost {
-  /** Counts and emits a 'store-error'. */
-  storeError(err: unknown, operation: StoreOperation, action: StoreErrorContext['action']): void;
-  /** The known pause changed: admission looks again and re-arms its timer. */
-  pauseChanged(): void;
-  /** The pause was deleted: a wait on a 'pause' refusal ends at once. */
-  pauseDeleted(): void;
-  /**
-   * A 'pause' wake-up was taken for the stale one of a pause this valve deleted, though another
-   * valve may have written it: the next store call goes out now, whatever the waits say, and
-   * its answer tells.
-   */
-  askStore(): void;
-}
-
 const REMOTE: PauseCause = { source: 'remote', header: undefined, model: undefined };
 
-export class Pauses {
+export class Pauses implements PauseCarrier {
   /** End of the known shared pause on the local clock (an estimate); 0 after a resume or an answer that reports none. */
   private localUntil = 0;
   /** When (local clock) the known pause was last raised or confirmed (see `heardAt`). */
@@ -138,6 +123,24 @@ export class Pauses {
   /** Changes whenever the pause is deleted (a store call remembers it when sent). */
   get resumeEpoch(): number {
     return this.resumes;
+  }
+
+  /** The known pause, confirmed and announced, for the key's next valve (a group's; undefined: none). */
+  carry(): PauseCarry | undefined {
+    const { localUntil: until, cause } = this;
+    if (until <= this.clock.now() || this.ownWrites > 0 || this.unclaimed !== 0) return undefined;
+    return { until, storeUntil: this.storeUntil, offset: this.offset, cause: cause ?? REMOTE };
+  }
+
+  /**
+   * Takes over the key's last valve's known pause, before any store call: the store reporting it
+   * is no other process's pause. Not heard of yet (heardAt 0): the first job asks the store.
+   */
+  adopt(c: PauseCarry): void {
+    this.localUntil = c.until;
+    this.storeUntil = this.reported = c.storeUntil;
+    this.offset = c.offset;
+    this.cause = c.cause;
   }
 
   /** valve.pause(): validates, applies and writes the pause; resolves once the store recorded it. */

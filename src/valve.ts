@@ -158,7 +158,7 @@ class ValveImpl implements Valve {
       // observe() reaches the pause directly: feedback → pauses → store.
       pauseInBackground: (ms, source, detail) => pauses.pauseInBackground(ms, source, detail),
       knownPauseEnd: () => pauses.until,
-      unconfirmedPauseEnd: () => pauses.unconfirmedUntil,
+      pauseCarrier: pauses,
       rulesCarry: () => this.admission.rulesCarry(),
       pauseWaiters: pauses.waiters,
       isClosed: () => this.closed,

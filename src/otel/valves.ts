@@ -1,9 +1,10 @@
-import { type Attributes, type BatchObservableCallback, type Meter, ROOT_CONTEXT } from '@opentelemetry/api';
+import { type Attributes, type Meter, ROOT_CONTEXT } from '@opentelemetry/api';
 import { describe } from '../duration.js';
-import type { LeaseLostEvent, PauseEvent, StoreErrorContext } from '../events.js';
+import type { LeaseLostEvent, PauseEvent, PauseSource, StoreErrorContext } from '../events.js';
 import type { ValveGroup } from '../group-types.js';
-import { type GroupWatcher, OBSERVE, type ValveObserver } from '../observer.js';
+import { type GroupWatcher, OBSERVE, PAUSED_KEYS, type ValveObserver } from '../observer.js';
 import type { Valve } from '../types.js';
+import { addCollector, checkCardinalityLimit, type DroppedPauses, type Registry } from './collect.js';
 import {
   checkOptions,
   errorType,
@@ -34,12 +35,19 @@ export interface Instrumentation {
 }
 
 /** The options of instrument(). */
-export type InstrumentOptions = MetricsOptions;
+export interface InstrumentOptions extends MetricsOptions {
+  /**
+   * Your metric reader's cardinality limit per instrument (2,000 by default, as the SDK's):
+   * beyond it, valve folds its own series into one summed series marked
+   * `otel.metric.overflow: true` (see collect.ts). The lowest given on one meter applies.
+   */
+  cardinalityLimit?: number | undefined;
+}
 
 const noop = () => {};
 
 /** One set of attributes on one meter and its counts: every valve reporting with these attributes. */
-class Series {
+export class Series {
   /** Jobs started (only grows). */
   started = 0;
   /** error.type → jobs rejected with it (only grows). */
@@ -90,31 +98,20 @@ class Series {
   }
 }
 
-/** A meter's instruments and its series, by canonical attributes. */
-interface Registry {
-  readonly instruments: Instruments;
-  readonly series: Map<string, Series>;
-}
-
 const registries = new WeakMap<Meter, Registry>();
 
 /**
  * The registry of `meter`, made (with its one batch callback) on first use. The series stay as
  * long as the meter: a series' counts never go back (cumulative counters), whoever reported them.
  */
-function registryOf(meter: Meter): Registry {
+function registryOf(meter: Meter, limit: number): Registry {
   let found = registries.get(meter);
   if (found === undefined) {
-    const instruments = valveInstruments(meter);
-    found = { instruments, series: new Map() };
-    meter.addBatchObservableCallback(collector(instruments, found.series), [
-      instruments.started,
-      instruments.rejected,
-      instruments.queued,
-      instruments.running,
-      instruments.paused,
-    ]);
+    found = { instruments: valveInstruments(meter), series: new Map(), limit, dropped: new Set() };
+    addCollector(meter, found);
     registries.set(meter, found);
+  } else if (limit < found.limit) {
+    found.limit = limit;
   }
   return found;
 }
@@ -135,7 +132,10 @@ function seriesFor(registry: Registry, attributes: Attributes): Series {
 }
 
 type Observable = { [OBSERVE](observer: ValveObserver | null): ValveObserver | null };
-type WatchedGroup = { [OBSERVE](watcher: GroupWatcher | null): GroupWatcher | null };
+type WatchedGroup = {
+  [OBSERVE](watcher: GroupWatcher | null): GroupWatcher | null;
+  [PAUSED_KEYS]?(visit: (key: string, source: PauseSource) => void): void;
+};
 
 /** The valve's observer now (null: none). */
 function observerOf(valve: Valve): ValveObserver | null {
@@ -185,42 +185,14 @@ export function instrument(target: Valve | ValveGroup, options?: InstrumentOptio
       `Expected instrument()'s first argument to be a valve (createValve()) or a valve group (createValveGroup()), got ${describe(target)}`,
     );
   }
-  const o = checkOptions(options, 'instrument()');
+  const o = checkOptions(options, 'instrument()', ['cardinalityLimit']);
+  const limit = checkCardinalityLimit((options as InstrumentOptions | undefined)?.cardinalityLimit);
   // A closed target would never tell its close (it happened): nothing to attach.
   if (o.meter === null || target.stats().closed) return STOPPED;
+  const registry = registryOf(o.meter, limit);
   return group
-    ? instrumentGroup(target, o.meter, o.attributes, o.includeId)
-    : instrumentValve(target as Valve & Observable, o.meter, o.attributes, o.includeId);
-}
-
-/** Reports every series at collection: counts, and the queue sizes and pauses of their valves. */
-function collector(instruments: Instruments, all: Map<string, Series>): BatchObservableCallback {
-  return (result) => {
-    for (const s of all.values()) {
-      result.observe(instruments.started, s.started, s.attributes);
-      for (const [type, n] of s.rejected) result.observe(instruments.rejected, n, s.with('error.type', type));
-      let queued = 0;
-      let running = 0;
-      let paused: Map<string, number> | undefined;
-      for (const valve of s.valves) {
-        const stats = valve.stats();
-        queued += stats.queued;
-        running += stats.running;
-        if (stats.pausedBy !== null) {
-          paused ??= new Map();
-          paused.set(stats.pausedBy.source, (paused.get(stats.pausedBy.source) ?? 0) + 1);
-        }
-      }
-      result.observe(instruments.queued, queued, s.attributes);
-      result.observe(instruments.running, running, s.attributes);
-      // A source reported once is reported from then on (0 when no valve is paused by it):
-      // the SDK would repeat its last value otherwise.
-      if (paused !== undefined) for (const source of paused.keys()) s.pauseSources.add(source);
-      for (const source of s.pauseSources) {
-        result.observe(instruments.paused, paused?.get(source) ?? 0, s.with('valve.pause.source', source));
-      }
-    }
-  };
+    ? instrumentGroup(target, registry, o.attributes, o.includeId)
+    : instrumentValve(target as Valve & Observable, registry, o.attributes, o.includeId);
 }
 
 /** The counters of rare events (pauses, lost leases, store errors), into a series. */
@@ -244,7 +216,7 @@ const waitingGroups = new WeakMap<Valve, () => void>();
 
 function instrumentValve(
   valve: Valve & Observable,
-  meter: Meter,
+  registry: Registry,
   base: Attributes,
   includeId: boolean,
 ): Instrumentation {
@@ -253,7 +225,6 @@ function instrumentValve(
       `The valve '${valve.id}' is already instrumented: stop() the first instrumentation first`,
     );
   }
-  const registry = registryOf(meter);
   const i = registry.instruments;
   const s = seriesFor(registry, includeId ? { ...base, 'valve.id': valve.id } : base);
   const on = {
@@ -290,7 +261,7 @@ function instrumentValve(
 
 function instrumentGroup(
   group: ValveGroup & WatchedGroup,
-  meter: Meter,
+  registry: Registry,
   base: Attributes,
   includeId: boolean,
 ): Instrumentation {
@@ -299,7 +270,6 @@ function instrumentGroup(
     group[OBSERVE](previous);
     throw new TypeError('The valve group is already instrumented: stop() the first instrumentation first');
   }
-  const registry = registryOf(meter);
   const i = registry.instruments;
   // Without includeId every valve reports into one series; with it, one series per key.
   const shared = includeId ? null : seriesFor(registry, base);
@@ -341,6 +311,11 @@ function instrumentGroup(
     },
     closed: () => stop(),
   };
+  // The keys the group dropped while their pause lasts still count in valve.paused.
+  const dropped: DroppedPauses = (visit) =>
+    group[PAUSED_KEYS]?.((key, source) => {
+      if (!foreign.has(key)) visit(seriesOf(key), source);
+    });
   // The group's events carry the key: each goes to its key's series, unless the key is left out.
   const on = {
     pause: (e: PauseEvent, key: string) => {
@@ -367,9 +342,11 @@ function instrumentGroup(
     ours.clear();
     for (const valve of foreign.values()) waitingGroups.delete(valve);
     foreign.clear();
+    registry.dropped.delete(dropped);
     group.off('pause', on.pause).off('lease-lost', on['lease-lost']).off('store-error', on['store-error']);
   };
   group.on('pause', on.pause).on('lease-lost', on['lease-lost']).on('store-error', on['store-error']);
   group[OBSERVE](watcher);
+  registry.dropped.add(dropped);
   return { stop };
 }

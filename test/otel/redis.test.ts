@@ -5,7 +5,7 @@
  */
 import { Redis as IORedis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createValve, redisStore, type Store } from '../../src/index.js';
+import { createValve, createValveGroup, redisStore, type Store } from '../../src/index.js';
 import { instrument, instrumentStore } from '../../src/otel.js';
 import { ACQUIRE_WITH } from '../../src/stores/store.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
@@ -131,6 +131,38 @@ describe('instrumentStore(redisStore)', () => {
     expect(timed!.count).toBeGreaterThan(0);
     expect(timed!.sum).toBeGreaterThan(0);
     await valve.close();
+    await provider.shutdown();
+  });
+});
+
+describe('instrument(group) on Redis: a key dropped while paused', () => {
+  it("stays paused in valve.paused, and its next valve counts the same pause once (no 'remote')", async () => {
+    const { reader, meter, provider } = meterSetup();
+    const { host, port } = sharedRedis();
+    const client = new IORedis({ host, port });
+    const subscriber = new IORedis({ host, port });
+    clients.push(client, subscriber);
+    const group = createValveGroup({
+      store: redisStore({ client, subscriber, prefix: uniquePrefix('otel-evict') }),
+      idleTimeout: 100,
+    });
+    instrument(group, { meter });
+    const sources: string[] = [];
+    group.on('pause', (e) => sources.push(e.source));
+    await group.run('k', () => 1);
+    await group.valve('k').pause(1500);
+    const pausedAt = Date.now();
+    await new Promise((r) => setTimeout(r, 400));
+    expect(group.size).toBe(0);
+    const manual = { 'valve.pause.source': 'manual' };
+    expect((await collect(reader)).value('valve.paused', manual)).toBe(1);
+    await group.run('k', () => 2); // waits for the pause's end
+    expect(Date.now() - pausedAt).toBeGreaterThanOrEqual(1400);
+    expect(sources).toEqual(['manual']);
+    const m = await collect(reader);
+    expect(m.points('valve.pauses').map((p) => [p.attributes, p.value])).toEqual([[manual, 1]]);
+    expect(m.value('valve.paused', manual)).toBe(0);
+    await group.close();
     await provider.shutdown();
   });
 });
