@@ -14,9 +14,8 @@ export interface PausesHost {
   /** The pause was deleted: a wait on a 'pause' refusal ends at once. */
   pauseDeleted(): void;
   /**
-   * A 'pause' wake-up was taken for the stale one of a pause this valve deleted, though another
-   * valve may have written it: the next store call goes out now, whatever the waits say, and
-   * its answer tells.
+   * A 'pause' wake-up came (a cue, never trusted) with no pause known: the next store call goes
+   * out now, whatever the waits say, and its answer tells.
    */
   askStore(): void;
 }

@@ -23,7 +23,7 @@ export { pauseOrigin } from './pause-args.js';
  * A 'pause' event announces an end (store clock) later than any announced since the pause was
  * last cleared (`reported`): a write the store answered with an end it already had applied
  * nothing. While this valve's writes are in flight, a pause learnt from the store may be one of
- * theirs (its wake-up can come before the write's answer): it is held as `unclaimed`, and the
+ * theirs (applied before the write's answer came): it is held as `unclaimed`, and the
  * write answering that end or a later one claims it (cause and event are the write's); one left
  * once they all answered is another process's ('remote'). The later end names the cause.
  */
@@ -63,7 +63,7 @@ export class Pauses implements PauseCarrier {
   private heldUntil = 0;
   /** What applied heldUntil. */
   private heldCause: PauseCause | null = null;
-  /** Which 'pause' wake-ups after a resume() may be the deleted pause's echo (resume-echo.ts). */
+  /** This valve's resume() in flight: a 'pause' wake-up meanwhile asks the store once it answered (resume-echo.ts). */
   private readonly echo = new ResumeEcho();
   /**
    * Called, and emptied, when the pause is deleted (resume(), a 'resume' wake-up): a wait that
@@ -164,10 +164,7 @@ export class Pauses implements PauseCarrier {
   /** valve.resume(): forgets the pause at once, then deletes it on the store. */
   resume(): Promise<void> {
     this.resumes++;
-    // The store's own 'pause' wake-up for the pause deleted here may still be on its way.
-    const end = this.until;
-    const deleted = Math.max(this.storeUntil, end > 0 ? end + this.offset : 0);
-    const deletion = this.echo.deleted(deleted, this.ownWrites, this.clock.now());
+    const deletion = this.echo.deleted();
     this.deletedReported = this.reported;
     this.forget();
     this.heldUntil = 0;
@@ -178,29 +175,20 @@ export class Pauses implements PauseCarrier {
     try {
       result = this.store.resume(this.id);
     } catch (err) {
-      this.resumeFailed(deletion);
+      this.echo.resumeFailed(deletion);
       return Promise.reject(this.storeFailure(err, 'resume'));
     }
     if (isThenable(result)) {
       return Promise.resolve(result).then(
         () => this.resumed(deletion),
         (err: unknown) => {
-          this.resumeFailed(deletion);
+          this.echo.resumeFailed(deletion);
           throw this.storeFailure(err, 'resume');
         },
       );
     }
     this.resumed(deletion);
     return Promise.resolve();
-  }
-
-  /**
-   * A new subscription to the store's wake-ups started: it cannot carry a wake-up sent before
-   * the last resume() was done (nor, then, a stale one), so every 'pause' wake-up from now on
-   * is a pause written since, however short.
-   */
-  subscribed(): void {
-    this.echo.subscribed();
   }
 
   /**
@@ -227,12 +215,11 @@ export class Pauses implements PauseCarrier {
   }
 
   /**
-   * Records a pause the store reported (store-clock epoch ms) through an acquisition's answer or
-   * a wake-up. Ending later than any announced, it is another process's, and emits a 'remote'
-   * 'pause' event; or, while this valve's writes are in flight, maybe one of theirs: held until
-   * they answer.
+   * Records a pause the store reported (store-clock epoch ms) in an acquisition's answer. Ending
+   * later than any announced, it is another process's, and emits a 'remote' 'pause' event; or,
+   * while this valve's writes are in flight, maybe one of theirs: held until they answer.
    */
-  learn(storeUntil: number): void {
+  private learn(storeUntil: number): void {
     this.raise(storeUntil);
     if (storeUntil <= this.reported) return;
     if (this.ownWrites === 0) this.remote(storeUntil);
@@ -264,9 +251,6 @@ export class Pauses implements PauseCarrier {
     this.forget();
     this.heldUntil = 0;
     this.heldCause = null;
-    // Wake-ups are delivered in order: any later 'pause' one is for a pause written after it
-    // (and one held back for a write's answer was sent before it: deleted).
-    this.echo.clear();
     this.deleted();
     if (had) this.emitResume('remote');
   }
@@ -329,29 +313,24 @@ export class Pauses implements PauseCarrier {
       this.ownWrites++;
       const epoch = this.resumes;
       const said = this.resumeEvents;
-      const deletion = this.echo.deletion;
       const done = Promise.resolve(result).then(
         (until) => {
           this.ownWrites--;
           const kept = this.resumes === epoch;
           if (kept) this.confirmed(end);
-          // A resume() called after this write deleted the pause: do not keep it (nor its 'pause'
-          // wake-up, still on its way if no 'resume' wake-up came since: the echo ends where this
-          // answer says). Announced only if no 'resume' came since it was sent (the pending
-          // resume's follows) and it ends later than what was announced before the deletion.
-          const deferred = this.echo.writeSettled(deletion, until, this.clock.now());
+          // A resume() called after this write deleted the pause: do not keep it. Announced only
+          // if no 'resume' came since it was sent (the pending resume's follows) and it ends
+          // later than what was announced before the deletion.
           if (kept) this.written(until, cause, detail);
           else if (this.resumeEvents === said && typeof until === 'number' && until > this.deletedReported) {
             this.deletedReported = until;
             this.paused(until, source, detail);
           }
-          this.learnDeferred(deferred);
           this.settle();
         },
         (err: unknown) => {
           this.ownWrites--;
-          this.learnDeferred(this.echo.writeSettled(deletion, undefined, this.clock.now()));
-          // Its wake-up may have come first (applied, the answer lost): a pause learnt meanwhile ending no later is its own.
+          // The store may have applied it (the answer lost): a pause learnt meanwhile ending no later is its own.
           if (this.resumes === epoch && this.unclaimed !== 0 && this.unclaimed <= end + this.offset)
             this.written(this.unclaimed, cause, detail);
           this.settle();
@@ -368,8 +347,8 @@ export class Pauses implements PauseCarrier {
 
   /**
    * A write of this valve answered `until` (store clock), no resume since. It claims a pause
-   * learnt meanwhile that ends no later (that was its own wake-up), and is announced only if it
-   * ends later than any announced (it applied or extended the pause).
+   * learnt meanwhile that ends no later (the store applied it before answering), and is
+   * announced only if it ends later than any announced (it applied or extended the pause).
    */
   private written(until: unknown, cause: PauseCause, detail: unknown): void {
     if (typeof until !== 'number' || !Number.isFinite(until)) return;
@@ -424,21 +403,9 @@ export class Pauses implements PauseCarrier {
   }
 
   private resumed(deletion: number): void {
-    // The echo, if any, comes within the store's latency of this answer.
-    if (this.echo.resumed(deletion, this.clock.now())) this.host.askStore();
+    // A 'pause' wake-up came while the call was in flight: the store is asked now.
+    if (this.echo.resumed(deletion)) this.host.askStore();
     this.emitResume('manual');
-  }
-
-  /** store.resume failed: the pause may still be on the store, so its wake-ups are heard again. */
-  private resumeFailed(deletion: number): void {
-    this.learnDeferred(this.echo.resumeFailed(deletion, this.clock.now()));
-  }
-
-  /** Learns a 'pause' wake-up the echo room held back for the stale writes' answers (0: none). */
-  private learnDeferred(deferred: number): void {
-    if (deferred === 0) return;
-    this.learn(deferred);
-    this.host.pauseChanged();
   }
 
   /** Reports a failed pause/resume and returns the error its promise rejects with. */

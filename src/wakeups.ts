@@ -92,8 +92,6 @@ export class Wakeups {
         return false;
       }
       this.unsubscribe = unsubscribe;
-      // Wake-ups sent before it are not carried: none is taken for a stale one of a resume().
-      this.pauses.subscribed();
     } catch (err) {
       this.broken = true;
       this.host.storeError(err, 'subscribe', 'none');
