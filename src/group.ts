@@ -184,18 +184,19 @@ class ValveGroupImpl implements ValveGroup {
     // One wrapped fetch per valve, dropped with the valve.
     const wrapped = new WeakMap<Valve, F>();
     const fetchThrough = (input: Parameters<F>[0], init?: Parameters<F>[1]): Promise<unknown> => {
-      let valve: Valve;
+      let f: F | undefined;
       try {
         const key = keyOf(input, init);
         if (this.closePromise !== null) throw closedError();
-        valve = this.live(key)?.valve ?? this.create(checkId(key, 'key')).valve;
+        const valve = this.live(key)?.valve ?? this.create(checkId(key, 'key')).valve;
+        f = wrapped.get(valve);
+        if (f === undefined) {
+          // Throws for a fixed cost the group's rules can never admit: this call rejects.
+          f = valve.wrapFetch(fetchFn, rest as WrapFetchOptions<Parameters<F>[0], Parameters<F>[1]>);
+          wrapped.set(valve, f);
+        }
       } catch (err) {
         return Promise.reject(err);
-      }
-      let f = wrapped.get(valve);
-      if (f === undefined) {
-        f = valve.wrapFetch(fetchFn, rest as WrapFetchOptions<Parameters<F>[0], Parameters<F>[1]>);
-        wrapped.set(valve, f);
       }
       return f(input, init);
     };

@@ -1,6 +1,6 @@
 import { describe, parseDuration } from './duration.js';
 import type { FeedbackModel } from './events.js';
-import { MAX_DURATION_MS } from './stores/checks.js';
+import { checkKnownKeys, MAX_DURATION_MS } from './stores/checks.js';
 
 /*
  * What a pause is asked for and what produced it: valve.pause()'s argument, checked, and the
@@ -31,9 +31,12 @@ export function pauseOrigin(detail: unknown): {
   };
 }
 
+const UNTIL = ['until'] as const;
+
 /**
  * valve.pause()'s argument as a length in ms from `now` (local clock; 0 or less: an `until`
- * already past). Throws TypeError/RangeError for anything else, or for more than 365 days.
+ * already past). Throws TypeError/RangeError for anything else (an object with a key besides
+ * `until`, too), or for more than 365 days.
  */
 export function pauseMs(duration: unknown, now: number): number {
   if (typeof duration === 'number' || typeof duration === 'string') {
@@ -46,6 +49,8 @@ export function pauseMs(duration: unknown, now: number): number {
     return ms;
   }
   if (typeof duration === 'object' && duration !== null && 'until' in duration) {
+    // Like every options object: a key it does not know is refused, not ignored.
+    checkKnownKeys(duration, UNTIL, 'pause()');
     const until = (duration as { until: unknown }).until;
     const at = until instanceof Date ? until.getTime() : until;
     if (typeof at !== 'number') {

@@ -60,7 +60,7 @@ export function internalsOf(valve: Valve): ValveInternals | undefined {
 }
 
 class ValveImpl implements Valve {
-  readonly id: string;
+  declare readonly id: string; // own, enumerable, not writable: defined in the constructor
   /** The largest cost any job may have under the current rules (Infinity without rules). */
   private maxCost: number;
   /** The rule that sets maxCost and its option path (for the message), undefined without rules. */
@@ -100,7 +100,7 @@ class ValveImpl implements Valve {
   private readonly closeWaiters = new Set<() => void>(); // called, emptied, by the first close()
 
   constructor(o: NormalizedOptions) {
-    this.id = o.id;
+    Object.defineProperty(this, 'id', { value: o.id, enumerable: true });
     this.maxCost = o.maxCost;
     this.maxCostRule = o.maxCostRule;
     this.maxCostPath = o.maxCostPath;
@@ -191,7 +191,7 @@ class ValveImpl implements Valve {
       const error = readRunOptions(options, this.maxWait, args);
       if (error !== undefined) throw error;
       // A cost the current rules can never admit (setRules() may change them: each call checks again).
-      if (args.cost > this.maxCost) throw this.costError(args.cost);
+      if (args.cost > this.maxCost) throw this.tooCostly(args.cost)!;
     }
     return (...args: A) => this.run(() => fn(...args), options) as Promise<Awaited<R>>;
   }
@@ -200,7 +200,7 @@ class ValveImpl implements Valve {
     fetchFn?: F,
     options?: WrapFetchOptions<Parameters<F>[0], Parameters<F>[1]>,
   ): F {
-    return wrapFetch(this.internals, fetchFn, options);
+    return wrapFetch(this.internals, fetchFn, options, this.tooCostly);
   }
 
   observe(input: unknown): FeedbackReading | undefined {
@@ -219,9 +219,7 @@ class ValveImpl implements Valve {
     this.maxCostRule = next.maxCostRule;
     this.maxCostPath = next.maxCostPath;
     // Waiting jobs the new rules can never admit end now (or once their store call returns).
-    this.admission.setRules(next.rules, (job) =>
-      job.cost > this.maxCost ? this.costError(job.cost) : undefined,
-    );
+    this.admission.setRules(next.rules, (job) => this.tooCostly(job.cost));
     return Promise.resolve();
   }
 
@@ -334,7 +332,7 @@ class ValveImpl implements Valve {
       maxWait = args.maxWait;
       args.signal = null; // hold no caller's signal between calls
     }
-    if (cost > this.maxCost) return jobs.refuse(this.costError(cost));
+    if (cost > this.maxCost) return jobs.refuse(this.tooCostly(cost)!);
     if (this.closed) return jobs.refuse(new ValveError('CLOSED', 'The valve is closed'));
     if (signal?.aborted) return jobs.refuse(signal.reason);
     const retry =
@@ -360,13 +358,14 @@ class ValveImpl implements Valve {
     return promise;
   }
 
-  /** The RangeError of a cost the rules can never admit, naming the rule. */
-  private costError(cost: number): RangeError {
+  /** The RangeError of a cost the current rules can never admit, naming the rule; undefined for one they can. */
+  private readonly tooCostly = (cost: number): RangeError | undefined => {
+    if (!(cost > this.maxCost)) return undefined;
     const rule = this.maxCostRule!;
     return new RangeError(
       `Expected \`cost\` to be at most ${rule.maxCost} (the largest cost rule \`${this.maxCostPath}\`, ${rule.label}, can ever admit), got ${cost}`,
     );
-  }
+  };
 
   // ---------------------------------------------------------------- store errors, close
 

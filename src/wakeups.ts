@@ -62,6 +62,10 @@ export class Wakeups {
   private heard: boolean | null = null;
   /** A refused subscription was reported and the store has not confirmed one since. */
   private refusalReported = false;
+  /** Inside store.subscribe(): a status it gives before returning is kept in `early`. */
+  private subscribing = false;
+  /** Statuses given inside store.subscribe(), applied once it returned; null when none. */
+  private early: WakeStatus[] | null = null;
 
   constructor(
     /** The valve's id: the subscription is for it. */
@@ -85,17 +89,28 @@ export class Wakeups {
     if (this.unsubscribe !== null || this.broken) return false;
     if (typeof this.store.subscribe !== 'function') return false;
     this.heard = null;
+    this.subscribing = true;
     try {
       const unsubscribe = this.store.subscribe(this.id, this.onWake, this.onStatus);
+      this.subscribing = false;
       if (typeof unsubscribe !== 'function') {
         this.broken = true;
+        this.early = null;
         return false;
       }
       this.unsubscribe = unsubscribe;
     } catch (err) {
+      this.subscribing = false;
+      this.early = null;
       this.broken = true;
       this.host.storeError(err, 'subscribe', 'none');
       return false;
+    }
+    // A store may confirm or refuse inside subscribe() (a refusal it knew already): applied now.
+    const early = this.early;
+    if (early !== null) {
+      this.early = null;
+      for (const status of early) this.onStatus(status);
     }
     const again = this.heldBefore || this.pauses.heldSince(PAUSE_RECHECK);
     this.heldBefore = true;
@@ -160,6 +175,13 @@ export class Wakeups {
   };
 
   private readonly onStatus = (status: WakeStatus): void => {
+    if (this.subscribing && typeof status === 'object' && status !== null) {
+      // Copied: a store may reuse its status object.
+      const copy = { listening: status.listening, error: status.error };
+      if (this.early === null) this.early = [copy];
+      else this.early.push(copy);
+      return;
+    }
     if (this.unsubscribe === null || typeof status !== 'object' || status === null) return;
     // The store updates listening(id) before it tells: compare with what it told last.
     if (status.listening === true) {

@@ -232,10 +232,17 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
   valve: ValveInternals,
   fetchFn?: F,
   options?: WrapFetchOptions<Parameters<F>[0], Parameters<F>[1]>,
+  tooCostly?: (cost: number) => RangeError | undefined,
 ): F {
   const fn = checkWrapFetch(fetchFn, options);
   const retries = options?.retries ?? 3;
   const costOption = options?.cost ?? 1;
+  // A fixed cost the valve's current rules can never admit is refused now, as valve.wrap() does
+  // (each call checks again: setRules() may change them; a cost function is checked per call).
+  if (typeof costOption === 'number') {
+    const error = tooCostly?.(costOption);
+    if (error !== undefined) throw error;
+  }
   const priority = options?.priority ?? 0;
   const state = feedbackState(valve);
   const fleet = valve.window;
