@@ -2,56 +2,67 @@
  * A valve that knows a pause while it does not listen for wake-ups (idle, or before its first
  * job) cannot hear another valve's resume(): when it gets work and subscribes, it asks the store
  * once if it last heard of the pause a second ago or more, instead of holding its jobs on what
- * it cached (up to PAUSE_TRUST, 30 s, before).
+ * it cached (up to PAUSE_TRUST, 30 s, before). On a controlled clock.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { createValve, memoryStore, type Valve } from '../../src/index.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 
 const valves: Valve[] = [];
 afterEach(async () => {
   await Promise.all(valves.splice(0).map((v) => v.close()));
 });
 
-function valve(store: ReturnType<typeof memoryStore>): Valve {
-  const v = createValve({ id: 'gap', store, rules: { limit: 100, interval: '1s' } });
-  valves.push(v);
-  return v;
+function setup() {
+  const clock = new FakeClock();
+  const store = memoryStore({ clock });
+  const valve = () => {
+    const v = createValve({ id: 'gap', clock, store, rules: { limit: 100, interval: '1s' } });
+    valves.push(v);
+    return v;
+  };
+  return { clock, valve };
 }
 
-/** Resolves with the job's result, or 'held' if it has not started within `ms`. */
-function within<T>(p: Promise<T>, ms: number): Promise<T | 'held'> {
-  return Promise.race([p, new Promise<'held'>((r) => setTimeout(() => r('held'), ms).unref())]);
+/** Tracks a promise's settlement. */
+function track<T>(p: Promise<T>): { done: boolean; value?: T } {
+  const t: { done: boolean; value?: T } = { done: false };
+  void p.then((value) => {
+    t.done = true;
+    t.value = value;
+  });
+  return t;
 }
 
 describe('a pause known while not listening', () => {
   it("another valve's resume() while this one was idle: its next job asks the store and starts", async () => {
-    const store = memoryStore();
-    const a = valve(store);
-    const b = valve(store);
+    const { clock, valve } = setup();
+    const a = valve();
+    const b = valve();
     await a.pause(60_000);
     expect(a.stats().pausedUntil).not.toBeNull();
     await b.resume(); // a does not listen: it has no work
-    await new Promise((r) => setTimeout(r, 1100)); // idle for a while (a pause heard of just now is trusted)
+    await clock.tickAsync(1000); // idle for a second (a pause heard of just now is trusted)
     const resumes: string[] = [];
     a.on('resume', (e) => resumes.push(e.source));
-    expect(
-      await within(
-        a.run(() => 'ran'),
-        3000,
-      ),
-    ).toBe('ran');
+    const job = track(a.run(() => 'ran'));
+    await clock.tickAsync(10);
+    expect(job).toEqual({ done: true, value: 'ran' });
     expect(resumes).toEqual(['remote']);
     expect(a.stats().pausedUntil).toBeNull();
   });
 
-  it('a pause that still holds is kept: one store call, the job waits', async () => {
-    const store = memoryStore();
-    const a = valve(store);
+  it('a pause that still holds is kept: the job waits until resume()', async () => {
+    const { clock, valve } = setup();
+    const a = valve();
     await a.pause(60_000);
-    const job = a.run(() => 'ran');
-    expect(await within(job, 300)).toBe('held');
+    await clock.tickAsync(1000);
+    const job = track(a.run(() => 'ran'));
+    await clock.tickAsync(29_000);
+    expect(job.done).toBe(false);
     expect(a.stats().pausedUntil).not.toBeNull();
     await a.resume();
-    expect(await job).toBe('ran');
+    await clock.tickAsync(10);
+    expect(job).toEqual({ done: true, value: 'ran' });
   });
 });
