@@ -113,20 +113,22 @@ export function leaseCases(c: CaseRegistry): void {
 
     c.it('renew extends a held lease to now + ttl', async (s) => {
       const id = newId();
-      // Each step leaves 1.2 s for a machine busy with other work (renewing at 1.8 s of 3 s).
-      const t = 3000;
+      // The lease (1.5 s) is renewed 0.5 s after its grant, which leaves a machine busy with other
+      // work 1 s to send the renewal; 1.65 s after the grant the lease is held only thanks to the
+      // renewal, and only if the renewal counted from its own time (grant + ttl ended at 1.5 s).
+      const t = 1500;
       const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: t } });
       const token = leaseOf(r, 0).token;
-      await s.pass(1800);
+      await s.pass(500);
       const renewSent = performance.now();
       expect(await s.store.renew(id, [token], t)).toEqual([true]);
-      await s.pass(1800); // 3.6 s after the grant: held only thanks to the renewal
+      await s.pass(1150);
       const blocked = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 1, ttl: t } });
       // In real time the renewal holds until its send + t at least: a machine that stalled past
       // that cannot tell a lease the renewal extended from one that expired, so the checks need
       // the acquisition answered before then (always so with a controlled clock).
       if (s.advance !== undefined || performance.now() - renewSent < t) {
-        expect(blocked.blocked, 'a lease renewed 1.8 s ago, with a ttl of 3 s').toBe('concurrency');
+        expect(blocked.blocked, 'a lease renewed 1.15 s ago, with a ttl of 1.5 s').toBe('concurrency');
         expect(await s.store.renew(id, [token], t)).toEqual([true]);
       }
     });

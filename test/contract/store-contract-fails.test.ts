@@ -47,6 +47,27 @@ function broken(patch: (inner: Store) => Partial<Store>, controlled = true): () 
 }
 
 /**
+ * A renewal that counts its ttl from the lease's grant instead of from now (the lease then ends
+ * at grant + ttl however late it was renewed).
+ */
+const renewFromGrant = (inner: Store): Partial<Store> => {
+  const granted = new Map<string, number>();
+  return {
+    acquire: async (r) => {
+      const result = await inner.acquire(r);
+      for (const lease of result.leases ?? []) granted.set(lease.token, performance.now());
+      return result;
+    },
+    renew: (id, tokens, ttl) =>
+      inner.renew(
+        id,
+        tokens,
+        Math.max(1, ttl - Math.round(performance.now() - (granted.get(tokens[0] ?? '') ?? 0))),
+      ),
+  };
+};
+
+/**
  * A read-modify-write race: an acquisition arriving while an identical one is in flight (a
  * network round trip away) gets the same answer, as when a store reads the state, decides,
  * then writes it back.
@@ -361,6 +382,13 @@ describe('the conformance suite fails stores that pass every case made one at a 
         ),
       ]);
     }
+  });
+
+  it('a renewal counted from the grant instead of from now: the real-time renew case fails', async () => {
+    const cases = collect(broken(renewFromGrant, false), { wakeUps: false });
+    expect(await failing(cases, /renew/)).toEqual([
+      expect.stringMatching(/leases › renew extends a held lease to now \+ ttl/),
+    ]);
   });
 
   it('GCRA state that expires one emission interval after a burst: the real-time case fails', async () => {
