@@ -159,7 +159,7 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
  * `windowSend`/`windowReport` when it has them, and `listening(id)`, checked (with `wakeUps`)
  * when the store has it.
  * Most cases take a few ms. Without a controlled clock six wait real time: "renew extends a
- * held lease" 3.6 s, "a pause ends by itself" 0.51 s, "spent budget stays spent" 0.3 s, three
+ * held lease" 1.65 s, "a pause ends by itself" 0.51 s, "spent budget stays spent" 0.3 s, three
  * others under 0.1 s; the wake-up cases wait up to 5 s for a subscription to become active.
  * Every store call must settle within `callTimeout` (5 s) and each case finish within
  * `caseTimeout` (9 s), or the case fails naming the call; its cleanups run either way. Give

@@ -129,7 +129,9 @@ describe('several processes share one budget through Redis', () => {
   }, 60_000);
 
   it('on a Redis Cluster: 4 saturated processes never break the bound and use >= 95% of the limit', async () => {
-    const rules: Rule[] = [{ limit: 200, interval: '1s', burst: 5 }];
+    // 100/s with burst 10, as above: 90 ms of burst tolerance. (200/s with burst 5 leaves 20 ms,
+    // which a saturated two-core machine's stalls exceed: 92.8 % under load 10, > 99 % quiet.)
+    const rules: Rule[] = [{ limit: 100, interval: '1s', burst: 10 }];
     const [reports] = await run(
       [{ prefix: uniquePrefix('mp-cluster'), rules, workers: 4, cluster: true }],
       3000,
@@ -137,10 +139,11 @@ describe('several processes share one budget through Redis', () => {
     const grants = grantsOf(reports!);
     for (const r of reports!) expect(r.storeErrors).toEqual([]);
     expect(checkRules(grants, rules)).toEqual([]);
-    const used = gcraUtilization(grants, { limit: 200, intervalMs: 1000, burst: 5 });
+    const used = gcraUtilization(grants, { limit: 100, intervalMs: 1000, burst: 10 });
     console.log(
-      `cluster, GCRA 200/s burst 5, 4 processes: ${grants.length} starts, ${(used * 100).toFixed(2)}%`,
+      `cluster, GCRA 100/s burst 10, 4 processes: ${grants.length} starts, ${(used * 100).toFixed(2)}%`,
     );
+    expect(used).toBeLessThanOrEqual(1.0000001);
     expect(used).toBeGreaterThanOrEqual(0.95);
   }, 60_000);
 
