@@ -61,8 +61,9 @@ export function createOpenAI({
   // #region tokens
   /** A chat completion charged to the token rule: its estimate before it starts, the rest after. */
   async function chat(messages: ChatCompletionMessageParam[], maxTokens: number, signal?: AbortSignal) {
-    // OpenAI counts max_tokens against the limit when the request arrives.
-    const estimate = estimateTokens(messages) + maxTokens;
+    // OpenAI counts max_tokens against the limit when the request arrives. A cost is at most
+    // the rule's burst: a larger estimate waits for the whole bucket instead.
+    const estimate = Math.min(estimateTokens(messages) + maxTokens, tpm);
     await tokens.run(() => {}, { cost: estimate, signal });
     const completion = await openai.chat.completions.create(
       { model: 'gpt-4o-mini', messages, max_tokens: maxTokens },

@@ -21,9 +21,10 @@ import {
   getGlobalDispatcher,
   request,
   setGlobalDispatcher,
+  FormData as UndiciFormData,
   fetch as undiciFetch,
 } from 'undici';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createAxios } from '../../examples/axios.js';
 import { createKy } from '../../examples/ky.js';
 import { createDispatcher } from '../../examples/undici.js';
@@ -39,6 +40,7 @@ import {
 import { requestHeader, valveInterceptor } from '../../src/undici.js';
 import { insideAnnouncedPauses, recordPauses, stampedFetch } from '../helpers/announced-pauses.js';
 import { type FakeApi, startFakeApi } from '../helpers/fake-apis.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { startRealLimiter } from '../helpers/real-limiters.js';
 
 const now = (): number => performance.timeOrigin + performance.now();
@@ -166,6 +168,30 @@ describe('ky (examples/ky.ts)', () => {
     expect(error).toBeInstanceOf(HTTPError);
     expect((error as HTTPError).response.status).toBe(429);
     expect(await (error as HTTPError).response.json()).toEqual({ title: 'Too Many Requests', status: 429 });
+    expect(api.log).toHaveLength(1);
+  });
+
+  it("a call that waits in valve's queue longer than ky's default timeout (10 s) is sent, not timed out", async () => {
+    const api = await fake();
+    const clock = new FakeClock();
+    const v = createValve({ id: 'api', clock, store: memoryStore({ clock }) });
+    closers.push(() => v.close());
+    await v.pause(60_000);
+    // ky arms its timeout with the global setTimeout: faked while the call waits in the queue.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    let settled: Promise<unknown>;
+    try {
+      settled = createKy(v, api.url)
+        .get('items/1')
+        .then((res) => res.status)
+        .catch((e: unknown) => e);
+      await queued(v);
+      vi.advanceTimersByTime(11_000);
+    } finally {
+      vi.useRealTimers();
+    }
+    await clock.tickAsync(60_000); // the pause ends
+    expect(await settled).toBe(200);
     expect(api.log).toHaveLength(1);
   });
 });
@@ -338,6 +364,21 @@ describe('valve/undici (examples/undici.ts)', () => {
     expect(once.statusCode).toBe(429);
     await once.body.text();
     expect(api.log.map((r) => r.body)).toEqual([long]);
+  });
+
+  it("undici's FormData given to request() is sent again as it is", async () => {
+    const api = await fake(true);
+    const v = createValve({ id: 'api', feedback: { backoffInitial: '10ms' } });
+    closers.push(() => v.close());
+    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    const form = new UndiciFormData();
+    form.append('field', 'form-value');
+    const viaForm = await request(`${api.url}/items`, { method: 'POST', body: form, dispatcher: agent });
+    expect(viaForm.statusCode).toBe(429);
+    await viaForm.body.text();
+    expect(api.log).toHaveLength(4);
+    for (const r of api.log) expect(r.body).toMatch(/name="field"\r\n\r\nform-value\r\n/);
   });
 
   it('a call aborted while queued rejects at once and never reaches the server (fetch and request)', async () => {

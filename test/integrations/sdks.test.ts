@@ -138,6 +138,26 @@ describe('OpenAI (examples/openai.ts)', () => {
     await third;
     expect(api.log).toHaveLength(2);
   });
+
+  it("a max_tokens above the token rule's burst is charged as the whole bucket, and the call is sent", async () => {
+    const api = await fake('openai', { limit: 50, windowMs: 1000, usage: { input: 12, output: 30 } });
+    const client = createOpenAI({ apiKey: 'sk-test', baseURL: api.url, tpm: 100 });
+    closers.push(client.close);
+    const prompt = [{ role: 'user' as const, content: 'Say call.' }];
+    // Estimate 3 + 4 + 500 = 507 tokens, more than the 100 the rule can ever admit: charged 100.
+    const completion = await client.chat(prompt, 500);
+    expect(completion.choices[0]?.message.content).toBe('ok');
+    expect(api.log).toHaveLength(1);
+    expect(JSON.parse(api.log[0]!.body)).toMatchObject({ max_tokens: 500 });
+    // The bucket is empty: the next call waits for it to refill.
+    const controller = new AbortController();
+    const next = client.chat(prompt, 16, controller.signal).catch((e: unknown) => e);
+    await queued(client.tokens);
+    expect(client.tokens.stats()).toMatchObject({ started: 1, queued: 1 });
+    controller.abort();
+    await next;
+    expect(api.log).toHaveLength(1);
+  });
 });
 
 describe('Anthropic (examples/anthropic.ts)', () => {
