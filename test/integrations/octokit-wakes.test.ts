@@ -9,6 +9,7 @@ import type { ValveInternals } from '../../src/feedback-port.js';
 import type { Lanes } from '../../src/integrations/octokit/lanes.js';
 import type { Settings } from '../../src/integrations/octokit/options.js';
 import { Pauses } from '../../src/integrations/octokit/pauses.js';
+import { ResourcePauses } from '../../src/integrations/octokit/resources.js';
 import { Cut } from '../../src/integrations/octokit/waiting.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 
@@ -113,6 +114,47 @@ describe('requests waiting for pauses', () => {
     const closedErr = closed.catch((e: unknown) => e);
     await clock.tickAsync(100);
     expect(await timedOutErr).toMatchObject({ code: 'MAX_WAIT' });
+    cut.close();
+    expect(await closedErr).toMatchObject({ code: 'CLOSED' });
+    expect(clock.nextAt()).toBeUndefined();
+  });
+});
+
+describe('requests waiting for a spent resource valve has no lane for', () => {
+  it('wait for its end, on their route only; maxWait, the signal and close() end a wait; no timer left', async () => {
+    const clock = new FakeClock();
+    const cut = new Cut();
+    const spent = new ResourcePauses();
+    const route = 'POST /repos/{owner}/{repo}/code-scanning/sarifs';
+    const start = clock.now();
+    spent.pause('b', route, 'code_scanning_upload', start + 1000, start);
+    expect(spent.end('b', route)).toBe(start + 1000);
+    expect(spent.end('b', 'GET /repos/{owner}/{repo}/issues')).toBe(0);
+    expect(spent.end('other', route)).toBe(0);
+    const woken: number[] = [];
+    const sleep = (deadline: number, signal?: AbortSignal) =>
+      spent.sleep('b', route, clock, deadline, signal, cut).then(() => {
+        woken.push(clock.now() - start);
+      });
+    const waits = [sleep(Number.POSITIVE_INFINITY)];
+    const timedOut = sleep(start + 100).catch((e: unknown) => e);
+    const c = new AbortController();
+    const aborted = sleep(Number.POSITIVE_INFINITY, c.signal).catch((e: unknown) => e);
+    await clock.tickAsync(100);
+    expect(await timedOut).toMatchObject({ code: 'MAX_WAIT' });
+    c.abort(new Error('mine'));
+    expect(await aborted).toMatchObject({ message: 'mine' });
+    // Spent again meanwhile: the wait goes on to the later end (a pause is never shortened).
+    spent.pause('b', route, 'code_scanning_upload', start + 1500, clock.now());
+    spent.pause('b', route, 'code_scanning_upload', start + 500, clock.now());
+    await clock.runAllAsync();
+    await Promise.all(waits);
+    expect(woken).toEqual([1500]);
+    // Ended: a wait returns at once.
+    await expect(sleep(Number.POSITIVE_INFINITY)).resolves.toBeUndefined();
+    spent.pause('b', route, 'code_scanning_upload', clock.now() + 1000, clock.now());
+    const closedErr = sleep(Number.POSITIVE_INFINITY).catch((e: unknown) => e);
+    await clock.tickAsync(10);
     cut.close();
     expect(await closedErr).toMatchObject({ code: 'CLOSED' });
     expect(clock.nextAt()).toBeUndefined();

@@ -436,6 +436,118 @@ describe('what valve adds', () => {
     expect(github.log).toHaveLength(3);
   });
 
+  describe('a resource valve has no lane for (code_scanning_upload, dependency_snapshots…)', () => {
+    // Typed as string: the tests send only the parameters the limits need.
+    const SARIFS: string = 'POST /repos/{owner}/{repo}/code-scanning/sarifs';
+    const spent = (status: number, resource: string): ScriptedAnswer => ({
+      status,
+      headers: {
+        'x-ratelimit-remaining': '0',
+        'x-ratelimit-reset': String(Math.ceil(Date.now() / 1000) + 30),
+        'x-ratelimit-resource': resource,
+      },
+      body: status === 200 ? {} : { message: 'API rate limit exceeded' },
+    });
+
+    it('a 403 for it pauses no lane: the other requests go at once; requests to its route wait for its reset', async () => {
+      const { octokit, calls } = octokitWith({
+        onRateLimit: () => false,
+        onSecondaryRateLimit: () => false,
+        maxWait: '1s',
+      });
+      github.script(spent(403, 'code_scanning_upload'));
+      await expect(octokit.request(SARIFS, { owner: 'o', repo: 'r', sarif: 'x' })).rejects.toMatchObject({
+        status: 403,
+      });
+      expect(calls.primary.map((c) => c.retryAfter)).toEqual([expect.any(Number)]);
+      expect(calls.primary[0]!.retryAfter).toBeGreaterThan(25);
+      // `core` is not spent: REST reads and writes go out (within maxWait: they would wait 30 s).
+      await octokit.request('GET /repos/{owner}/{repo}/issues', { owner: 'o', repo: 'r' });
+      await octokit.request('POST /repos/{owner}/{repo}/issues', { owner: 'o', repo: 'r', title: 't' });
+      // The route that met the limit (in another repository too) waits for the reset: never sent.
+      await expect(octokit.request(SARIFS, { owner: 'o', repo: 's', sarif: 'y' })).rejects.toMatchObject({
+        code: 'MAX_WAIT',
+      });
+      expect(github.log.map((e) => `${e.method} ${e.path} ${e.status}`)).toEqual([
+        'POST /repos/o/r/code-scanning/sarifs 403',
+        'GET /repos/o/r/issues 200',
+        'POST /repos/o/r/issues 201',
+      ]);
+    });
+
+    it('a retried 429 waits retryAfter × retryAfterBaseValue, as do later requests to its route; the rest go first', async () => {
+      const { octokit, calls } = octokitWith({
+        onRateLimit: (retryCount: number) => retryCount < 1,
+        retryAfterBaseValue: 20,
+      });
+      github.script(spent(429, 'code_scanning_upload'));
+      const first = octokit.request(SARIFS, { owner: 'o', repo: 'r', sarif: 'x' });
+      while (calls.primary.length === 0) await new Promise((r) => setTimeout(r, 5));
+      const later = octokit.request(SARIFS, { owner: 'o', repo: 'r', sarif: 'y' });
+      const issues = octokit.request('GET /repos/{owner}/{repo}/issues', { owner: 'o', repo: 'r' });
+      await Promise.all([first, later, issues]);
+      const wait = calls.primary[0]!.retryAfter * 20;
+      const [met, ...rest] = github.log;
+      expect(rest.map((e) => `${e.method} ${e.path} ${e.status}`)).toEqual([
+        'GET /repos/o/r/issues 200',
+        'POST /repos/o/r/code-scanning/sarifs 201',
+        'POST /repos/o/r/code-scanning/sarifs 201',
+      ]);
+      for (const e of rest.slice(1)) expect(e.t).toBeGreaterThanOrEqual(met!.t + wait);
+      expect(calls.primary).toHaveLength(1);
+    });
+
+    it('a 200 that spends it pauses its route the same way, and no lane', async () => {
+      const { octokit } = octokitWith({ maxWait: '1s' });
+      const snapshots: string = 'POST /repos/{owner}/{repo}/dependency-graph/snapshots';
+      github.script(spent(200, 'dependency_snapshots'));
+      await octokit.request(snapshots, { owner: 'o', repo: 'r' });
+      await octokit.request('POST /repos/{owner}/{repo}/issues', { owner: 'o', repo: 'r', title: 't' });
+      await expect(octokit.request(snapshots, { owner: 'o', repo: 'r' })).rejects.toMatchObject({
+        code: 'MAX_WAIT',
+      });
+      expect(github.log.map((e) => `${e.method} ${e.path}`)).toEqual([
+        'POST /repos/o/r/dependency-graph/snapshots',
+        'POST /repos/o/r/issues',
+      ]);
+    });
+  });
+
+  it('a 200 with remaining 0 and a reset a year away pauses its lane an hour, with one warning', async () => {
+    const warnings: string[] = [];
+    const store = memoryStore();
+    const id = freshId();
+    const octokit = new ThrottledOctokit({
+      baseUrl: github.url,
+      log: { ...quiet, warn: (m: string) => warnings.push(String(m)) },
+      throttle: { id, store, onRateLimit: () => false, onSecondaryRateLimit: () => false },
+    });
+    const year = Math.ceil(Date.now() / 1000) + 365 * 86_400;
+    github.script({
+      status: 200,
+      headers: {
+        'x-ratelimit-remaining': '0',
+        'x-ratelimit-reset': String(year),
+        'x-ratelimit-resource': 'core',
+      },
+    });
+    await octokit.request('GET /repos/o/r');
+    let answer = { pausedUntil: null as number | null };
+    for (let i = 0; i < 50 && answer.pausedUntil === null; i++) {
+      await new Promise((r) => setTimeout(r, 5));
+      answer = store.acquire({ id: `${id}:core`, rules: [], costs: [1], count: 1 }) as typeof answer;
+    }
+    await (octokit as unknown as { throttle: ThrottleControl }).throttle.close();
+    const paused = (answer.pausedUntil ?? 0) - Date.now();
+    expect(paused).toBeGreaterThan(3_590_000);
+    expect(paused).toBeLessThanOrEqual(3_600_000);
+    expect(warnings.filter((w) => w.includes('valve/octokit'))).toEqual([
+      expect.stringMatching(
+        /asked for a 3153\d{7} ms wait \(x-ratelimit-reset\); the core lane pauses for 3600000 ms/,
+      ),
+    ]);
+  });
+
   it('a secondary limit asking for a year, or for 1e12 s, pauses at most an hour, with a warning', async () => {
     const warnings: string[] = [];
     const paused = async (retryAfter: string) => {
@@ -637,5 +749,21 @@ describe('classify', () => {
     }
     expect(classify('POST', '/app/installations/{installation_id}/access_tokens', {}).auth).toBe(true);
     expect(classify('POST', '/app/installations/9/access_tokens', {}).auth).toBe(true);
+  });
+
+  it('finds a mutation by its keyword, not by the word in a string, a block string or a comment', () => {
+    for (const query of [
+      'query { search(query: "is mutation", type: ISSUE, first: 1) { issueCount } }',
+      'query { a(b: """\n  a mutation, a \\""" quote\n""") { c } }',
+      'query { a(b: "a \\"mutation\\" # not a comment") { c } } # mutation',
+    ]) {
+      expect(classify('POST', '/graphql', { query }).lanes).toEqual([['graphql', 1]]);
+    }
+    expect(
+      classify('POST', '/graphql', { query: 'query { a(b: "#") { c } }\nmutation { d }' }).lanes,
+    ).toEqual([
+      ['content', 1],
+      ['graphql', 5],
+    ]);
   });
 });

@@ -15,6 +15,8 @@ export interface RateLimitAnswer {
   readonly retryAfter: number;
   /** For a primary limit: the lane of `x-ratelimit-resource`, when valve has one. */
   readonly lane: RateLane | undefined;
+  /** For a primary limit: an `x-ratelimit-resource` valve has no lane for (its requests' route is paused, not a lane). */
+  readonly resource?: string;
 }
 
 /** What one response (or error response) carries. */
@@ -81,8 +83,9 @@ export function readAnswer(
     const reset = Number(header(headers, 'x-ratelimit-reset'));
     const resetMs = Number.isFinite(reset) ? Math.trunc(reset) * 1000 : 0;
     const retryAfter = Math.max(Math.ceil((resetMs - now) / 1000) + 1, 0);
-    const lane =
-      laneOfResource(header(headers, 'x-ratelimit-resource')) ?? (rateLimited ? 'graphql' : undefined);
+    const resource = header(headers, 'x-ratelimit-resource');
+    const lane = laneOfResource(resource) ?? (rateLimited ? 'graphql' : undefined);
+    if (lane === undefined && resource !== undefined) return { kind: 'primary', retryAfter, lane, resource };
     return { kind: 'primary', retryAfter, lane };
   }
   if (retryAfterHeader !== undefined || status === 429) {

@@ -76,6 +76,8 @@ export interface RequestClass {
   readonly graphql: boolean;
   /** The lane whose primary limit the request spends (paused by `x-ratelimit-remaining: 0`). */
   readonly primary: RateLane;
+  /** Method and path (a template, as Octokit passes it): paused by a spent resource valve has no lane for (resources.ts). */
+  readonly route: string;
   /**
    * Lanes in the order they grant, each with its cost: always in LANE_ORDER, the longest window
    * first (`core`'s hour before `content`'s minute), so that no grant of a short window is held
@@ -101,12 +103,15 @@ export function isAuthRequest(method: string, pathname: string): boolean {
   );
 }
 
+/** GraphQL's block strings, strings and comments, each matched whole from where it starts. */
+const NOT_CODE = /"""(?:\\"""|[\s\S])*?"""|"(?:\\.|[^"\\\n\r])*"|#[^\n\r]*/g;
+
 /** Whether a GraphQL request body holds a mutation (costs 5 points, and may create content). */
 function isMutation(options: Record<string, unknown>): boolean {
   const query = typeof options.query === 'string' ? options.query : undefined;
   if (query === undefined) return false;
-  // Comments and strings aside, an operation starts with its keyword.
-  return /(^|[\s{}])mutation\b/.test(query.replace(/#[^\n]*/g, ''));
+  // Comments and strings ("is mutation", """…""") aside, an operation starts with its keyword.
+  return /(^|[\s{}])mutation\b/.test(query.replace(NOT_CODE, ' '));
 }
 
 /** The path of a request URL (templated or absolute), without a GitHub Enterprise Server `/api/v3` prefix. */
@@ -129,13 +134,16 @@ export function pathOf(url: string): string {
  */
 export function classify(method: string, url: string, options: Record<string, unknown>): RequestClass {
   const pathname = pathOf(url);
-  if (isAuthRequest(method, pathname)) return { auth: true, graphql: false, primary: 'core', lanes: [] };
+  const route = `${method} ${pathname}`;
+  if (isAuthRequest(method, pathname))
+    return { auth: true, graphql: false, primary: 'core', route, lanes: [] };
   if (pathname === '/graphql') {
     const mutation = isMutation(options);
     return {
       auth: false,
       graphql: true,
       primary: 'graphql',
+      route,
       lanes: mutation
         ? [
             ['content', 1],
@@ -151,6 +159,7 @@ export function classify(method: string, url: string, options: Record<string, un
       auth: false,
       graphql: false,
       primary: lane,
+      route,
       lanes: [
         [lane, 1],
         ['rest', points],
@@ -162,6 +171,7 @@ export function classify(method: string, url: string, options: Record<string, un
     auth: false,
     graphql: false,
     primary: 'core',
+    route,
     lanes: content
       ? [
           ['core', 1],

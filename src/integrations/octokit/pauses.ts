@@ -4,6 +4,7 @@ import { type AnswerInput, header, type RateLimitAnswer } from './answers.js';
 import type { Lanes } from './lanes.js';
 import { laneOfResource, type RateLane, type RequestClass } from './limits.js';
 import type { Settings } from './options.js';
+import { ResourcePauses } from './resources.js';
 import { type Sleeper, Sleepers } from './sleepers.js';
 import { type Cut, maxWaitError, onAbort, pauseEnd } from './waiting.js';
 
@@ -28,6 +29,8 @@ export class Pauses {
   private readonly onResume = () => this.sleepers.wakeEnded();
   /** Jobs holding a slot while they wait for grants: told when a lane is paused (here, or learnt from the store). */
   private readonly watchers = new Set<() => void>();
+  /** The pauses of the resources valve has no lane for (kept by this client). */
+  readonly resources = new ResourcePauses();
 
   constructor(
     private readonly settings: Settings,
@@ -105,7 +108,9 @@ export class Pauses {
    * A response that is not a rate-limit answer: `x-ratelimit-remaining: 0` (or a count no larger
    * than the requests sent after this one, still in flight) pauses its resource's lane until
    * `x-ratelimit-reset`, in every process, so the next request waits instead of meeting a 403.
-   * Only GitHub's pair is read, and only with a reset in epoch seconds, as GitHub sends it.
+   * Only GitHub's pair is read, and only with a reset in epoch seconds, as GitHub sends it. A
+   * resource valve has no lane for pauses the requests of its route, in this client, at
+   * `remaining: 0` only (resources.ts).
    */
   observe(
     budget: string,
@@ -120,52 +125,113 @@ export class Pauses {
     if (remaining === undefined || reset === undefined || !(Number(reset) * 1000 > now)) return;
     const resource = header(input.headers, 'x-ratelimit-resource');
     const lane = resource === undefined ? klass.primary : laneOfResource(resource);
-    if (lane === undefined) return;
+    if (lane === undefined) {
+      if (remaining === '0')
+        this.pauseResource(budget, klass, resource!, Number(reset) * 1000 - now, input, primary);
+      return;
+    }
     const valve = lane === klass.primary ? primary : this.lanes.budget(budget).valve(lane);
     const headers = { 'x-ratelimit-remaining': remaining, 'x-ratelimit-reset': reset };
-    observe(valve, { status: input.status, headers }, valve === primary ? sent : undefined);
+    const reading = observe(valve, { status: input.status, headers }, valve === primary ? sent : undefined);
+    // A reset past feedback.maxPause (a year away) was cut to it, as for a 403: said once, here.
+    if (reading?.capped === true && reading.waitMs > 0) {
+      this.warnCapped(
+        Math.round(Number(reset) * 1000 - now),
+        'x-ratelimit-reset',
+        `the ${lane} lane pauses`,
+        reading.waitMs,
+      );
+    }
     this.paused();
   }
 
   /**
    * Pauses the lane the answer is about (every request of the budget for a secondary limit) for
    * `retryAfter × retryAfterBaseValue`; a primary limit's pause ends at `x-ratelimit-reset` when
-   * that comes sooner (plugin-throttling's retryAfter adds a second and rounds up).
+   * that comes sooner (plugin-throttling's retryAfter adds a second and rounds up). A primary
+   * limit of a resource valve has no lane for pauses no lane: the requests of its route wait, in
+   * this client (resources.ts).
    */
   pause(budget: string, klass: RequestClass, answer: RateLimitAnswer, input: AnswerInput, now: number): void {
     let ms = Math.ceil(answer.retryAfter * this.settings.retryAfterBaseValue);
     const detail = { status: input.status, kind: answer.kind, retryAfter: answer.retryAfter };
     let valve: ValveInternals;
     let name: string;
+    let what = 'the budget pauses';
     if (answer.kind === 'secondary') {
       valve = this.lanes.budget(budget).valve('all');
       name = 'retry-after';
     } else {
       const reset = Number(header(input.headers, 'x-ratelimit-reset')) * 1000;
       if (reset > now) ms = Math.min(ms, reset - now);
+      if (answer.lane === undefined && answer.resource !== undefined) {
+        this.pauseResource(
+          budget,
+          klass,
+          answer.resource,
+          ms,
+          input,
+          this.lanes.budget(budget).valve(klass.primary),
+        );
+        return;
+      }
       const lane: RateLane = answer.lane ?? klass.primary;
       valve = this.lanes.budget(budget).valve(lane);
       name = 'x-ratelimit-reset';
+      what = `the ${lane} lane pauses`;
     }
     if (!(ms > 0)) return;
-    // Nonsense (a year, 1e12 s) never pauses longer than the valve's feedback.maxPause, as
-    // observe() caps a header's wait: reported, not thrown.
-    const maxPause = valve.feedback.maxPause;
-    if (ms > maxPause) {
-      valve.emit('feedback-ignored', {
-        header: name,
-        value: (header(input.headers, name) ?? String(answer.retryAfter)).slice(0, 200),
-        reason: 'capped',
-        status: input.status,
-        cappedTo: maxPause,
-        requestedMs: ms,
-      });
-      this.octokit.log?.warn?.(
-        `valve/octokit: GitHub asked for a ${ms} ms wait (${name}); the budget pauses for ${maxPause} ms, the most it pauses`,
-      );
-      ms = maxPause;
-    }
+    ms = this.cap(valve, ms, name, input, answer.retryAfter, what);
     valve.pauseInBackground(ms, name === 'retry-after' ? 'retry-after' : 'ratelimit-header', detail);
     this.paused();
+  }
+
+  /** Pauses the route of a request whose resource valve has no lane for, for `ms`, in this client. */
+  private pauseResource(
+    budget: string,
+    klass: RequestClass,
+    resource: string,
+    ms: number,
+    input: AnswerInput,
+    primary: ValveInternals,
+  ): void {
+    if (!(ms > 0)) return;
+    const what = `requests to ${klass.route} (resource ${resource.slice(0, 100)}) pause`;
+    ms = this.cap(primary, ms, 'x-ratelimit-reset', input, undefined, what);
+    const now = primary.clock.now();
+    this.resources.pause(budget, klass.route, resource, now + ms, now);
+  }
+
+  /**
+   * `ms` cut to the valve's feedback.maxPause: nonsense (a year, 1e12 s) never pauses longer, as
+   * observe() caps a header's wait; reported ('feedback-ignored' and octokit.log.warn), not thrown.
+   */
+  private cap(
+    valve: ValveInternals,
+    ms: number,
+    name: string,
+    input: AnswerInput,
+    retryAfter: number | undefined,
+    what: string,
+  ): number {
+    const maxPause = valve.feedback.maxPause;
+    if (ms <= maxPause) return ms;
+    valve.emit('feedback-ignored', {
+      header: name,
+      value: (header(input.headers, name) ?? String(retryAfter)).slice(0, 200),
+      reason: 'capped',
+      status: input.status,
+      cappedTo: maxPause,
+      requestedMs: ms,
+    });
+    this.warnCapped(ms, name, what, maxPause);
+    return maxPause;
+  }
+
+  /** octokit.log.warn: GitHub asked for a wait longer than a pause lasts. */
+  private warnCapped(ms: number, name: string, what: string, maxPause: number): void {
+    this.octokit.log?.warn?.(
+      `valve/octokit: GitHub asked for a ${ms} ms wait (${name}); ${what} for ${maxPause} ms, the most it pauses`,
+    );
   }
 }

@@ -183,6 +183,11 @@ export class Throttle {
       let sent = -1;
       let outcome: Outcome;
       try {
+        // A spent resource valve has no lane for, that this request's route spends (resources.ts).
+        const resources = this.pauses.resources;
+        if (resources.end(budget, klass.route) > primary.clock.now()) {
+          await resources.sleep(budget, klass.route, primary.clock, deadline, signal, this.cut);
+        }
         outcome = await this.attempt(
           request,
           options,
