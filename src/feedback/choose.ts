@@ -1,7 +1,10 @@
 import { echo, type Reader } from './reader.js';
 import type { Candidate, FeedbackReading } from './types.js';
 
-/** A value given in whole seconds or coarser (a window length, a bucket without its size) is coarse. */
+/**
+ * A value given in whole seconds or coarser is coarse: a reset in whole seconds, and a window
+ * length or a bucket's reset without its size when it is 1 s or longer (its length is its precision).
+ */
 const COARSE_MS = 1000;
 
 /**

@@ -58,7 +58,7 @@ function retryAfter(r: Reader): void {
   }
   if (best !== undefined && best.waitMs > 0) {
     r.offer({ ...best, limit: RETRY, model: 'wait', source: 'retry-after', header: name, raw });
-  }
+  } else if (best !== undefined) r.zero(name, raw);
 }
 
 /** retry-after-ms (OpenAI, Azure) and x-ms-retry-after-ms (Azure): milliseconds, decimals accepted. */
@@ -81,7 +81,7 @@ function retryAfterMs(name: string): (r: Reader) => void {
         header: name,
         raw,
       });
-    }
+    } else r.zero(name, raw);
   };
 }
 
@@ -124,7 +124,7 @@ function xRateLimit(r: Reader): void {
       header: name,
       raw,
     });
-  }
+  } else r.zero(name, raw);
 }
 
 /** IETF RateLimit structured field (+ RateLimit-Policy for a missing `t`). */
@@ -152,6 +152,7 @@ function structured(r: Reader): void {
       else if (typeof reset !== 'number') r.ignore(name, raw, 'unparseable');
       else if (reset < 0) r.ignore(name, raw, 'negative');
       else if (reset > 0) offerSeconds(r, name, raw, rem, reset, PRIMARY);
+      else r.zero(name, raw);
     }
   }
   // Draft-08+ list form: "policy";r=0;t=30 (several policies allowed). `r` is required.
@@ -186,6 +187,7 @@ function structured(r: Reader): void {
       if (typeof t !== 'number') r.ignore(name, raw, 'unparseable');
       else if (t < 0) r.ignore(name, raw, 'negative');
       else if (t > 0) offerSeconds(r, name, raw, rem, t, limit);
+      else r.zero(name, raw);
       continue;
     }
     // No `t`: wait the policy's whole window `w` (an upper bound).
@@ -289,26 +291,29 @@ function perKind(r: Reader): void {
   }
 }
 
-/** X-Shopify-Shop-Api-Call-Limit: used/limit; a full bucket waits for one request to leak (limit / 20 per second). */
+/**
+ * X-Shopify-Shop-Api-Call-Limit: used/limit; a full bucket waits for one request to leak (limit / 20
+ * per second). Repeated values: the longest wait wins; one that is not `used/limit` (with a limit
+ * above 0) makes the whole field unusable, as for every single-valued header.
+ */
 function shopify(r: Reader): void {
   const name = 'x-shopify-shop-api-call-limit';
   const raw = r.get(name);
   if (raw === undefined) return;
-  const m = /^\s*(\d+)\s*\/\s*(\d+)\s*$/.exec(r.values(name)[0] ?? '');
-  if (!m) {
-    r.ignore(name, raw, 'unparseable');
-    return;
+  let full = Number.POSITIVE_INFINITY;
+  for (const v of r.values(name)) {
+    const m = /^\s*(\d+)\s*\/\s*(\d+)\s*$/.exec(v);
+    const limit = m ? Number(m[2]) : 0;
+    if (!(limit > 0)) {
+      r.ignore(name, raw, 'unparseable');
+      return;
+    }
+    if (Number(m![1]) >= limit) full = Math.min(full, limit);
   }
-  const used = Number(m[1]);
-  const limit = Number(m[2]);
-  if (limit <= 0) {
-    r.ignore(name, raw, 'unparseable');
-    return;
-  }
-  if (used < limit) return;
+  if (full === Number.POSITIVE_INFINITY) return;
   // Shopify's REST bucket leaks 2/s for a 40 bucket and 20/s for Plus's 400 bucket: limit / 20 per second.
   r.offer({
-    waitMs: 20_000 / limit,
+    waitMs: 20_000 / full,
     precisionMs: 1,
     relative: true,
     limit: 'shopify',
@@ -330,8 +335,9 @@ function hubspot(r: Reader): void {
       const nums = r.numbers(name, raw, r.values(name));
       // The whole rolling interval is an upper bound: HubSpot does not say when the oldest
       // request leaves it. Repeated values: the longest wins.
-      const interval = nums === undefined ? 0 : Math.max(...nums);
-      if (interval > 0) {
+      const interval = nums === undefined ? undefined : Math.max(...nums);
+      if (interval === 0) r.zero(name, raw);
+      else if (interval !== undefined) {
         r.offer({
           waitMs: interval,
           precisionMs: interval,

@@ -16,18 +16,22 @@ import type { HeaderBag, ParsedFeedback, ParseOptions } from './types.js';
 
 /** Statuses on which Retry-After / retry-after-ms pause (403: GitHub's secondary limits). */
 const RETRY_AFTER_STATUSES = new Set([403, 429, 503]);
+/** The headers that count only on those statuses. */
+const RETRY_AFTER_HEADERS = ['retry-after', 'retry-after-ms', 'x-ms-retry-after-ms'];
 
 /**
  * Reads every supported rate-limit header of a response. Never throws on header
  * values; throws TypeError only when `input` is not an object.
  *
  * - Retry-After / retry-after-ms / x-ms-retry-after-ms count only on 429, 503 and 403
- *   (or when no status is known, i.e. a bare Headers or header object was given).
+ *   (or when no status is known, i.e. a bare Headers or header object was given); on another
+ *   error status (4xx, 5xx) they are reported as 'other-status'. On a 1xx–3xx they mean
+ *   something else (a redirect's delay, a 202's polling interval) and are not read.
  * - Remaining/reset pairs count on any status: remaining 0 with a reset still ahead.
  * - Of the waits for one limit the most precise wins, across limits the longest
  *   (choose.ts); it is capped to `maxPause` (reported).
  * - Values over `maxValueLength` (1024) characters are reported as 'too-long', not parsed.
- * - A 429 with no usable wait sets `needsBackoff`.
+ * - A 429 with no usable wait sets `needsBackoff`; its waits of 0 are then reported as 'zero'.
  */
 export function readFeedback(input: unknown, options: ParseOptions): ParsedFeedback {
   return readBag(toHeaderBag(input), options);
@@ -39,15 +43,24 @@ export function readBag(bag: HeaderBag, options: ParseOptions): ParsedFeedback {
   const status = bag.status;
   const limited = status === undefined || RETRY_AFTER_STATUSES.has(status);
   for (const family of FAMILIES) if (limited || !family.onlyWhenLimited) family.read(r);
+  if (!limited && status >= 400) {
+    for (const name of RETRY_AFTER_HEADERS) {
+      const raw = r.get(name);
+      if (raw !== undefined) r.ignore(name, raw, 'other-status');
+    }
+  }
   const reading = chooseWait(r, options.maxPause);
+  const needsBackoff = status === 429 && reading === undefined;
   // A spent counter without its own reset is only worth reporting when nothing else gave a
   // wait (Kong, for one, sends X-RateLimit-Remaining-Minute next to a RateLimit-Reset).
   const ignored = reading ? r.ignored.filter((i) => i.reason !== 'no-reset') : r.ignored;
+  // A wait of 0 means now; a 429 whose only wait it is backs off instead of retrying at once.
+  if (needsBackoff) ignored.push(...r.zeros);
   return {
     status,
     reading,
     ignored,
-    needsBackoff: status === 429 && reading === undefined,
+    needsBackoff,
     ...(r.window === undefined ? {} : { window: r.window }),
     ...(reading !== undefined && r.window !== undefined && r.chosenLimit === r.window.limit
       ? { fromWindow: true }

@@ -4,7 +4,8 @@ import type { HeaderBag, HeaderMap } from './types.js';
  * Reduces a fetch `Response` (global or undici), a `Headers`, `{ status, headers }`
  * (also `{ statusCode, headers }` as Node's IncomingMessage and got use), or a bare
  * header object (plain object with any-case keys, arrays for repeated headers,
- * Node's IncomingHttpHeaders, a Map) to a status and a header map.
+ * Node's IncomingHttpHeaders, a Map) to a status and a header map. An object is a
+ * response when it has a `headers` key or a numeric `status` / `statusCode`.
  * Throws TypeError only when `input` is not an object at all.
  */
 export function toHeaderBag(input: unknown): HeaderBag {
@@ -19,7 +20,9 @@ export function toHeaderBag(input: unknown): HeaderBag {
     return { status: undefined, headers };
   }
   const record = input as Record<string, unknown>;
-  const responseLike = 'headers' in record || 'status' in record || 'statusCode' in record;
+  // A `status` or `statusCode` that is not a number is a header of a bare header object (a
+  // CGI-style `Status: 429 Too Many Requests`), not a response's status.
+  const responseLike = 'headers' in record || isCode(record.status) || isCode(record.statusCode);
   if (!responseLike) {
     addAll(headers, input);
     return { status: undefined, headers };
@@ -31,6 +34,10 @@ export function toHeaderBag(input: unknown): HeaderBag {
 function isHeadersLike(value: unknown): value is { forEach(cb: (v: unknown, k: unknown) => void): void } {
   const v = value as { forEach?: unknown; get?: unknown };
   return typeof v.forEach === 'function' && typeof v.get === 'function';
+}
+
+function isCode(value: unknown): boolean {
+  return typeof value === 'number' && Number.isFinite(value);
 }
 
 function toStatus(value: unknown): number | undefined {

@@ -44,6 +44,11 @@ export class Reader {
   readonly candidates: Candidate[] = [];
   /** Every value not used as sent, in the order found. */
   readonly ignored: FeedbackIgnored[] = [];
+  /**
+   * Every wait of 0 read (a delta of 0: the limit is free now). Used as sent, except on a 429
+   * that backs off instead: headers.ts then reports them as 'zero'.
+   */
+  readonly zeros: FeedbackIgnored[] = [];
 
   /** The window this response says most about (see see()), for the fleet's record. */
   window: WindowSeen | undefined;
@@ -52,6 +57,8 @@ export class Reader {
 
   /** Headers already reported as too long (each is reported once). */
   private readonly tooLong = new Set<string>();
+  /** The server's Date as read by serverDate() (null: absent or unusable, reported once). */
+  private date: number | null | undefined;
 
   constructor(
     readonly bag: HeaderBag,
@@ -106,6 +113,11 @@ export class Reader {
 
   ignore(header: string, value: string, reason: IgnoredReason, extra?: Partial<FeedbackIgnored>): void {
     this.ignored.push({ header, value: echo(value), reason, status: this.bag.status, ...extra });
+  }
+
+  /** Notes a wait of 0 (see `zeros`). */
+  zero(header: string, value: string): void {
+    this.zeros.push({ header, value: echo(value), reason: 'zero', status: this.bag.status });
   }
 
   /**
@@ -207,16 +219,19 @@ export class Reader {
   note(key: string, remaining: number, read: () => ResetRead | null | undefined): void {
     if (this.windows === undefined) return;
     const reported = this.ignored.length;
+    const zeros = this.zeros.length;
     const r = read();
     this.ignored.length = reported;
+    this.zeros.length = zeros;
     if (r) this.tightened(key, remaining, r.waitMs, r.precisionMs);
   }
 
   /**
    * A reset value of any supported form: a Go duration (`6m0s`), a number (by magnitude,
    * see interpretReset), an RFC 3339 timestamp or an HTTP date, with its precision.
-   * Repeated values: the longest wait wins. Returns undefined when the header is absent,
-   * null when it gives no wait (nonsense and past times are reported; a zero is not).
+   * Repeated values: the longest wait wins, and each absolute time already passed is reported
+   * ('in-the-past') and skipped. Returns undefined when the header is absent, null when it gives
+   * no wait (nonsense and past times are reported; a zero is noted, see `zeros`).
    */
   readReset(name: string): ResetRead | null | undefined {
     const raw = this.get(name);
@@ -259,11 +274,12 @@ export class Reader {
         this.ignore(name, raw, 'unparseable');
         return null;
       }
-      if (best === undefined || read.waitMs > best.waitMs) best = read;
+      if (!read.relative && read.waitMs <= 0) this.ignore(name, raw, 'in-the-past');
+      else if (best === undefined || read.waitMs > best.waitMs) best = read;
     }
-    if (best === undefined) return undefined;
+    if (best === undefined) return null;
     if (best.waitMs <= 0) {
-      if (!best.relative) this.ignore(name, raw, 'in-the-past');
+      this.zero(name, raw);
       return null;
     }
     return best;
@@ -346,10 +362,29 @@ export class Reader {
     });
   }
 
-  /** The response's own Date header (to measure an HTTP-date Retry-After against the server's clock). */
+  /**
+   * The response's own Date header (to measure an HTTP-date Retry-After against the server's
+   * clock). A Date that is not one HTTP date (unparseable, or repeated with different times) is
+   * reported once as 'unparseable'; the local clock is used instead.
+   */
   serverDate(): number | undefined {
-    const raw = this.list('date');
-    if (raw?.length !== 1) return undefined;
-    return parseHttpDate(raw[0]!);
+    if (this.date === undefined) {
+      this.date = null;
+      const raw = this.get('date');
+      if (raw !== undefined) {
+        let at: number | undefined;
+        for (const v of this.values('date')) {
+          const t = parseHttpDate(v);
+          if (t === undefined || (at !== undefined && t !== at)) {
+            at = undefined;
+            break;
+          }
+          at = t;
+        }
+        if (at === undefined) this.ignore('date', raw, 'unparseable');
+        else this.date = at;
+      }
+    }
+    return this.date ?? undefined;
   }
 }

@@ -43,8 +43,8 @@ export interface FeedbackReading {
   readonly earliest: number;
   /**
    * True when the value that gave the wait has a granularity of a second or coarser (a
-   * reset in whole seconds, a window length, a bucket without its size): `until` is then an
-   * upper bound, not a fact, and the true reset lies in [earliest, until].
+   * reset in whole seconds; a window length, or a bucket's reset without its size, of 1 s or
+   * more): `until` is then an upper bound, not a fact, and the true reset lies in [earliest, until].
    */
   readonly coarse: boolean;
   /** True when the provider asked for more than `maxPause` and the wait was cut to it. */
@@ -68,7 +68,14 @@ export type IgnoredReason =
   /** The input object itself could not be read (a getter threw). */
   | 'unreadable-input'
   /** A header value longer than any rate-limit header (over 1024 characters): not parsed at all. */
-  | 'too-long';
+  | 'too-long'
+  /**
+   * A wait of 0 (`Retry-After: 0`, `t=0`, a reset of 0) on a 429 that no other header gave a
+   * wait for: the 429 backs off instead. On other statuses a 0 is used (it means now).
+   */
+  | 'zero'
+  /** Retry-After or retry-after-ms on an error status other than 429, 503 and 403 (a 500): not read. */
+  | 'other-status';
 
 /** Payload of the `'feedback-ignored'` event: one header value that was not used as sent. */
 export interface FeedbackIgnored {

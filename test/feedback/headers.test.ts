@@ -180,10 +180,11 @@ describe('Retry-After and retry-after-ms', () => {
   });
 
   it('falls back to backoff on a 429 whose Retry-After is 0 or a date already passed', () => {
+    // The 0 is not used as sent (the 429 backs off instead): reported as 'zero'.
     expect(read(429, { 'retry-after': '0' })).toMatchObject({
       reading: undefined,
       needsBackoff: true,
-      ignored: [],
+      ignored: [{ header: 'retry-after', value: '0', reason: 'zero', status: 429 }],
     });
     const past = read(429, { 'retry-after': new Date(NOW - 5000).toUTCString() });
     expect(past.needsBackoff).toBe(true);
