@@ -20,6 +20,7 @@ import type { Rule } from '../../src/rules/rule.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
 import { connectClient, type Target } from '../helpers/redis-clients.js';
+import { anchoredWallClock } from '../helpers/wall-clock.js';
 
 export interface FetchWorkerConfig {
   name: string;
@@ -59,7 +60,7 @@ export interface FetchWorkerReport {
 }
 
 const config = JSON.parse(process.env.FETCH_WORKER ?? '{}') as FetchWorkerConfig;
-const now = () => performance.timeOrigin + performance.now();
+const now = anchoredWallClock();
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, Math.max(0, ms)));
 
 const c = await connectClient('ioredis', config.target);

@@ -16,6 +16,7 @@ import type { Rule } from '../../src/rules/rule.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
 import { connectClient, type Target } from '../helpers/redis-clients.js';
+import { anchoredWallClock } from '../helpers/wall-clock.js';
 import { waitForGo } from '../helpers/workers.js';
 
 export interface FleetWorkerConfig {
@@ -60,7 +61,7 @@ export interface FleetWorkerReport {
 }
 
 const config = JSON.parse(process.env.FLEET_WORKER ?? '{}') as FleetWorkerConfig;
-const now = () => performance.timeOrigin + performance.now();
+const now = anchoredWallClock();
 
 const c = await connectClient('ioredis', config.target);
 const inner = redisStore({ client: c.client, subscriber: c.subscriber, prefix: config.prefix });

@@ -20,10 +20,11 @@
  * For a server in another process: `GET /__log` returns the log as JSON, `POST /__reset`
  * clears it and every budget, `POST /__configure/<provider>` with a JSON body of
  * `ProviderBehaviour` fields changes one provider (control requests are not logged). Log times are epoch ms
- * from `performance.timeOrigin + performance.now()`, comparable across processes.
+ * from an anchored wall clock (wall-clock.ts), comparable across processes.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { anchoredWallClock } from './wall-clock.js';
 
 export type ProviderName =
   /** GitHub primary limit: x-ratelimit-remaining / x-ratelimit-reset (epoch seconds); 403 or 429 when spent. */
@@ -128,7 +129,8 @@ export interface FakeProviderOptions {
   now?: () => number;
 }
 
-const wallClock = () => performance.timeOrigin + performance.now();
+let anchored: (() => number) | undefined;
+const wallClock = (): number => (anchored ??= anchoredWallClock())();
 
 interface Budget {
   /** Start of the current window (server clock, epoch ms); -1 before the first request. */
