@@ -49,12 +49,24 @@ function turnJobs(rules: readonly StoreRule[], waitMs: number): number {
 }
 
 /**
- * Whether a precise timer buys rate under `rules`: some rule has less than 2 ms of burst
- * tolerance ((burst − 1) × emission interval), so a start a timer tick late is lost for good
- * instead of being absorbed by the burst.
+ * How late (µs) a start may come under `rule` without costing it rate. GCRA: its burst
+ * tolerance, (burst − 1) × emission interval, within which the bucket's state is ahead of the
+ * clock and a late start takes the same slot. A window rule can start its whole limit at once,
+ * so it counts with its interval: a fixed window started late by less than its interval still
+ * starts its whole limit in that window, and a sliding window loses at most the lateness once
+ * per interval (a unit comes back that much later: 0.1 % of a 1 s window for a start 1 ms late).
+ */
+function lateStartTolerance(rule: StoreRule): number {
+  return rule.algorithm === 'gcra' ? (rule.burst - 1) * rule.emissionUs : rule.intervalUs;
+}
+
+/**
+ * Whether a precise timer buys rate under `rules`: some rule tolerates less than 2 ms of
+ * lateness (lateStartTolerance: a GCRA rule's burst tolerance, a window rule's interval), so a
+ * start a timer tick late is lost for good instead of being absorbed.
  */
 export function spinHelps(rules: readonly StoreRule[]): boolean {
-  return rules.some((rule) => (rule.burst - 1) * rule.emissionUs < 2000);
+  return rules.some((rule) => lateStartTolerance(rule) < 2000);
 }
 
 /**
@@ -68,14 +80,14 @@ export function sharpen(clock: Clock, spin: boolean, rules: readonly StoreRule[]
 
 /**
  * Whether a valve takes part in the store's line of turns (docs/architecture.md, "Turns") under
- * `rules`: when every rule can absorb a turn taken a timer tick late (the opposite of
- * spinHelps). There the line cuts the store calls to about one per turn and loses nothing to a
- * late wake-up. Under a rule that cannot (burst 1 at 2,000/s), each slot would depend on one
- * caller waking within tens of µs, and callers racing for it use more of the limit
- * (bench/results/shared-limit-turns.md).
+ * `rules`: when every rule is GCRA (the stores keep a line only then) and can absorb a turn
+ * taken a timer tick late (the opposite of spinHelps). There the line cuts the store calls to
+ * about one per turn and loses nothing to a late wake-up. Under a rule that cannot (burst 1 at
+ * 2,000/s), each slot would depend on one caller waking within tens of µs, and callers racing
+ * for it use more of the limit (bench/results/shared-limit-turns.md).
  */
 export function joinsLine(rules: readonly StoreRule[]): boolean {
-  return rules.length > 0 && !spinHelps(rules);
+  return rules.length > 0 && rules.every((rule) => rule.algorithm === 'gcra') && !spinHelps(rules);
 }
 
 export class Pace {
@@ -105,10 +117,11 @@ export class Pace {
     /** The most jobs one store call asks for. */
     private readonly batch: number,
     /**
-     * precision: 'spin', and some rule cannot absorb a late start ((burst − 1) × emission
-     * interval under 2 ms): a rate wait uses the clock's precise timer (see granted()), since
-     * with burst 1 every late wake-up pushes all later starts back. False by default: plain
-     * timers only, no store call before the hint. Changes with setRules().
+     * precision: 'spin', and some rule cannot absorb a late start (spinHelps: a GCRA burst
+     * tolerance or a window's interval under 2 ms): a rate wait uses the clock's precise timer
+     * (see granted()), since with burst 1 every late wake-up pushes all later starts back.
+     * False by default: plain timers only, no store call before the hint. Changes with
+     * setRules().
      */
     public precise: boolean,
     /** Tells how long to wait for a release (polling or notified). */

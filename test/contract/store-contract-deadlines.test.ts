@@ -403,17 +403,18 @@ describe('checkBounds (test/helpers/bounds.ts) refuses times that are not finite
 describe('the docs and examples say what the suite does', () => {
   const docs = readFileSync(join(root, 'docs/testing.md'), 'utf8');
 
-  it('the real-time cases: as many as docs/testing.md and the JSDoc of storeContract say', async () => {
+  it('the real-time cases: as many, and as long, as docs/testing.md and the JSDoc of storeContract say', async () => {
     // On a controlled clock, the cases any store runs move the clock only where they wait
-    // (s.pass): the real-time cases of a store without one.
-    const moved = new Set<string>();
+    // (s.pass): the real-time cases of a store without one, and (the sum of the moves) how long
+    // each waits in real time.
+    const moved = new Map<string, number>();
     let current = '';
     const clock = new FakeClock();
     const cases = collect(
       () => ({
         store: memoryStore({ clock }),
         advance: (ms) => {
-          moved.add(current);
+          moved.set(current, (moved.get(current) ?? 0) + ms);
           clock.advance(ms);
         },
       }),
@@ -432,12 +433,38 @@ describe('the docs and examples say what the suite does', () => {
     expect(docs).toMatch(new RegExp(`without a controlled clock, ${count} wait real time`, 'i'));
     const jsdoc = readFileSync(join(root, 'src/testing.ts'), 'utf8');
     expect(jsdoc).toMatch(new RegExp(`without a controlled clock ${count} wait real time`, 'i'));
+
+    /**
+     * The durations a text gives from `start` on: each `"<case name or its start>" <n> s` is that
+     * case's wait, and `<word> others under <n> s` are the rest, each shorter.
+     */
+    const durations = (text: string, start: RegExp): void => {
+      const from = text.search(start);
+      expect(from).toBeGreaterThanOrEqual(0);
+      const part = text.slice(from, from + 900).replace(/\n\s*(\* ?)?/g, ' ');
+      const named = new Set<string>();
+      for (const [, quoted, seconds] of part.matchAll(/"([^"]+)" (\d+(?:\.\d+)?) s\b/g)) {
+        const name = [...moved.keys()].find((n) => n.split(' › ').at(-1)!.startsWith(quoted!));
+        expect(name, `"${quoted}" names a real-time case`).toBeDefined();
+        named.add(name!);
+        expect(Number(seconds) * 1000, `the seconds given for "${quoted}"`).toBeCloseTo(moved.get(name!)!, 6);
+      }
+      const others = /(\w+) others under (\d+(?:\.\d+)?) s/.exec(part);
+      expect(others, 'the cases under a bound').not.toBeNull();
+      const rest = [...moved.keys()].filter((n) => !named.has(n));
+      expect(words[rest.length]).toBe(others![1]);
+      for (const n of rest) expect(moved.get(n)!, n).toBeLessThan(Number(others![2]) * 1000);
+    };
+    durations(docs, /without a controlled clock, \w+ wait real time/i);
+    durations(jsdoc, /without a controlled clock \w+ wait real time/i);
   });
 
   it('the node:test example runs only itself; both examples give each case 10 s', () => {
     const nodeExample = readFileSync(join(root, 'examples/store-contract/node-test.mjs'), 'utf8');
     const command = /`(node --test [^`]+)`/.exec(nodeExample)?.[1];
     expect(command).toBe('node --test examples/store-contract/node-test.mjs');
+    // The page gives the same command, after the build it imports.
+    expect(docs).toMatch(/`npm run build` and then\s+`node --test examples\/store-contract\/node-test\.mjs`/);
     expect(nodeExample).toMatch(/it\(name, \{ timeout: 10_000 \}, body\)/);
     const vitestExample = readFileSync(join(root, 'examples/store-contract/vitest.test.mjs'), 'utf8');
     expect(vitestExample).toMatch(/it\(name, body, 10_000\)/);
