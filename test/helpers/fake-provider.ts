@@ -130,7 +130,10 @@ export interface FakeProviderOptions {
 }
 
 let anchored: (() => number) | undefined;
-const wallClock = (): number => (anchored ??= anchoredWallClock())();
+const wallClock = (): number => {
+  if (anchored === undefined) anchored = anchoredWallClock();
+  return anchored();
+};
 
 interface Budget {
   /** Start of the current window (server clock, epoch ms); -1 before the first request. */
