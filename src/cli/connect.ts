@@ -1,10 +1,13 @@
 /**
  * The command's connection: whichever Redis client is installed (ioredis, iovalkey or
  * node-redis, the package's optional peers), standalone or cluster, behind one small
- * interface. The client object itself goes to redisStore(), so pause and resume take the
- * store's own code path.
+ * interface. The client object itself goes to redisStore() (with --key-prefix, a thin
+ * wrapper that puts the keyPrefix before its script keys: key-prefix.ts), so pause and resume
+ * take the store's own code path.
  */
+import { keySlot } from '../stores/redis/adapter.js';
 import { CliError, EXIT, failure, oneLine, usageError } from './errors.js';
+import { checkKeyPrefixOnCluster, prefixingClient } from './key-prefix.js';
 
 export type ClientName = 'ioredis' | 'iovalkey' | 'redis';
 export const CLIENT_NAMES: readonly ClientName[] = ['ioredis', 'iovalkey', 'redis'];
@@ -23,6 +26,8 @@ export interface Target {
   timeout: number;
   /** Keep reconnecting after a lost connection (watch), instead of failing. */
   reconnect: boolean;
+  /** The application client's keyPrefix (--key-prefix); none when '' or left out. */
+  keyPrefix?: string;
 }
 
 export interface Address {
@@ -44,8 +49,12 @@ export interface Conn {
   readonly family: ClientName;
   readonly cluster: boolean;
   readonly tls: boolean;
-  /** The client object, for redisStore(). */
+  /** The client object: the command's own script calls (keys as given, the keyPrefix included). */
   readonly client: object;
+  /** The application client's keyPrefix (--key-prefix), '' for none: the command's keys start with it. */
+  readonly keyPrefix: string;
+  /** For redisStore(): `client`, or one that puts the keyPrefix before each key of a script call, as ioredis does. */
+  readonly storeClient: object;
   /** A command routed by `key` (cluster), or on the only server. */
   call(args: readonly string[], key?: string): Promise<unknown>;
   /** The node that owns `key`'s slot (the server itself when standalone). */
@@ -56,6 +65,9 @@ export interface Conn {
   subscriber(): Promise<object>;
   close(): Promise<void>;
 }
+
+/** A connection before the keyPrefix is applied. */
+type BaseConn = Omit<Conn, 'keyPrefix' | 'storeClient'>;
 
 /** Parses a redis://, rediss://, valkey:// or valkeys:// URL. */
 export function parseUrl(url: string): Address {
@@ -87,22 +99,6 @@ export function parseUrl(url: string): Address {
     tls: scheme === 'rediss' || scheme === 'valkeys',
     db,
   };
-}
-
-/** CRC16 (XMODEM) of the hash tag: the cluster slot of a key. */
-export function keySlot(key: string): number {
-  const open = key.indexOf('{');
-  let part = key;
-  if (open >= 0) {
-    const close = key.indexOf('}', open + 1);
-    if (close > open + 1) part = key.slice(open + 1, close);
-  }
-  let crc = 0;
-  for (const byte of Buffer.from(part, 'utf8')) {
-    crc ^= byte << 8;
-    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-  }
-  return crc % 16384;
 }
 
 // biome-ignore lint/suspicious/noExplicitAny: the client packages are loaded at runtime, untyped here
@@ -184,7 +180,7 @@ function standaloneConn(
   call: (args: readonly string[]) => Promise<unknown>,
   duplicate: () => Any,
   stop: (c: Any) => void,
-): Conn {
+): BaseConn {
   const self: NodeConn = { name: `${a.host}:${a.port}`, call };
   const subs: Any[] = [];
   return {
@@ -221,7 +217,9 @@ export async function connect(target: Target): Promise<Conn> {
   const { name, lib } = await loadClient(target.client);
   const where = `${addresses[0]!.host}:${addresses[0]!.port}`;
   let cluster = target.cluster || addresses.length > 1;
-  let conn: Conn | undefined;
+  const keyPrefix = target.keyPrefix ?? '';
+  if (cluster) checkKeyPrefixOnCluster(keyPrefix);
+  let conn: BaseConn | undefined;
   try {
     if (!cluster) {
       conn = await within(
@@ -243,7 +241,13 @@ export async function connect(target: Target): Promise<Conn> {
         `connect to cluster ${where}`,
       );
     }
-    return conn!;
+    if (keyPrefix === '') return { ...conn!, keyPrefix, storeClient: conn!.client };
+    if (conn!.cluster) checkKeyPrefixOnCluster(keyPrefix);
+    return {
+      ...conn!,
+      keyPrefix,
+      storeClient: prefixingClient(conn!.client, name, conn!.cluster, keyPrefix),
+    };
   } catch (err) {
     await conn?.close().catch(quiet);
     if (err instanceof CliError) throw err;
@@ -259,7 +263,7 @@ function tlsOptions(a: Address, target: Target): object | undefined {
   };
 }
 
-async function connectStandalone(name: ClientName, lib: Any, a: Address, target: Target): Promise<Conn> {
+async function connectStandalone(name: ClientName, lib: Any, a: Address, target: Target): Promise<BaseConn> {
   if (name === 'redis') {
     const options = {
       socket: {
@@ -323,7 +327,12 @@ async function connectStandalone(name: ClientName, lib: Any, a: Address, target:
   );
 }
 
-async function connectCluster(name: ClientName, lib: Any, seeds: Address[], target: Target): Promise<Conn> {
+async function connectCluster(
+  name: ClientName,
+  lib: Any,
+  seeds: Address[],
+  target: Target,
+): Promise<BaseConn> {
   const a = seeds[0]!;
   if (name === 'redis') {
     const cluster = lib.createCluster({

@@ -21,9 +21,12 @@ export interface Check {
   detail: string;
 }
 
-/** The commands the store runs (inside its scripts and on connections), as docs/redis.md lists them. */
-function storeCommands(prefix: string, cluster: boolean): string[][] {
-  const key = `${prefix}:{valve-doctor}:pause`;
+/**
+ * The commands the store runs (inside its scripts and on connections), as docs/redis.md lists
+ * them. A client keyPrefix (--key-prefix) comes before the keys, not the channels.
+ */
+function storeCommands(keyPrefix: string, prefix: string, cluster: boolean): string[][] {
+  const key = `${keyPrefix}${prefix}:{valve-doctor}:pause`;
   const channel = `${prefix}:{valve-doctor}:wake`;
   return [
     ['EVALSHA', ACQUIRE.sha, '1', key],
@@ -150,7 +153,7 @@ export async function doctor(conn: Conn, prefix: string, timeout: number): Promi
   try {
     const user = String(await call(['ACL', 'WHOAMI']));
     const refused: string[] = [];
-    for (const args of storeCommands(prefix, conn.cluster)) {
+    for (const args of storeCommands(conn.keyPrefix, prefix, conn.cluster)) {
       const answer = String(await call(['ACL', 'DRYRUN', user, ...args]));
       if (answer !== 'OK') refused.push(`${args[0]} (${answer})`);
     }
@@ -158,7 +161,7 @@ export async function doctor(conn: Conn, prefix: string, timeout: number): Promi
       'acl',
       refused.length === 0 ? 'ok' : 'fail',
       refused.length === 0
-        ? `ACL DRYRUN: user ${user} may run every command the store needs on ${prefix}:* keys and channels`
+        ? `ACL DRYRUN: user ${user} may run every command the store needs on ${conn.keyPrefix ? `${conn.keyPrefix}${prefix}:* keys and ${prefix}:* channels` : `${prefix}:* keys and channels`}`
         : `ACL DRYRUN: user ${user} may not run ${refused.join('; ')}`,
     );
   } catch (err) {
@@ -182,7 +185,8 @@ export async function doctor(conn: Conn, prefix: string, timeout: number): Promi
  */
 async function scriptsCheck(conn: Conn, prefix: string, timeout: number): Promise<Check> {
   const id = `valve-doctor:${randomBytes(4).toString('hex')}`;
-  const keys = idKeys(prefix, id);
+  // As the server names them (for the cleanup and the report): the keyPrefix first.
+  const keys = idKeys(conn.keyPrefix + prefix, id);
   const rules = [
     normalizeRule({ limit: 1000, interval: 1000, burst: 10 }, 'rules[0]'),
     normalizeRule({ limit: 1000, interval: 1000, algorithm: 'fixed-window' }, 'rules[1]'),
@@ -190,7 +194,7 @@ async function scriptsCheck(conn: Conn, prefix: string, timeout: number): Promis
   ];
   let t = Date.now();
   const clock = { now: () => t } as unknown as Clock;
-  const store = redisStore({ client: conn.client, prefix, timeout, unsafeTestClock: clock });
+  const store = redisStore({ client: conn.storeClient, prefix, timeout, unsafeTestClock: clock });
   const lease = { limit: 5, ttl: 30_000 };
   const record = recordOf(rules);
   let step = 'status script';
@@ -225,7 +229,7 @@ async function scriptsCheck(conn: Conn, prefix: string, timeout: number): Promis
     return {
       name: 'scripts',
       level: 'ok',
-      detail: `status, acquire (GCRA, fixed and sliding window, leases), renew, release, pause and resume ran on ${prefix}:{${id}}`,
+      detail: `status, acquire (GCRA, fixed and sliding window, leases), renew, release, pause and resume ran on ${conn.keyPrefix}${prefix}:{${id}}`,
     };
   } catch (err) {
     const message = oneLine(err);
@@ -235,7 +239,7 @@ async function scriptsCheck(conn: Conn, prefix: string, timeout: number): Promis
     return {
       name: 'scripts',
       level: 'fail',
-      detail: `${step} failed on ${prefix}:{${id}}: ${message}${hint}`,
+      detail: `${step} failed on ${conn.keyPrefix}${prefix}:{${id}}: ${message}${hint}`,
     };
   }
 }
@@ -245,7 +249,8 @@ async function wakeUpCheck(conn: Conn, prefix: string, timeout: number): Promise
   const id = `valve-doctor:${randomBytes(4).toString('hex')}`;
   try {
     const subscriber = await within(conn.subscriber(), timeout, 'subscriber connection');
-    const store = redisStore({ client: conn.client, subscriber, prefix, timeout });
+    // The subscriber has no keyPrefix: sharded pub/sub refuses one, classic channels never get it.
+    const store = redisStore({ client: conn.storeClient, subscriber, prefix, timeout });
     if (!store.subscribe || !store.listening)
       throw new Error('this client cannot follow the store’s pub/sub');
     let refused: unknown;

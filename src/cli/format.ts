@@ -32,9 +32,13 @@ export function lineText(l: LineStatus): string {
   return `${l.waiting} caller(s) waiting for their turn, next turn in ${human(l.nextTurnIn)} (one every ${human(l.step)})`;
 }
 
+/** "prefix valve", or "key prefix app:, prefix valve" with --key-prefix (status and watch). */
+export const prefixText = (s: IdStatus) =>
+  s.keyPrefix ? `key prefix ${s.keyPrefix}, prefix ${s.prefix}` : `prefix ${s.prefix}`;
+
 /** The lines of `valve status` (without --json). */
 export function statusLines(s: IdStatus): string[] {
-  const lines = [`valve status ${s.id}   prefix ${s.prefix}, store clock ${iso(s.now)}`];
+  const lines = [`valve status ${s.id}   ${prefixText(s)}, store clock ${iso(s.now)}`];
   lines.push(
     s.recorded
       ? `rules     ${s.recorded.digests.length} recorded (kept ${human(s.recorded.until - s.now)} after the last call)`

@@ -16,6 +16,7 @@ import { CLIENT_NAMES, type ClientName, type Conn, connect, type Target, within 
 import { doctor } from './doctor.js';
 import { CliError, EXIT, oneLine, usageError } from './errors.js';
 import { human, iso, statusLines } from './format.js';
+import { checkKeyPrefix } from './key-prefix.js';
 import { readStatus } from './state.js';
 import { type Output, watch } from './watch.js';
 
@@ -37,6 +38,8 @@ Options:
                           (default: $VALVE_REDIS_URL). Repeat it to give cluster seeds.
   --cluster               connect as a cluster client (detected with INFO cluster otherwise)
   --prefix <prefix>       the redisStore's key prefix (default: valve)
+  --key-prefix <p>        the keyPrefix of the application's ioredis or iovalkey client, if any:
+                          keys get it, wake-up channels do not, as with that client
   --json                  print one JSON object instead of text (status, pause, resume, doctor)
   --tls-ca <file>         a PEM CA certificate to trust for rediss://
   --client <name>         ioredis, iovalkey or redis (default: the first one installed)
@@ -78,6 +81,7 @@ function parse(argv: string[], environment: CliIo['env']): Parsed {
         redis: { type: 'string', multiple: true },
         cluster: { type: 'boolean' },
         prefix: { type: 'string' },
+        'key-prefix': { type: 'string' },
         json: { type: 'boolean' },
         'tls-ca': { type: 'string' },
         client: { type: 'string' },
@@ -102,6 +106,7 @@ function parse(argv: string[], environment: CliIo['env']): Parsed {
       throw usageError(`--prefix: ${oneLine(err).replace('Expected `prefix` to be', 'expected')}`);
     }
   }
+  const keyPrefix = values['key-prefix'] === undefined ? '' : checkKeyPrefix(values['key-prefix'] as string);
   // Node's timers take at most 2^31 − 1 ms (24.8 days).
   const timeout =
     values.timeout === undefined
@@ -147,6 +152,7 @@ function parse(argv: string[], environment: CliIo['env']): Parsed {
       ca,
       timeout,
       reconnect: positionals[0] === 'watch',
+      keyPrefix,
     },
     prefix,
     json: values.json === true,
@@ -197,6 +203,10 @@ async function serverNow(conn: Conn, key: string, timeout: number): Promise<numb
   return Number(s) * 1000 + Number(us) / 1000;
 }
 
+/** Where the id's keys are, for messages: "prefix valve" or "key prefix app: and prefix valve". */
+const under = (p: Parsed) =>
+  p.target.keyPrefix ? `key prefix ${p.target.keyPrefix} and prefix ${p.prefix}` : `prefix ${p.prefix}`;
+
 async function run(p: Parsed, io: CliIo): Promise<number> {
   const print = (line: string) => io.stdout.write(`${line}\n`);
   const commands = ['status', 'pause', 'resume', 'watch', 'doctor'];
@@ -221,7 +231,7 @@ async function run(p: Parsed, io: CliIo): Promise<number> {
         if (p.json && p.command === 'status') print(JSON.stringify(status, null, 2));
         throw new CliError(
           EXIT.unknownId,
-          `unknown id ${JSON.stringify(status.id)}: no rules, pause or leases recorded under prefix ${p.prefix} (check --prefix and the id)`,
+          `unknown id ${JSON.stringify(status.id)}: no rules, pause or leases recorded under ${under(p)} (check --prefix, --key-prefix and the id)`,
         );
       }
       if (p.command === 'watch') {
@@ -239,7 +249,7 @@ async function run(p: Parsed, io: CliIo): Promise<number> {
     }
     if (p.command === 'pause' || p.command === 'resume') {
       const id = p.args[0]!;
-      const store = redisStore({ client: conn.client, prefix: p.prefix, timeout: t });
+      const store = redisStore({ client: conn.storeClient, prefix: p.prefix, timeout: t });
       // The pause and whether anything is recorded, never the rules: a key valve refuses (of
       // another type, malformed) must not stop an emergency pause.
       const statusBefore = await within(
@@ -249,7 +259,7 @@ async function run(p: Parsed, io: CliIo): Promise<number> {
       );
       if (p.command === 'pause') {
         const until = await store.pause(statusBefore.id, ms, pausedBy());
-        const now = await serverNow(conn, `${p.prefix}:{${statusBefore.id}}:pause`, t);
+        const now = await serverNow(conn, `${conn.keyPrefix}${p.prefix}:{${statusBefore.id}}:pause`, t);
         const extended = statusBefore.pause === null || until > statusBefore.pause.until;
         if (p.json) {
           print(
@@ -287,7 +297,7 @@ async function run(p: Parsed, io: CliIo): Promise<number> {
       }
       if (statusBefore.unknown) {
         io.stderr.write(
-          `valve: note: nothing else is recorded for id ${JSON.stringify(statusBefore.id)} under prefix ${p.prefix}\n`,
+          `valve: note: nothing else is recorded for id ${JSON.stringify(statusBefore.id)} under ${under(p)}\n`,
         );
       }
       return EXIT.ok;

@@ -36,6 +36,8 @@ export interface LeaseStatus {
 export interface IdStatus {
   id: string;
   prefix: string;
+  /** The application client's keyPrefix (--key-prefix) before every key read, '' for none. */
+  keyPrefix: string;
   /** The store's clock at the reading, epoch ms. */
   now: number;
   /** The rule set recorded for the id (the last valve to call), or null. */
@@ -138,7 +140,8 @@ export async function readStatus(
   o: ReadOptions = {},
 ): Promise<IdStatus> {
   const id = checkedId(rawId);
-  const keys = idKeys(prefix, id);
+  // Keys as the server names them: the keyPrefix (an ioredis client's, --key-prefix) first.
+  const keys = idKeys(conn.keyPrefix + prefix, id);
   const scan = o.scan ?? true;
   let record: { digests: string[] } | null = null;
   if (o.rules ?? true) {
@@ -274,6 +277,7 @@ export async function readStatus(
   return {
     id,
     prefix,
+    keyPrefix: conn.keyPrefix,
     now,
     recorded,
     // Recorded rules, and others only while their state is live.

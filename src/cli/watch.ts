@@ -5,7 +5,7 @@
  */
 import { type Conn, within } from './connect.js';
 import { oneLine } from './errors.js';
-import { human, iso, lineText, windowText } from './format.js';
+import { human, iso, lineText, prefixText, windowText } from './format.js';
 import { type IdStatus, type RuleStatus, readStatus } from './state.js';
 
 const ESC = '\u001b[';
@@ -53,7 +53,7 @@ function leaseText(s: IdStatus): string {
 
 export function watchLines(s: IdStatus, rates: (number | null)[], ansi: boolean): string[] {
   const width = Math.max(0, ...s.rules.map((r) => r.label.length));
-  const lines = [`valve watch ${s.id}   prefix ${s.prefix}   ${iso(s.now)} (store clock)`];
+  const lines = [`valve watch ${s.id}   ${prefixText(s)}   ${iso(s.now)} (store clock)`];
   if (s.rules.length === 0) lines.push('rules    none recorded');
   s.rules.forEach((r, i) => {
     const used = r.left === null ? 0 : r.capacity - r.left;

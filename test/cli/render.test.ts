@@ -50,6 +50,7 @@ describe('the live view', () => {
   const status: IdStatus = {
     id: 'gh',
     prefix: 'valve',
+    keyPrefix: '',
     now: Date.UTC(2026, 0, 1),
     recorded: { digests: ['w100.60000000'], until: Date.UTC(2026, 0, 1, 1) },
     rules: [fixed(75, 0)],
