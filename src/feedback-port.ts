@@ -52,8 +52,9 @@ export interface ValveInternals {
   /** What a valve group keeps of this valve's rule changes for the key's next valve (rulesets.ts). */
   rulesCarry?(): RulesCarry | undefined;
   /**
-   * Called, and emptied, when the shared pause is deleted (resume(), a 'resume' wake-up): a
-   * wait that sleeps through the known pause adds itself here to end with it.
+   * Called, and emptied, when the valve learns the shared pause is gone (resume(), a 'resume'
+   * wake-up, a store answer that reports none where one was known): a wait that sleeps through
+   * the known pause adds itself here to end with it.
    */
   readonly pauseWaiters: Set<() => void>;
   /** Emits a typed event of the valve (e.g. 'retry', 'feedback-ignored'). */

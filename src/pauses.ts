@@ -66,8 +66,10 @@ export class Pauses implements PauseCarrier {
   /** This valve's resume() in flight: a 'pause' wake-up meanwhile asks the store once it answered (resume-echo.ts). */
   private readonly echo = new ResumeEcho();
   /**
-   * Called, and emptied, when the pause is deleted (resume(), a 'resume' wake-up): a wait that
-   * sleeps through the known pause (wrapFetch's fleet ticket) adds itself here to end with it.
+   * Called, and emptied, when this valve learns the pause is gone: resume(), a 'resume' wake-up,
+   * or a store answer that reports none where a pause was known. A wait that sleeps through the
+   * known pause (wrapFetch's fleet ticket) or a backoff pause (feedback/backoff.ts) adds itself
+   * here to end with it.
    */
   readonly waiters = new Set<() => void>();
 
@@ -89,10 +91,9 @@ export class Pauses implements PauseCarrier {
     return Math.max(this.heldUntil, this.localUntil);
   }
 
-  /** Whether a pause is known now (cached or held) that was last heard of `ms` ago or more. */
-  heldSince(ms: number): boolean {
-    const now = this.clock.now();
-    return this.until > now && now - this.lastHeard >= ms;
+  /** Whether a pause is known now (cached or held). */
+  get known(): boolean {
+    return this.until > this.clock.now();
   }
 
   /** End of the pause as cached from the store and this valve's writes: a store answer may clear it. */
@@ -210,6 +211,8 @@ export class Pauses implements PauseCarrier {
         (typeof r.now === 'number' && Number.isFinite(r.now) ? r.now < storeUntil : this.localUntil > now);
       this.forget();
       if (resumed) this.emitResume('remote');
+      // The pause is gone unless one this valve applied is still held (the store lacks it).
+      if (this.heldUntil <= now) this.wake();
     }
     return resumedSince;
   }
@@ -272,6 +275,11 @@ export class Pauses implements PauseCarrier {
   /** The pause was deleted: admission's wait on it ends, and so do the waits in `waiters`. */
   private deleted(): void {
     this.host.pauseDeleted();
+    this.wake();
+  }
+
+  /** Calls, and empties, `waiters`: the pause is gone. */
+  private wake(): void {
     const waiters = this.waiters;
     if (waiters.size === 0) return;
     const woken = [...waiters];

@@ -19,7 +19,9 @@ import type { Store, WakeEvent, WakeStatus } from './stores/store.js';
  * through onStatus, else store.listening(id), else store.notifies. Otherwise a wait on
  * concurrency is polled (50 ms plus jitter) and, when the store could notify, a cached pause is
  * rechecked at least once a second (`polling`). Without any subscription, a cached pause is
- * slept out (a resume elsewhere is noticed at the next store call).
+ * slept out to its end or PAUSE_TRUST after it was last heard of (pause-gate.ts): a resume
+ * elsewhere is noticed at that store call. A new subscription taken while a pause is known
+ * asks the store once (ensure()): wake-ups of the time it did not listen are unknown.
  */
 
 const POLL_MIN = 50;
@@ -80,10 +82,11 @@ export class Wakeups {
 
   /**
    * Holds a subscription to the store's wake-ups (the valve has work). Returns true when it
-   * took a new one after having held one before, or while it knows a pause last heard of a
-   * PAUSE_RECHECK ago or more (learned while it did not listen: another valve may have resumed
-   * it since): wake-ups of the gap are unknown, so the caller asks the store once instead of
-   * trusting what it cached.
+   * took a new one after having held one before, or while it knows a pause (learned while it
+   * did not listen: another valve may have resumed it since, however recently it heard of it):
+   * wake-ups of the gap are unknown, so the caller asks the store once instead of trusting what
+   * it cached. A store that confirms the subscription later (Redis) is asked once more then; one
+   * that delivers at once and never confirms (the memory store) only this once.
    */
   ensure(): boolean {
     if (this.unsubscribe !== null || this.broken) return false;
@@ -112,7 +115,7 @@ export class Wakeups {
       this.early = null;
       for (const status of early) this.onStatus(status);
     }
-    const again = this.heldBefore || this.pauses.heldSince(PAUSE_RECHECK);
+    const again = this.heldBefore || this.pauses.known;
     this.heldBefore = true;
     return again;
   }

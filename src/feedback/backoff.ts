@@ -6,8 +6,9 @@ import type { FeedbackSettings } from '../feedback-port.js';
  * - The n-th header-less 429 in a row pauses `min(backoffInitial × 2^(n-1), backoffMax, maxPause)`.
  * - A 429 that arrives while the backoff pause it belongs to is still running (a request that
  *   was already in flight when the pause began) does not escalate: it reports the time left.
- *   Once that pause is deleted (resume(), here or in another process), it is over: the next
- *   header-less 429 is the next step, as after the pause ran out.
+ *   Once the valve learns that pause is gone (it ran out; resume() here; another process's
+ *   resume() heard as a wake-up or found by a store answer: the valve calls pauseWaiters), it
+ *   is over: the next header-less 429 is the next step.
  * - Any success (status 200–399) resets the sequence; 429s with a usable header, and other
  *   statuses, leave it as it is.
  * - No jitter: the pause is shared through the store, so processes do not retry in a herd;
@@ -26,7 +27,7 @@ interface BackoffState {
   level: number;
   /** End of the last backoff pause (valve clock, epoch ms); -Infinity once that pause was deleted. */
   until: number;
-  /** Registered in the valve's pauseWaiters: the pause was deleted, so the backoff pause is over. */
+  /** Registered in the valve's pauseWaiters: the valve's pause is gone, so the backoff pause is over. */
   readonly ended: () => void;
 }
 
@@ -50,7 +51,7 @@ function state(key: object): BackoffState {
 
 /**
  * The next backoff wait for the valve identified by `key`, at `now`. `pauseWaiters` (the valve's:
- * called when its pause is deleted) ends the backoff pause with the valve's pause.
+ * called when it learns its pause is gone) ends the backoff pause with the valve's pause.
  */
 export function nextBackoff(
   key: object,

@@ -1,8 +1,9 @@
 /**
  * A valve that knows a pause while it does not listen for wake-ups (idle, or before its first
  * job) cannot hear another valve's resume(): when it gets work and subscribes, it asks the store
- * once if it last heard of the pause a second ago or more, instead of holding its jobs on what
- * it cached (up to PAUSE_TRUST, 30 s, before). On a controlled clock.
+ * once, instead of holding its jobs on what it cached (up to PAUSE_TRUST, 30 s, before; a pause
+ * heard of less than a second before: to its end, see valve-remote-resume.test.ts). On a
+ * controlled clock.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { createValve, memoryStore, type Valve } from '../../src/index.js';
@@ -42,7 +43,7 @@ describe('a pause known while not listening', () => {
     await a.pause(60_000);
     expect(a.stats().pausedUntil).not.toBeNull();
     await b.resume(); // a does not listen: it has no work
-    await clock.tickAsync(1000); // idle for a second (a pause heard of just now is trusted)
+    await clock.tickAsync(1000); // idle for a second
     const resumes: string[] = [];
     a.on('resume', (e) => resumes.push(e.source));
     const job = track(a.run(() => 'ran'));
