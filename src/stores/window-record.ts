@@ -186,13 +186,17 @@ interface HeldRecord {
 /**
  * The memory store's records, by id. A record is dropped KEEP_US after its reset and probe: each
  * call also examines up to two records of other ids, round-robin, dropping the expired ones, and
- * the store's full sweep (memory-state.ts, IdSweeper) drops every expired record once a second,
- * so ids nobody uses again leave nothing behind, calls or none.
+ * the store's sweep (memory-state.ts, IdSweeper) examines every record once a second (in turns
+ * of bounded work), so ids nobody uses again leave nothing behind, calls or none.
  */
 export class WindowRecords {
   private readonly records = new Map<string, HeldRecord>();
   /** Where the per-call cleanup resumes; null to start over. */
   private cursor: Iterator<HeldRecord> | null = null;
+  /** Where the store's sweep resumes; null when no pass is under way. */
+  private walk: Iterator<HeldRecord> | null = null;
+  /** Records the sweep's pass has yet to examine (those it began with). */
+  private walkLeft = 0;
 
   private get(id: string, now: number): HeldRecord {
     this.step(now);
@@ -224,12 +228,32 @@ export class WindowRecords {
     }
   }
 
-  /** Drops every expired record (the store's full sweep, once a second while it holds any). */
-  sweep(now: number): void {
-    for (const held of this.records.values()) if (held.expires <= now) this.records.delete(held.id);
-    // Every record was examined: the per-call cleanup starts over (and lets go of the table its
-    // iterator holds, which the map may have outgrown since).
+  /**
+   * The store's sweep (once a second while it holds any record, in turns): examines up to `max`
+   * records from where the last call stopped and drops the expired ones; true once every record
+   * held when the pass began was examined.
+   */
+  sweep(now: number, max: number): boolean {
+    if (this.walk === null) {
+      this.walk = this.records.values();
+      this.walkLeft = this.records.size;
+    }
+    for (let i = 0; i < max && this.walkLeft > 0; i++) {
+      const next = this.walk.next();
+      if (next.done === true) {
+        this.walkLeft = 0;
+        break;
+      }
+      this.walkLeft--;
+      const held = next.value;
+      if (held.expires <= now) this.records.delete(held.id);
+    }
+    if (this.walkLeft > 0) return false;
+    // Every record was examined: the pass and the per-call cleanup start over (and let go of the
+    // tables their iterators hold, which the map may have outgrown since).
+    this.walk = null;
     this.cursor = null;
+    return true;
   }
 
   send(id: string, now: number, probeTtlUs: number): WindowTicket {
