@@ -247,3 +247,24 @@ export function storeWith(inner: Store, replace: Partial<Store>): Store {
     ...replace,
   };
 }
+
+/**
+ * `store` with its acquire() calls counted: a Proxy, so that every other method and property
+ * (subscribe, listening, notifies, the fleet window's) is the store's own, bound to it.
+ */
+export function countingAcquires(store: Store): { store: Store; acquires: () => number } {
+  let n = 0;
+  const proxy = new Proxy(store, {
+    get(target, key) {
+      const value = Reflect.get(target, key, target) as unknown;
+      if (key === 'acquire') {
+        return (...args: unknown[]) => {
+          n++;
+          return (value as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      }
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  return { store: proxy, acquires: () => n };
+}

@@ -19,6 +19,7 @@ import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { countingAcquires } from '../helpers/spy-store.js';
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -41,24 +42,6 @@ function connection(): Redis {
   return c;
 }
 
-/** `store` with its acquire() calls counted. */
-function counting(store: Store): { store: Store; acquires: () => number } {
-  let n = 0;
-  const proxy = new Proxy(store, {
-    get(target, key) {
-      const value = Reflect.get(target, key, target) as unknown;
-      if (key === 'acquire') {
-        return (...args: unknown[]) => {
-          n++;
-          return (value as (...a: unknown[]) => unknown).apply(target, args);
-        };
-      }
-      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-    },
-  });
-  return { store: proxy, acquires: () => n };
-}
-
 /** Valves A and B of one id, each with its own store client (and subscriber when asked). */
 function pair(options: { subscriber: boolean; clock?: FakeClock; backoffInitial?: string }) {
   const prefix = uniquePrefix('rresume');
@@ -70,7 +53,7 @@ function pair(options: { subscriber: boolean; clock?: FakeClock; backoffInitial?
       ...(options.subscriber ? { subscriber: connection() } : {}),
       ...(clock ? { unsafeTestClock: clock } : {}),
     });
-  const a = counting(store());
+  const a = countingAcquires(store());
   const make = (s: Store): Valve => {
     const v = createValve({
       id: 'rr',

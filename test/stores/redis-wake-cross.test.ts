@@ -13,6 +13,7 @@ import { createValve, type Valve } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import type { Store } from '../../src/stores/store.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { countingAcquires } from '../helpers/spy-store.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -40,24 +41,6 @@ async function nodeRedis(url: string) {
   await c.connect();
   cleanups.push(() => c.destroy());
   return c;
-}
-
-/** A store that counts its acquire() calls. */
-function counting(store: Store): { store: Store; acquires: () => number } {
-  let n = 0;
-  const proxy = new Proxy(store, {
-    get(target, key) {
-      const value = Reflect.get(target, key, target) as unknown;
-      if (key === 'acquire') {
-        return (...args: unknown[]) => {
-          n++;
-          return (value as (...a: unknown[]) => unknown).apply(target, args);
-        };
-      }
-      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-    },
-  });
-  return { store: proxy, acquires: () => n };
 }
 
 /** A raw subscriber on the id's wake channel: resolves each time a 'pause:' message arrives. */
@@ -176,7 +159,7 @@ describe('wake-ups from another database or keyPrefix of the same server', () =>
     const prefix = uniquePrefix('wx');
     const id = 'shared-id';
     const prodStore = redisStore({ client: ioredis(`${url}/0`), subscriber: ioredis(`${url}/0`), prefix });
-    const { store, acquires } = counting(prodStore);
+    const { store, acquires } = countingAcquires(prodStore);
     // One job a minute: after the first, the next waits about 60 s on rate, asking nothing.
     const prod = createValve({ id, rules: { limit: 1, interval: '60s' }, store });
     cleanups.push(() => prod.close());
