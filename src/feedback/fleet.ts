@@ -34,7 +34,11 @@ export const SLOW_ANSWER_MS = 1000;
 const IDLE_MS = 50_000;
 /** A request that waited this long (ms) in the valve's queue was held back by the fleet's limits. */
 const HELD_MS = 1000;
-/** How often a request waiting for a probe's answer asks again (ms). */
+/**
+ * How often a request waiting for a probe's answer asks again (ms), for the first PROBE_TTL_MS
+ * of its wait; past that (a probe held longer than any wrapFetch asks: a store's stale or foreign
+ * state), it asks as for a spent window, 5, 10, 20 … ms later, then every second.
+ */
 const PROBE_POLL_MS = 5;
 /** A wait for a window's reset is re-asked at least this often (ms): a probe may open it sooner elsewhere. */
 const RESET_POLL_MS = 1000;
@@ -104,6 +108,8 @@ export async function takeTicket(
   const state = feedbackState(valve);
   // Refusals in a row while the window is spent: the next asks again sooner than the reset.
   let refused = 0;
+  // When this request was first refused for a probe (valve clock), undefined until it is.
+  let probeSince: number | undefined;
   for (;;) {
     // A job granted before a pause was written, and held here since, must not send inside it.
     // It ends with the pause when resume() deletes it, and looks again at least every second
@@ -127,9 +133,13 @@ export async function takeTicket(
     // A spent window is asked again 5, 10, 20 … ms later (then every second): the answers still
     // in flight, in any process, can show budget left (a request counted before the lowest count)
     // and the store writes no pause until the count is spent. A known pause is slept through above.
+    // A probe's answer is asked for every 5 ms, for as long as a probe may hold (PROBE_TTL_MS).
+    if (!ticket.probe) probeSince = undefined;
+    else probeSince ??= valve.clock.now();
+    const fast = ticket.probe && valve.clock.now() - (probeSince ?? 0) < PROBE_TTL_MS;
     const wait = Math.min(
       ticket.wait,
-      ticket.probe ? PROBE_POLL_MS : Math.min(RESET_POLL_MS, PROBE_POLL_MS * 2 ** Math.min(refused++, 10)),
+      fast ? PROBE_POLL_MS : Math.min(RESET_POLL_MS, PROBE_POLL_MS * 2 ** Math.min(refused++, 10)),
     );
     // This process's own answers wake it as soon as they are reported: a probe's, and one that
     // shows budget left (a request that was in flight turned out counted before the lowest count).

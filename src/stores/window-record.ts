@@ -38,6 +38,19 @@ import type { WindowTicket } from './store.js';
  */
 export const OTHER_WINDOW_US = 2_000_000;
 
+/**
+ * A probe holds the others this long (µs) at most, whatever time-to-live its ticket asked for
+ * (wrapFetch asks at most 2 s, feedback/fleet.ts's PROBE_TTL_MS; the rest is slack). A probe
+ * found ending further ahead (a server clock stepped back, a foreign write) has ended: it would
+ * hold every request of the fleet until then (window.lua's MAX_PROBE).
+ */
+export const MAX_PROBE_TTL_US = 5_000_000;
+
+/** Ends a probe that ends further ahead than any probe may: see MAX_PROBE_TTL_US. */
+function endStuckProbe(rec: WindowRecord, now: number): void {
+  if (rec.probe > now + MAX_PROBE_TTL_US) rec.probe = 0;
+}
+
 export interface WindowRecord {
   /** Tickets given so far (send numbers). */
   seq: number;
@@ -75,6 +88,7 @@ export function newWindowRecord(): WindowRecord {
 
 /** A request is about to be sent. */
 export function windowSend(rec: WindowRecord, now: number, probeTtlUs: number): WindowTicketUs {
+  endStuckProbe(rec, now);
   if (rec.probe > now) return { seq: 0, waitUs: rec.probe - now, probe: true };
   if (rec.reset > now) {
     if (rec.left <= 0) return { seq: 0, waitUs: rec.reset - now, probe: false };
@@ -100,7 +114,7 @@ export function windowSend(rec: WindowRecord, now: number, probeTtlUs: number): 
   }
   if (probe) {
     // This request learns the window; the others wait for its answer.
-    rec.probe = now + probeTtlUs;
+    rec.probe = now + Math.min(probeTtlUs, MAX_PROBE_TTL_US);
     rec.pseq = rec.seq;
     return { seq: rec.seq, waitUs: 0, probe: true };
   }
@@ -119,6 +133,7 @@ export function windowReport(
   remaining: number,
   resetUs: number,
 ): number {
+  endStuckProbe(rec, now);
   if (rec.probe > 0 && rec.pseq === seq) rec.probe = 0;
   // An answer to a request sent before the known window's reset, reported after it, no request
   // having been sent since: it belongs to that window, which is over (the next one is unknown).
