@@ -53,6 +53,8 @@ export class Pauses implements PauseCarrier {
   private deletedReported = 0;
   /** Store clock minus local clock, estimated at the last acquisition that reported the store's time. */
   private offset = 0;
+  /** Whether an acquisition reported the store's time yet: until then a pause write's answer estimates `offset`. */
+  private offsetKnown = false;
   /** What produced the latest known end (this valve's write, or 'remote' for a longer pause learnt from the store); null once cleared. */
   private cause: PauseCause | null = null;
   /**
@@ -198,7 +200,10 @@ export class Pauses implements PauseCarrier {
    * since it was sent (its refusal for a pause is then stale).
    */
   answered(r: AcquireResult, sentAt: number, now: number, raiseEpoch: number, resumeEpoch: number): boolean {
-    if (typeof r.now === 'number' && Number.isFinite(r.now)) this.offset = r.now - (sentAt + now) / 2;
+    if (typeof r.now === 'number' && Number.isFinite(r.now)) {
+      this.offset = r.now - (sentAt + now) / 2;
+      this.offsetKnown = true;
+    }
     // A resume() called while this acquisition was in flight deleted the pause it may report.
     const resumedSince = resumeEpoch !== this.resumes;
     if (typeof r.pausedUntil === 'number' && r.pausedUntil > 0) {
@@ -324,6 +329,7 @@ export class Pauses implements PauseCarrier {
       const done = Promise.resolve(result).then(
         (until) => {
           this.ownWrites--;
+          this.learnOffset(until, ms, now);
           const kept = this.resumes === epoch;
           if (kept) this.confirmed(end);
           // A resume() called after this write deleted the pause: do not keep it. Announced only
@@ -348,9 +354,21 @@ export class Pauses implements PauseCarrier {
       );
       return confirm ? done : undefined;
     }
+    this.learnOffset(result, ms, now);
     this.confirmed(end);
     this.written(result, cause, detail);
     return confirm ? Promise.resolve() : undefined;
+  }
+
+  /**
+   * Before any acquisition told the store's time (a valve whose first act is a pause), the
+   * answer to a write sent at `sentAt` (local) of `ms` estimates it: the store's end minus `ms`
+   * is its time at the write (later when a longer pause was there: the valve then asks the store
+   * at its own end, one refused call that tells the time).
+   */
+  private learnOffset(until: unknown, ms: number, sentAt: number): void {
+    if (this.offsetKnown || typeof until !== 'number' || !Number.isFinite(until)) return;
+    this.offset = until - ms - (sentAt + this.clock.now()) / 2;
   }
 
   /**
