@@ -18,6 +18,25 @@ export function human(ms: number): string {
 
 export const iso = (epochMs: number) => new Date(Math.round(epochMs)).toISOString();
 
+/** Control and bidirectional-formatting characters: never sent to a terminal as they are. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: matching them is the point.
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/g;
+const NAMED: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+
+/**
+ * `text` with its control characters escaped (\n, \x1b, \u202e...): what anyone who can write
+ * a key (a pause's source, a lease token, an id) put there shows as text, on one line, and
+ * sends the terminal no escape sequence. JSON output keeps the exact values.
+ */
+export function printable(text: string): string {
+  return text.replace(UNPRINTABLE, (c) => {
+    const code = c.charCodeAt(0);
+    return (
+      NAMED[c] ?? (code < 0x100 ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16)}`)
+    );
+  });
+}
+
 /** The fleet window wrapFetch learnt (status and watch). */
 export function windowText(s: IdStatus): string {
   const w = s.window!;
@@ -79,5 +98,6 @@ export function statusLines(s: IdStatus): string[] {
     lines.push(`leases    ${s.leases.length} held (last fence ${s.fence ?? 'unknown'})`);
     for (const l of s.leases) lines.push(`  ${l.token}  fence ${l.fence}  expires in ${human(l.ttl)}`);
   }
-  return lines;
+  // The id, the pause's source, lease tokens, keys in problems: as text, never as control codes.
+  return lines.map(printable);
 }

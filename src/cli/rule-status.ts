@@ -21,6 +21,9 @@ const GRACE_US = 2000;
 
 export const us = (ms: number) => Math.round(ms * 1000) / 1000;
 
+/** status.lua's answer for a key that holds an empty string (a missing key: ""). */
+export const EMPTY = '!empty';
+
 /** One rule whose state the store holds (or that is recorded for the id). */
 export interface RuleStatus {
   /** The rule's digest, as in its state key `<prefix>:{<id>}:r:<digest>`. */
@@ -99,6 +102,7 @@ export function ruleStatus(digest: string, state: unknown, nowUs: number, record
     problem: `unreadable state (${what}): valve never writes that`,
   });
   if (state === '!type') return bad('a key of another type');
+  if (state === EMPTY) return bad('an empty string');
   if (rule.algorithm === 'gcra') {
     const raw = replyString(state, 'status');
     const emissionUs = Math.ceil(intervalUs / limit);
@@ -143,7 +147,13 @@ export function ruleStatus(digest: string, state: unknown, nowUs: number, record
     return { ...base, left, nextUnitIn: end, allBackIn: end, recent: null, windowStart };
   }
   // Sliding window: [sum, t1, c1, t2, c2, ...], oldest first; checked as acquire-one.lua does.
-  const list = Array.isArray(state) ? state.map((v) => Number(replyString(v, 'status'))) : [];
+  const list = Array.isArray(state)
+    ? state.map((v) => {
+        const text = replyString(v, 'status');
+        return text.trim() === '' ? Number.NaN : Number(text);
+      })
+    : [];
+  let total = 0;
   if (list.length > 0) {
     const sum = list[0]!;
     let ok = list.length % 2 === 1 && sum >= 0 && sum < Number.POSITIVE_INFINITY;
@@ -151,11 +161,19 @@ export function ruleStatus(digest: string, state: unknown, nowUs: number, record
       const t = list[i]!;
       const c = list[i + 1]!;
       ok = t >= 0 && t <= nowUs + AHEAD_US && c > 0 && c < Number.POSITIVE_INFINITY;
+      total += c;
     }
     if (!ok) return bad('a malformed log, or a time further ahead than valve writes');
+    // The scripts use the stored sum, never the entries' (and refuse a sum that cannot be theirs).
+    let high = 0;
+    for (let i = 2; i < list.length; i += 2) high = Math.max(high, list[i]!);
+    if (sum !== total || high > limit)
+      return bad(
+        `sum ${JSON.stringify(String(sum))}: not the sum of its entries' costs, or an entry above the limit`,
+      );
   }
-  const s: SlidingState = { log: list.slice(1), head: 0, sum: 0 };
-  for (let i = 1; i < s.log.length; i += 2) s.sum += s.log[i]!;
+  // The stored sum, as the scripts read it (equal to its entries' costs, checked above).
+  const s: SlidingState = { log: list.slice(1), head: 0, sum: list.length > 0 ? list[0]! : 0 };
   slidingExpire(s, nowUs, intervalUs);
   const left = Math.max(0, Math.floor(limit - s.sum));
   let recent = 0;

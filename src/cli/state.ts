@@ -12,6 +12,7 @@ import type { Conn } from './connect.js';
 import { usageError } from './errors.js';
 import {
   AHEAD_US,
+  EMPTY,
   type LineStatus,
   lineStatus,
   type RuleStatus,
@@ -168,15 +169,12 @@ export async function readStatus(
       note = `not checked: SCAN failed (${(err as Error).message.split('\n')[0]})`;
     }
   }
-  const digests: string[] = [];
-  for (const d of [...(record?.digests ?? []), ...(o.known ?? []), ...found.rules.sort()]) {
-    if (!digests.includes(d) && ruleFromDigest(d)) digests.push(d);
-  }
+  // Sets: a record may hold many digests (what valve never writes, but status must answer).
+  const digests = [
+    ...new Set([...(record?.digests ?? []), ...(o.known ?? []), ...found.rules.sort()]),
+  ].filter((d) => ruleFromDigest(d));
   // A line is named by the first rule of its rule set: every rule we know of, and those found.
-  const lineDigests: string[] = [];
-  for (const d of [...digests, ...found.lines.sort()]) {
-    if (!lineDigests.includes(d) && ruleFromDigest(d)) lineDigests.push(d);
-  }
+  const lineDigests = [...new Set([...digests, ...found.lines.sort()])].filter((d) => ruleFromDigest(d));
   const adapter = detectCommandClient(conn.client);
   const statusKeys = [
     keys.pause,
@@ -210,7 +208,7 @@ export async function readStatus(
   const problems: string[] = [];
   const corrupt = (key: string, raw: string, expected: string) =>
     problems.push(
-      `${key} holds ${raw === '!type' ? 'a value of another type' : JSON.stringify(raw.slice(0, 64))}, not ${expected} (valve never writes that; delete the key)`,
+      `${key} holds ${raw === '!type' ? 'a value of another type' : raw === EMPTY ? 'an empty string' : JSON.stringify(raw.slice(0, 64))}, not ${expected} (valve never writes that; delete the key)`,
     );
   // The checks of the store's scripts (lua/lib/acquire-one.lua, pause.lua, window.lua).
   const recorded = recordRaw === '!type' ? null : parseRecord(recordRaw, nowUs);
@@ -233,9 +231,10 @@ export async function readStatus(
     for (let i = 0; i + 1 < leaseReply.length; i += 2) {
       const token = replyString(leaseReply[i], 'status');
       const score = replyString(leaseReply[i + 1], 'status');
-      const expiresAt = Number(score);
-      if (!(expiresAt > now)) continue; // expired, not yet purged
-      if (expiresAt > now + AHEAD_MS) {
+      // Redis answers an infinite score as "inf" / "-inf" (Number() reads NaN).
+      const expiresAt = score === 'inf' ? Number.POSITIVE_INFINITY : score === '-inf' ? 0 : Number(score);
+      if (expiresAt <= now) continue; // expired, not yet purged
+      if (!(expiresAt <= now + AHEAD_MS)) {
         far ||= `${token} ${score}`;
         continue;
       }
@@ -288,7 +287,7 @@ export async function readStatus(
         ? {
             until: pauseUntil,
             in: us(pauseUntil - now),
-            by: pauseBy === '' || pauseBy === '!type' ? null : pauseBy,
+            by: pauseBy === '' || pauseBy === '!type' || pauseBy === EMPTY ? null : pauseBy,
           }
         : null,
     leases: leases.sort((a, b) => a.expiresAt - b.expiresAt),

@@ -5,7 +5,7 @@
  */
 import { type Conn, within } from './connect.js';
 import { oneLine } from './errors.js';
-import { human, iso, lineText, prefixText, windowText } from './format.js';
+import { human, iso, lineText, prefixText, printable, windowText } from './format.js';
 import { type IdStatus, type RuleStatus, readStatus } from './state.js';
 
 const ESC = '\u001b[';
@@ -53,7 +53,7 @@ function leaseText(s: IdStatus): string {
 
 export function watchLines(s: IdStatus, rates: (number | null)[], ansi: boolean): string[] {
   const width = Math.max(0, ...s.rules.map((r) => r.label.length));
-  const lines = [`valve watch ${s.id}   ${prefixText(s)}   ${iso(s.now)} (store clock)`];
+  const lines = [printable(`valve watch ${s.id}   ${prefixText(s)}   ${iso(s.now)} (store clock)`)];
   if (s.rules.length === 0) lines.push('rules    none recorded');
   s.rules.forEach((r, i) => {
     const used = r.left === null ? 0 : r.capacity - r.left;
@@ -62,7 +62,7 @@ export function watchLines(s: IdStatus, rates: (number | null)[], ansi: boolean)
       `${mark} ${r.label.padEnd(width)}  ${bar(used, r.capacity, 20)}  ${ruleText(r, rates[i] ?? null)}`,
     );
   });
-  const pause = pauseText(s);
+  const pause = printable(pauseText(s));
   lines.push(`pause    ${ansi && s.pause ? `${ESC}33m${pause}${ESC}39m` : pause}`);
   lines.push(`leases   ${leaseText(s)}`);
   if (s.window) lines.push(`window   ${windowText(s)}`);
@@ -75,7 +75,10 @@ export function watchLines(s: IdStatus, rates: (number | null)[], ansi: boolean)
 export function watchPlain(s: IdStatus, rates: (number | null)[]): string {
   const rules = s.rules.map((r, i) => `${r.label}: ${ruleText(r, rates[i] ?? null)}`);
   const extra = [...(s.window ? [windowText(s)] : []), ...s.lines.map(lineText)];
-  return `[${iso(s.now)}] ${s.id}: ${rules.join('; ') || 'no rules recorded'}; ${pauseText(s)}; ${leaseText(s)}${extra.map((e) => `; ${e}`).join('')}`;
+  // One line per reading, whatever the id or the pause's source hold.
+  return printable(
+    `[${iso(s.now)}] ${s.id}: ${rules.join('; ') || 'no rules recorded'}; ${pauseText(s)}; ${leaseText(s)}${extra.map((e) => `; ${e}`).join('')}`,
+  );
 }
 
 export interface WatchOptions {

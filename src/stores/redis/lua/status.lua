@@ -21,7 +21,7 @@ ARGV[r]        rule r's kind: "g" (GCRA) or "w" (fixed window), read with GET; "
 Reply: { nowUs, pause, fence, record, { token_1, expiresAt_1, ... }, { state_1, ..., state_m },
          pauseBy, window, { line_1, ... } }
   pause, fence, record, pauseBy, window, a line, and a GET rule's state: the key's value, ""
-  when missing
+  when missing, "!empty" when the key holds an empty string (the scripts refuse it)
   a sliding window's state: the whole list (sum, t1, c1, t2, c2, ...), empty when missing
   "!type" in place of any value whose key holds another type (the command reports it)
 ]]
@@ -33,6 +33,9 @@ local function get(key)
   local v = redis.pcall('GET', key)
   if type(v) == 'table' then
     return '!type'
+  end
+  if v == '' then
+    return '!empty'
   end
   return v or ''
 end

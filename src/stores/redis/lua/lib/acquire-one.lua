@@ -38,6 +38,8 @@ local function read(key)
 end
 
 local floor, ceil = math.floor, math.ceil
+-- A sliding-window log whose sum does not match its entries (see the read of the logs below).
+local SUM_EXPECTED = 'a sliding-window log whose first element is the sum of its entries\' costs'
 
 -- The end of the id's shared pause in µs (epoch ms with 3 decimals in `key`), 0 when there is
 -- none; nil and an error reply naming the key when it holds something else. pause_of(): the
@@ -558,14 +560,16 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
     if ARGV[base] == 's' then
       local key = KEYS[3 + r]
       local cut = now - tonumber(ARGV[base + 1])
+      local limit = tonumber(ARGV[base + 2])
       local span = 33 -- the sentinel and 16 entries, then chunks of 33, 66, 132... elements
       local part = rpcall('LRANGE', key, 0, span - 1)
       if part.err then
         return corrupt(key, 'a value of another type', 'a sliding-window log (a list)')
       end
       local sum, drop, left = 0, 0, 0
-      if part[1] then
-        sum = tonumber(part[1])
+      local stored = part[1]
+      if stored then
+        sum = tonumber(stored)
         local from, i = 0, 2 -- part[i] is list element from + i - 1
         while true do
           local t = part[i]
@@ -587,6 +591,14 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
             end
             if tn > cut then
               left = 1
+              -- The sum is its entries' (integer) costs, checked without adding them up: the
+              -- live sum holds at least the oldest live entry's, and (when this read holds the
+              -- whole list) at most the limit per live entry: a grant's entry and a rule
+              -- change's each hold at most the limit (not the whole sum: a rule set changed
+              -- back within an interval holds its own units and the other rules').
+              if sum < cn or (#part < span and sum > limit * (from + #part - 1 - drop) / 2) then
+                return corrupt(key, stored, SUM_EXPECTED)
+              end
               break
             end
             sum = sum - cn
@@ -595,7 +607,10 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
           end
         end
         if left == 0 then
-          sum = 0
+          -- Every entry left: their costs were the whole sum.
+          if sum ~= 0 then
+            return corrupt(key, stored, SUM_EXPECTED)
+          end
         else
           -- The newest entry too (the write below extends it or appends after it), before
           -- anything is written: a time ahead of any valve writes is refused.
