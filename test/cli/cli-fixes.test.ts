@@ -13,7 +13,6 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connect } from '../../src/cli/connect.js';
 import type { Check } from '../../src/cli/doctor.js';
-import { main } from '../../src/cli/main.js';
 import { type IdStatus, readStatus } from '../../src/cli/state.js';
 import { createValve } from '../../src/index.js';
 import { normalizeRule } from '../../src/rules/rule.js';
@@ -21,25 +20,9 @@ import { recordOf } from '../../src/rulesets.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import { type RedisCluster, type RedisServer, startCluster, startRedis } from '../helpers/servers.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { type Ran, valve } from './run-cli.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-
-interface Ran {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-async function valve(args: string[]): Promise<Ran> {
-  let stdout = '';
-  let stderr = '';
-  const code = await main(args, {
-    stdout: { write: (text: string) => (stdout += text) },
-    stderr: { write: (text: string) => (stderr += text) },
-    env: {},
-  });
-  return { code, stdout, stderr };
-}
 
 let client: Redis;
 let auth: RedisServer;

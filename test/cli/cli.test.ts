@@ -19,7 +19,6 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Check } from '../../src/cli/doctor.js';
-import { main } from '../../src/cli/main.js';
 import type { IdStatus } from '../../src/cli/state.js';
 import { createValve } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
@@ -27,6 +26,7 @@ import { cliConfig } from '../../tsup.config.js';
 import { type RedisServer, type ServerKind, startRedis } from '../helpers/servers.js';
 import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 import type { LiveWorkerConfig, LiveWorkerState } from './live-worker.js';
+import { type Ran, valve } from './run-cli.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 let buildDir: string;
@@ -61,24 +61,6 @@ beforeAll(async () => {
 afterAll(() => {
   if (buildDir) rmSync(buildDir, { recursive: true, force: true });
 });
-
-interface Ran {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs the command in this process with `args`; VALVE_REDIS_URL only when given in `env`. */
-async function valve(args: string[], env: Record<string, string> = {}): Promise<Ran> {
-  let stdout = '';
-  let stderr = '';
-  const code = await main(args, {
-    stdout: { write: (text: string) => (stdout += text) },
-    stderr: { write: (text: string) => (stderr += text) },
-    env,
-  });
-  return { code, stdout, stderr };
-}
 
 /** Runs the built file with `args` in a child process; VALVE_REDIS_URL only when given in `env`. */
 function spawnValve(args: string[], env: Record<string, string> = {}, file = cli): Promise<Ran> {

@@ -14,31 +14,14 @@ import { fileURLToPath } from 'node:url';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Check } from '../../src/cli/doctor.js';
-import { main } from '../../src/cli/main.js';
 import type { IdStatus } from '../../src/cli/state.js';
 import { createValve, type Valve } from '../../src/index.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
 import { sharedCluster, sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { type Ran, valve } from './run-cli.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-
-interface Ran {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-async function valve(args: string[]): Promise<Ran> {
-  let stdout = '';
-  let stderr = '';
-  const code = await main(args, {
-    stdout: { write: (text: string) => (stdout += text) },
-    stderr: { write: (text: string) => (stderr += text) },
-    env: {},
-  });
-  return { code, stdout, stderr };
-}
 
 const json = <T>(r: Ran): T => {
   expect(r.code, r.stderr).toBe(0);

@@ -7,32 +7,18 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { main } from '../../src/cli/main.js';
 import type { IdStatus } from '../../src/cli/state.js';
 import { normalizeRule } from '../../src/rules/rule.js';
 import { recordOf } from '../../src/rulesets.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
+import { type Ran, valve } from './run-cli.js';
 
-interface Ran {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-async function valve(args: string[]): Promise<Ran> {
-  let stdout = '';
-  let stderr = '';
-  const code = await main([...args, '--redis', sharedRedis().url], {
-    stdout: { write: (text: string) => (stdout += text) },
-    stderr: { write: (text: string) => (stderr += text) },
-    env: {},
-  });
-  return { code, stdout, stderr };
-}
+/** The command against the shared Redis server. */
+const valveOn = (args: string[]): Promise<Ran> => valve([...args, '--redis', sharedRedis().url]);
 
 async function status(prefix: string, id: string): Promise<Ran & { s: IdStatus }> {
-  const r = await valve(['status', id, '--json', '--prefix', prefix]);
+  const r = await valveOn(['status', id, '--json', '--prefix', prefix]);
   let s = {} as IdStatus;
   try {
     s = JSON.parse(r.stdout);
@@ -192,14 +178,14 @@ describe.concurrent('human output shows what anyone could write as text', () => 
     await client.zadd(`${base}:leases`, String(Date.now() + 60_000), 'tok\u001b[2J.7');
     await client.pexpire(`${base}:leases`, 60_000);
 
-    const human = await valve(['status', 'p', '--prefix', prefix]);
+    const human = await valveOn(['status', 'p', '--prefix', prefix]);
     expect(human.code, human.stderr).toBe(0);
     expect(raw(human.stdout)).toBe(false);
     const pauseLine = human.stdout.split('\n').find((l) => l.startsWith('pause'));
     expect(pauseLine).toContain('by evil\\n\\x1b[2J\\x1b[31mRED\\r\\u202eabc;');
     expect(human.stdout).toContain('tok\\x1b[2J.7  fence 7');
 
-    const w = await valve(['watch', 'p', '--count', '1', '--plain', '--prefix', prefix]);
+    const w = await valveOn(['watch', 'p', '--count', '1', '--plain', '--prefix', prefix]);
     expect(w.code, w.stderr).toBe(0);
     expect(w.stdout.split('\n')).toHaveLength(2); // one line, then the end of it
     expect(raw(w.stdout)).toBe(false);
