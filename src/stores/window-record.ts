@@ -39,17 +39,13 @@ import type { WindowTicket } from './store.js';
 export const OTHER_WINDOW_US = 2_000_000;
 
 /**
- * A probe holds the others this long (µs) at most, whatever time-to-live its ticket asked for
- * (wrapFetch asks at most 2 s, feedback/fleet.ts's PROBE_TTL_MS; the rest is slack). A probe
- * found ending further ahead (a server clock stepped back, a foreign write) has ended: it would
- * hold every request of the fleet until then (window.lua's MAX_PROBE).
+ * A probe recorded as ending more than this (µs) past the asking caller's own probe time-to-live
+ * has ended: a Redis server whose clock stepped back, or a foreign write, left it there, and it
+ * would hold every request of the fleet until then (wrapFetch's probes ask 1 or 2 s,
+ * feedback/fleet.ts; the slack covers callers asking different times). window.lua's
+ * STUCK_SLACK.
  */
-export const MAX_PROBE_TTL_US = 5_000_000;
-
-/** Ends a probe that ends further ahead than any probe may: see MAX_PROBE_TTL_US. */
-function endStuckProbe(rec: WindowRecord, now: number): void {
-  if (rec.probe > now + MAX_PROBE_TTL_US) rec.probe = 0;
-}
+export const STUCK_PROBE_SLACK_US = 5_000_000;
 
 export interface WindowRecord {
   /** Tickets given so far (send numbers). */
@@ -88,7 +84,7 @@ export function newWindowRecord(): WindowRecord {
 
 /** A request is about to be sent. */
 export function windowSend(rec: WindowRecord, now: number, probeTtlUs: number): WindowTicketUs {
-  endStuckProbe(rec, now);
+  if (rec.probe > now + probeTtlUs + STUCK_PROBE_SLACK_US) rec.probe = 0;
   if (rec.probe > now) return { seq: 0, waitUs: rec.probe - now, probe: true };
   if (rec.reset > now) {
     if (rec.left <= 0) return { seq: 0, waitUs: rec.reset - now, probe: false };
@@ -114,7 +110,7 @@ export function windowSend(rec: WindowRecord, now: number, probeTtlUs: number): 
   }
   if (probe) {
     // This request learns the window; the others wait for its answer.
-    rec.probe = now + Math.min(probeTtlUs, MAX_PROBE_TTL_US);
+    rec.probe = now + probeTtlUs;
     rec.pseq = rec.seq;
     return { seq: rec.seq, waitUs: 0, probe: true };
   }
@@ -133,7 +129,6 @@ export function windowReport(
   remaining: number,
   resetUs: number,
 ): number {
-  endStuckProbe(rec, now);
   if (rec.probe > 0 && rec.pseq === seq) rec.probe = 0;
   // An answer to a request sent before the known window's reset, reported after it, no request
   // having been sent since: it belongs to that window, which is over (the next one is unknown).

@@ -7,7 +7,7 @@ ticket before each request, a report after each answer. Mirrors src/stores/windo
 KEYS[1]  <prefix>:{<id>}:window   string "seq,reset,left,low,start,spent,probe,pseq,flight" (integers)
 ARGV[1]  "" (use Redis TIME), or the time in µs (test-only virtual clock)
 ARGV[2]  "s" a ticket, "r" a report
-ARGV[3]  s: the probe's longest time in flight (µs; at most MAX_PROBE);  r: the answer's send number
+ARGV[3]  s: the probe's longest time in flight (µs);  r: the answer's send number
 ARGV[4]  r: the remaining count, or -1 (an answer without a window: it only ends its probe)
 ARGV[5]  r: the reset's upper bound from now (µs)
 
@@ -28,10 +28,9 @@ local KEEP = 60000000
 -- An answer whose reset lies more than this (µs) past the known window's bound is another window's
 -- (window-record.ts's OTHER_WINDOW_US).
 local OTHER_WINDOW = 2000000
--- A probe holds the others this long (µs) at most (window-record.ts's MAX_PROBE_TTL_US): a longer
--- time in flight is cut to it, and a probe that ends further ahead (a server clock stepped back,
--- a foreign write) has ended.
-local MAX_PROBE = 5000000
+-- A probe recorded as ending more than this (µs) past the asking caller's own time in flight has
+-- ended: a server clock stepped back, or a foreign write (window-record.ts's STUCK_PROBE_SLACK_US).
+local STUCK_SLACK = 5000000
 
 local FIELDS = { 'seq', 'reset', 'left', 'low', 'start', 'spent', 'probe', 'pseq', 'flight' }
 local rec = {}
@@ -60,9 +59,6 @@ for i, name in ipairs(FIELDS) do
     rec[name] = 0
   end
 end
-if rec.probe > now + MAX_PROBE then
-  rec.probe = 0
-end
 
 local function save()
   local out = {}
@@ -74,7 +70,10 @@ local function save()
 end
 
 if ARGV[2] == 's' then
-  local ttl = math.min(tonumber(ARGV[3]), MAX_PROBE)
+  local ttl = tonumber(ARGV[3])
+  if rec.probe > now + ttl + STUCK_SLACK then
+    rec.probe = 0
+  end
   if rec.probe > now then
     return { 0, rec.probe - now, 1 }
   end
