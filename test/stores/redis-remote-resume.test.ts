@@ -20,6 +20,7 @@ import type { Store } from '../../src/stores/store.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 import { countingAcquires } from '../helpers/spy-store.js';
+import { track } from '../helpers/track.js';
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -66,19 +67,6 @@ function pair(options: { subscriber: boolean; clock?: FakeClock; backoffInitial?
     return v;
   };
   return { a: make(a.store), b: make(store()), acquires: a.acquires };
-}
-
-/** Tracks a promise's settlement (a rejection, e.g. at close, is ignored). */
-function track<T>(p: Promise<T>): { done: boolean; value?: T } {
-  const t: { done: boolean; value?: T } = { done: false };
-  p.then(
-    (value) => {
-      t.done = true;
-      t.value = value;
-    },
-    () => {},
-  );
-  return t;
 }
 
 /** A's header-less 429, once its background write reached the store. */

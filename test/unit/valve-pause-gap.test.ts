@@ -8,6 +8,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createValve, memoryStore, type Valve } from '../../src/index.js';
 import { FakeClock } from '../helpers/fake-clock.js';
+import { track } from '../helpers/track.js';
 
 const valves: Valve[] = [];
 afterEach(async () => {
@@ -23,16 +24,6 @@ function setup() {
     return v;
   };
   return { clock, valve };
-}
-
-/** Tracks a promise's settlement. */
-function track<T>(p: Promise<T>): { done: boolean; value?: T } {
-  const t: { done: boolean; value?: T } = { done: false };
-  void p.then((value) => {
-    t.done = true;
-    t.value = value;
-  });
-  return t;
 }
 
 describe('a pause known while not listening', () => {

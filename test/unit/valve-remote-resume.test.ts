@@ -13,6 +13,7 @@ import { createValve, memoryStore, type Valve } from '../../src/index.js';
 import type { Store } from '../../src/stores/store.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { count, spyStore } from '../helpers/spy-store.js';
+import { track } from '../helpers/track.js';
 
 const valves: Valve[] = [];
 afterEach(async () => {
@@ -34,19 +35,6 @@ function pair() {
     return v;
   };
   return { clock, spy, a: make(spy), b: make(inner) };
-}
-
-/** Tracks a promise's settlement. */
-function track<T>(p: Promise<T>): { done: boolean; value?: T } {
-  const t: { done: boolean; value?: T } = { done: false };
-  p.then(
-    (value) => {
-      t.done = true;
-      t.value = value;
-    },
-    () => {}, // closed by afterEach
-  );
-  return t;
 }
 
 describe("another valve's resume() on a shared memory store while this one is idle", () => {
