@@ -25,6 +25,8 @@ export interface ValveInternals {
   readonly id: string;
   readonly clock: Clock;
   readonly feedback: FeedbackSettings;
+  /** The valve's maxWait (ms; Infinity for none): wrapFetch's wait for a fleet ticket ends with it too. */
+  readonly maxWait: number;
   /**
    * Enqueues a job like run(), but at a given queue position: `sequence` is the call-order
    * number of an earlier attempt (so a retry goes ahead of later arrivals), or undefined

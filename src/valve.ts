@@ -148,19 +148,19 @@ class ValveImpl implements Valve {
       storeError,
       checkClosed: () => this.checkClosed(),
     });
-    const pauses = this.pauses;
     this.internals = {
       id: o.id,
       clock: o.clock,
       feedback: o.feedback,
+      maxWait: o.maxWait,
       runAt: (job, options, sequence, onSequence) =>
         this.runAt(job as AnyJob, options, sequence, onSequence) as Promise<never>,
       // observe() reaches the pause directly: feedback → pauses → store.
-      pauseInBackground: (ms, source, detail) => pauses.pauseInBackground(ms, source, detail),
-      knownPauseEnd: () => pauses.until,
-      pauseCarrier: pauses,
+      pauseInBackground: (ms, source, detail) => this.pauses.pauseInBackground(ms, source, detail),
+      knownPauseEnd: () => this.pauses.until,
+      pauseCarrier: this.pauses,
       rulesCarry: () => this.admission.rulesCarry(),
-      pauseWaiters: pauses.waiters,
+      pauseWaiters: this.pauses.waiters,
       isClosed: () => this.closed,
       closeWaiters: this.closeWaiters,
       emit: (event, payload) => {

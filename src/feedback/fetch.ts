@@ -209,7 +209,10 @@ function discard(response: unknown): void {
  * retry is sent (its body is cancelled then). When retries run out, the body cannot be
  * sent again (a stream, a used Request), or a retry is never sent (maxWait, close(), a
  * store failure: anything but the caller's abort), the last response is returned as
- * fetch would return it: no throw.
+ * fetch would return it: no throw. With a fleet window, an attempt granted by the valve may
+ * still wait in its job for a ticket (or through a pause written after its grant); that wait
+ * ends at the attempt's maxWait too (from when it was queued): the request is never sent, a
+ * first attempt rejects MAX_WAIT, a retry returns the answer it had (the grant stays spent).
  *
  * The caller's signal (init.signal, else the Request's) is honoured while queued (the
  * call rejects with its reason) and while running (passed to fetch, combined with the
@@ -269,7 +272,9 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
       let started = false;
       const closing = last === undefined ? undefined : closeAbort(valve, () => !started);
       // When this attempt was queued: one that waited long was held back by the fleet's limits.
+      // Its wait for a ticket ends where the queue's wait would have: at its maxWait (MAX_WAIT).
       const queuedAt = fleet === undefined ? 0 : valve.clock.now();
+      const deadline = queuedAt + valve.maxWait;
       try {
         result = await valve.runAt(
           async ({ signal: jobSignal }) => {
@@ -279,7 +284,9 @@ export function wrapFetch<F extends FetchLike = typeof fetch>(
             const attemptSignal = anySignal(jobSignal, signal);
             // With a fleet window (a store that keeps one), a ticket first (feedback/fleet.ts).
             const ticket =
-              fleet === undefined ? undefined : await takeTicket(valve, fleet, attemptSignal, queuedAt);
+              fleet === undefined
+                ? undefined
+                : await takeTicket(valve, fleet, attemptSignal, queuedAt, deadline);
             const seen: FleetObservation | undefined =
               ticket === undefined ? undefined : { window: undefined };
             try {

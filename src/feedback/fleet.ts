@@ -1,3 +1,4 @@
+import { ValveError } from '../errors.js';
 import type { FleetWindow, ValveInternals } from '../feedback-port.js';
 import { isThenable } from '../maybe-promise.js';
 import type { WindowTicket } from '../stores/store.js';
@@ -97,26 +98,35 @@ export function probeTtl(state: FeedbackState, now: number, queuedAt: number): n
 /**
  * A ticket to send one request; waits (honouring `signal`) while the fleet's window is spent or a
  * probe is out, and while this process knows of a pause (written since the job was granted).
- * Undefined when the store failed: send without one.
+ * Undefined when the store failed: send without one. No wait goes past `deadline` (valve clock;
+ * the attempt's maxWait, counted from when it was queued, as the queue counted it): a request
+ * that would wait longer is never sent and rejects MAX_WAIT, and the store is not asked again.
+ * A refusal counts nothing in the fleet's record, so a request that gives up leaves nothing in
+ * flight.
  */
 export async function takeTicket(
   valve: ValveInternals,
   window: FleetWindow,
   signal: AbortSignal,
   queuedAt: number,
+  deadline = Number.POSITIVE_INFINITY,
 ): Promise<WindowTicket | undefined> {
   const state = feedbackState(valve);
   // Refusals in a row while the window is spent: the next asks again sooner than the reset.
   let refused = 0;
   // When this request was first refused for a probe (valve clock), undefined until it is.
   let probeSince: number | undefined;
-  for (;;) {
+  for (let waited = false; ; waited = true) {
     // A job granted before a pause was written, and held here since, must not send inside it.
     // It ends with the pause when resume() deletes it, and looks again at least every second
     // (the known end also moves when a store answer reports the pause gone).
-    const paused = valve.knownPauseEnd() - valve.clock.now();
+    const at = valve.clock.now();
+    const paused = valve.knownPauseEnd() - at;
+    // No wait goes past the deadline, and the store is not asked after it (the first ask goes:
+    // the queue granted the job within its maxWait).
+    if ((waited || paused > 0) && !(deadline > at)) throw notSent();
     if (paused > 0) {
-      await sleep(valve, Math.min(paused, RESET_POLL_MS), signal, valve.pauseWaiters);
+      await sleep(valve, Math.min(paused, RESET_POLL_MS, deadline - at), signal, valve.pauseWaiters);
       continue;
     }
     let ticket: WindowTicket;
@@ -130,6 +140,8 @@ export async function takeTicket(
       return undefined;
     }
     if (ticket.seq > 0) return ticket;
+    const left = deadline - valve.clock.now();
+    if (!(left > 0)) throw notSent();
     // A spent window is asked again 5, 10, 20 … ms later (then every second): the answers still
     // in flight, in any process, can show budget left (a request counted before the lowest count)
     // and the store writes no pause until the count is spent. A known pause is slept through above.
@@ -139,12 +151,21 @@ export async function takeTicket(
     const fast = ticket.probe && valve.clock.now() - (probeSince ?? 0) < PROBE_TTL_MS;
     const wait = Math.min(
       ticket.wait,
+      left,
       fast ? PROBE_POLL_MS : Math.min(RESET_POLL_MS, PROBE_POLL_MS * 2 ** Math.min(refused++, 10)),
     );
     // This process's own answers wake it as soon as they are reported: a probe's, and one that
     // shows budget left (a request that was in flight turned out counted before the lowest count).
     await sleep(valve, Math.max(1, wait), signal, state.ticketWaiters);
   }
+}
+
+/** The rejection of a request whose ticket (or a known pause) outlasted its maxWait: it was never sent. */
+function notSent(): ValveError {
+  return new ValveError(
+    'MAX_WAIT',
+    'The request was not sent within its maxWait: it waited for the fleet window or a pause',
+  );
 }
 
 /** Wakes this process's requests waiting for a ticket: an answer just reported may let them go. */

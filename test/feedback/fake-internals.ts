@@ -56,6 +56,8 @@ export class FakeInternals implements ValveInternals {
     return this.pausedUntil;
   }
 
+  readonly maxWait = Number.POSITIVE_INFINITY;
+
   readonly pauseWaiters = new Set<() => void>();
 
   /** As the valve does when its pause is deleted. */

@@ -11,13 +11,19 @@
  *   the probe's 2 s time-to-live, which a busy machine's answer may outlast);
  * - every request ends 200 and at most 5 % of the requests the provider saw were answered 429,
  *   none in the provider's first window (the id's first request is a probe).
+ *
+ * And, in this process, that a valve's maxWait bounds a granted request's wait for its ticket.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isValveError } from '../../src/errors.js';
 import { PROBE_TTL_MS } from '../../src/feedback/fleet.js';
+import { redisStore } from '../../src/stores/redis/index.js';
+import { createValve } from '../../src/valve.js';
 import { type RealLimiter, startRealLimiter } from '../helpers/real-limiters.js';
-import { uniquePrefix } from '../helpers/shared-servers.js';
+import { connectClient } from '../helpers/redis-clients.js';
+import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 import { expectAllEnded200, runFleetWorkers } from './fleet-run.js';
 import type { FleetWorkerReport } from './fleet-worker.js';
 
@@ -115,4 +121,53 @@ describe('the fleet window through Redis, 3 processes against express-rate-limit
       expect(early, `tickets given while probe ${s.seq} was in flight (${JSON.stringify(s)})`).toEqual([]);
     }
   }, 120_000);
+});
+
+describe("maxWait bounds a granted request's wait for its fleet ticket, on Redis against express-rate-limit", () => {
+  it('a window of 1 a minute spent by the probe: the call granted beside it rejects MAX_WAIT, never sent, nothing left in flight', async () => {
+    const provider = await startRealLimiter('express', { limit: 1, windowMs: 60_000 });
+    const connection = await connectClient('ioredis', sharedRedis());
+    const prefix = uniquePrefix('fleet-maxwait');
+    const id = `maxwait:${Math.random().toString(36).slice(2)}`;
+    const valve = createValve({
+      id,
+      store: redisStore({ client: connection.client, subscriber: connection.subscriber, prefix }),
+      maxWait: 300,
+    });
+    try {
+      const f = valve.wrapFetch(fetch, { retries: 0 });
+      // Both granted at once: one is the id's probe, the other waits in its job for the probe's
+      // answer (remaining 0, reset in 60 s: a pause of a minute), then until its maxWait.
+      const calls = Promise.allSettled([f(`${provider.url}/a`), f(`${provider.url}/b`)]);
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const outcome = await Promise.race([
+        calls,
+        new Promise<'pending'>((resolve) => {
+          timer = setTimeout(() => resolve('pending'), 20_000);
+        }),
+      ]);
+      clearTimeout(timer);
+      expect(outcome, 'both calls settled (not held until the window resets in 60 s)').not.toBe('pending');
+      const settled = outcome as PromiseSettledResult<Response>[];
+      const answered = settled.filter((r) => r.status === 'fulfilled');
+      const refused = settled.filter((r) => r.status === 'rejected');
+      expect(answered.map((r) => r.value.status)).toEqual([200]);
+      expect(refused).toHaveLength(1);
+      expect(isValveError(refused[0]!.reason, 'MAX_WAIT')).toBe(true);
+      // The provider saw the probe alone.
+      expect(provider.log).toHaveLength(1);
+      // The fleet's record: the probe's ticket reported, the refused one counted nowhere
+      // ("seq,reset,left,low,start,spent,probe,pseq,flight").
+      const record = await (connection.client as unknown as { get(key: string): Promise<string | null> }).get(
+        `${prefix}:{${id}}:window`,
+      );
+      const fields = (record ?? '').split(',').map(Number);
+      expect(fields[0], `record ${record}`).toBe(1);
+      expect(fields[8], `record ${record}`).toBe(0);
+    } finally {
+      await valve.close();
+      await connection.close();
+      await provider.stop();
+    }
+  }, 60_000);
 });

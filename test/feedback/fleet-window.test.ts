@@ -4,10 +4,12 @@
  * and "Probing a coarse Retry-After"), and observe() beside them.
  */
 import { describe, expect, it } from 'vitest';
+import { isValveError } from '../../src/errors.js';
 import type { FetchRetryEvent, PauseEvent } from '../../src/events.js';
 import { memoryStore } from '../../src/stores/memory.js';
 import { createValve } from '../../src/valve.js';
 import { FakeClock } from '../helpers/fake-clock.js';
+import { track } from '../unit/harness.js';
 
 const NOW = 1_700_000_000_000;
 
@@ -188,4 +190,102 @@ it("a 503 with Azure's x-ms-retry-after-ms is retried like one with retry-after-
     await valve.close();
   }
   expect(statuses).toEqual([200, 2, 200, 2]);
+});
+
+describe("maxWait bounds a granted request's wait for its fleet ticket", () => {
+  /**
+   * A valve with maxWait 300 ms on a memory store whose windowSend calls are logged (valve clock);
+   * a bare 429's backoff of 10 ms lets its retry start within that maxWait.
+   */
+  function bounded(id: string) {
+    const clock = new FakeClock(NOW);
+    const store = memoryStore({ clock });
+    const asked: number[] = [];
+    const send = store.windowSend!.bind(store);
+    store.windowSend = (key, probeTtl) => {
+      asked.push(clock.now() - NOW);
+      return send(key, probeTtl);
+    };
+    const valve = createValve({ id, clock, store, maxWait: 300, feedback: { backoffInitial: 10 } });
+    const retries: FetchRetryEvent[] = [];
+    valve.on('retry', (e) => retries.push(e));
+    return { clock, valve, asked, retries };
+  }
+
+  it('a call held through a 60 s pause written after its grant rejects MAX_WAIT at its deadline, never sent', async () => {
+    const { clock, valve, asked } = bounded('bounded-pause');
+    const sent: string[] = [];
+    const f = valve.wrapFetch(
+      async (url: string) => {
+        sent.push(url);
+        await new Promise<void>((r) => clock.setTimeout(() => r(), 10));
+        // The window is spent, its reset 60 s away.
+        return new Response('{}', {
+          status: 200,
+          headers: { 'ratelimit-remaining': url === 'a' ? '0' : '9', 'ratelimit-reset': '60' },
+        });
+      },
+      { retries: 0 },
+    );
+    const a = track(f('a')); // the id's first request: a probe
+    const b = track(f('b')); // granted at once, waits for the probe's answer, then for the pause
+    await clock.tickAsync(10_000);
+    expect(a.ok).toBe(true);
+    expect(b.done).toBe(true);
+    expect(isValveError(b.error, 'MAX_WAIT')).toBe(true);
+    expect(String((b.error as Error).message)).toMatch(/maxWait/);
+    expect(sent).toEqual(['a']);
+    // b's job started (the valve's grant is spent) and failed.
+    expect(valve.stats()).toMatchObject({ started: 2, succeeded: 1, failed: 1, rejected: 0 });
+    // The store was not asked for b's ticket once its deadline (300 ms after it was queued) passed.
+    expect(asked.filter((t) => t >= 300)).toEqual([]);
+    // The pause (60 s) still holds: the grant b spent is not given back, and it is not sent later.
+    await clock.tickAsync(60_000);
+    expect(sent).toEqual(['a']);
+    await valve.close();
+  });
+
+  it('a retry refused a ticket while the last unit is in flight returns its 429 at its deadline; the refusal counts nothing', async () => {
+    const { clock, valve, asked, retries } = bounded('bounded-retry');
+    const sent: { at: number; url: string }[] = [];
+    const window = (remaining: number) => ({
+      'ratelimit-remaining': String(remaining),
+      'ratelimit-reset': '60',
+    });
+    const f = valve.wrapFetch(
+      async (url: string) => {
+        sent.push({ at: clock.now() - NOW, url });
+        if (url === 'slow') {
+          // Takes the last unit and answers 10 s later.
+          await new Promise<void>((r) => clock.setTimeout(() => r(), 10_000));
+          return new Response('{}', { status: 200, headers: window(1) });
+        }
+        if (url === 'limited') return new Response('{}', { status: 429, headers: window(1) });
+        return new Response('{}', { status: 200, headers: window(2) });
+      },
+      { retries: 1 },
+    );
+    expect((await Promise.all([f('first'), clock.tickAsync(1)]))[0].status).toBe(200); // 2 left
+    const slow = track(f('slow')); // 1 left
+    // None left; its 429 (a 10 ms backoff) says 1 left while `slow` is out: the count is not
+    // spent, the fleet writes no pause, and the retry's ticket is refused until `slow` answers.
+    const limited = track(f('limited'));
+    await clock.tickAsync(2000);
+    expect(retries.map((r) => r.url)).toEqual(['limited']);
+    // The retry was granted and refused a ticket until its maxWait (300 ms after it was
+    // queued): the call returns the 429 it had, and the retry was never sent.
+    expect(limited.done).toBe(true);
+    expect((limited.value as Response).status).toBe(429);
+    expect(sent.map((s) => s.url)).toEqual(['first', 'slow', 'limited']);
+    expect(asked.filter((t) => t >= 301)).toEqual([]);
+    // `slow`'s answer leaves one unit: nothing of the abandoned retry is counted in flight, so
+    // the next request goes at once.
+    await clock.tickAsync(8100);
+    expect((slow.value as Response).status).toBe(200);
+    const next = track(f('next'));
+    await clock.tickAsync(5);
+    expect(next.ok).toBe(true);
+    expect(sent.map((s) => s.url)).toEqual(['first', 'slow', 'limited', 'next']);
+    await valve.close();
+  });
 });
