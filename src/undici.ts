@@ -130,7 +130,8 @@ function hrefOf(request: DispatchOptions): string {
  *   signal, `request({ signal })`) rejects at once and nothing is sent.
  * - Its answer is observed; a 429 (or 503 with Retry-After) is retried up to `retries` times at
  *   the original position, its body discarded once the retry is sent; then the last answer is
- *   handed over as is. A retry never sent (maxWait, close()) hands over the 429 it had.
+ *   handed over as is. A retry never sent (maxWait, close()) hands over the 429 it had. While
+ *   held, at most 64 KiB of its body is read (HELD_BODY_LIMIT); the rest waits on the connection.
  * - A streamed body (a stream, an async iterable: every `fetch()` body) is read into memory
  *   first, up to `maxBufferedBody` bytes, so that a retry can send it again; a longer one is sent
  *   once, as it streams: its 429 is observed and returned, not retried.

@@ -106,6 +106,12 @@ export class OuterController implements DispatchController {
   readonly abortController = new AbortController();
   #reason: Error | null = null;
   #paused = false;
+  /**
+   * Set while an attempt replays a held answer's buffered chunks: a resume() then only records
+   * the caller's state (the attempt applies it once the replay is done), so the wire's next
+   * chunks cannot overtake the buffered ones.
+   */
+  replaying = false;
 
   get aborted(): boolean {
     return this.#reason !== null;
@@ -134,14 +140,23 @@ export class OuterController implements DispatchController {
   }
   resume(): void {
     this.#paused = false;
-    this.current?.resume();
+    if (!this.replaying) this.current?.resume();
   }
 }
 
 /**
+ * Bytes of a held answer's body (a 429 or 503 while wrapFetch decides) read into memory. At
+ * this many the attempt is paused: undici stops reading its socket, the rest of the body stays
+ * on the connection (the server's writes meet back-pressure) until the answer is released to
+ * the caller (streamed on from there) or discarded for a retry (the connection is closed).
+ */
+export const HELD_BODY_LIMIT = 65_536;
+
+/**
  * One attempt on the wire. Its answer resolves `response` at the headers. A retryable answer
- * (429, 503) is held back, body buffered, until wrapFetch decides: retried (discarded) or
- * returned (replayed to the caller). Any other answer is handed to the caller as it streams.
+ * (429, 503) is held back, body buffered up to HELD_BODY_LIMIT bytes (then the attempt is
+ * paused), until wrapFetch decides: retried (discarded) or returned (replayed to the caller,
+ * then the rest streamed). Any other answer is handed to the caller as it streams.
  *
  * `signal` (the caller's or the valve's) aborts the attempt until its answer is the caller's
  * (the caller's controller reaches it from then on) or discarded: a held answer too, and one
@@ -152,6 +167,11 @@ export class Attempt implements DispatchHandler {
   /** The caller's handler once this attempt's answer is theirs; null while held or before. */
   private sink: DispatchHandler | null = null;
   private held: Buffer[] = [];
+  private heldBytes = 0;
+  /** Whether this attempt paused its controller because the held body reached HELD_BODY_LIMIT. */
+  private heldPaused = false;
+  /** Whether the caller's handler got its end or its error (nothing more goes to it). */
+  private closed = false;
   private trailers: Record<string, string | string[] | undefined> | null = null;
   private error: Error | null = null;
   private headersSeen: {
@@ -211,22 +231,38 @@ export class Attempt implements DispatchHandler {
     this.resolve(response);
   }
 
-  onResponseData(_controller: DispatchController, chunk: Buffer): void {
-    if (this.sink) this.sink.onResponseData?.(this.outer, chunk);
-    else if (!this.discarded) this.held.push(chunk);
+  onResponseData(controller: DispatchController, chunk: Buffer): void {
+    if (this.sink) {
+      if (!this.closed) this.sink.onResponseData?.(this.outer, chunk);
+      return;
+    }
+    if (this.discarded) return;
+    this.held.push(chunk);
+    this.heldBytes += chunk.length;
+    if (this.heldBytes >= HELD_BODY_LIMIT && !this.heldPaused) {
+      // Enough is in memory: undici stops reading the socket until release() or discard().
+      this.heldPaused = true;
+      controller.pause();
+    }
   }
 
   onResponseEnd(
     _controller: DispatchController,
     trailers: Record<string, string | string[] | undefined>,
   ): void {
-    if (this.sink) this.sink.onResponseEnd?.(this.outer, trailers);
-    else this.trailers = trailers;
+    if (this.sink) {
+      if (this.closed) return;
+      this.closed = true;
+      this.sink.onResponseEnd?.(this.outer, trailers);
+    } else this.trailers = trailers;
   }
 
   onResponseError(_controller: DispatchController, err: Error): void {
-    if (this.sink) this.sink.onResponseError?.(this.outer, err);
-    else if (this.headersSeen === null) {
+    if (this.sink) {
+      if (this.closed) return;
+      this.closed = true;
+      this.sink.onResponseError?.(this.outer, err);
+    } else if (this.headersSeen === null) {
       this.unwatch();
       this.reject(err);
     } else this.error = err;
@@ -253,19 +289,50 @@ export class Attempt implements DispatchHandler {
       this.handler.onResponseError?.(this.outer, (this.outer.reason ?? this.signal.reason) as Error);
       return;
     }
-    this.deliver();
-    this.handler.onResponseStart?.(this.outer, seen.status, seen.headers, seen.message);
-    for (const chunk of this.held) this.handler.onResponseData?.(this.outer, chunk);
+    const held = this.held;
     this.held = [];
-    if (this.error) this.handler.onResponseError?.(this.outer, this.error);
-    else if (this.trailers) this.handler.onResponseEnd?.(this.outer, this.trailers);
+    this.heldBytes = 0;
+    this.deliver();
+    // While the buffered chunks are replayed, a resume() of the caller's waits (OuterController).
+    this.outer.replaying = true;
+    try {
+      this.handler.onResponseStart?.(this.outer, seen.status, seen.headers, seen.message);
+      for (const chunk of held) {
+        if (this.closed || this.outer.aborted) break;
+        this.handler.onResponseData?.(this.outer, chunk);
+      }
+    } finally {
+      this.outer.replaying = false;
+    }
+    if (this.closed) return;
+    if (this.outer.aborted || this.error || this.trailers) {
+      // The caller aborted during the replay (an answer still on the wire got the abort from
+      // its controller, and so the caller its error, above), or the answer had ended.
+      this.closed = true;
+      if (this.outer.aborted) this.handler.onResponseError?.(this.outer, this.outer.reason as Error);
+      else if (this.error) this.handler.onResponseError?.(this.outer, this.error);
+      else this.handler.onResponseEnd?.(this.outer, this.trailers!);
+      return;
+    }
+    // The rest of the body streams to the caller, whose pause state governs from now on.
+    if (this.outer.paused) this.controller?.pause();
+    else if (this.heldPaused || this.controller?.paused) this.controller?.resume();
+    this.heldPaused = false;
   }
 
-  /** wrapFetch retries: drop the held body (a 429's is small; the connection stays usable). */
+  /**
+   * wrapFetch retries: drop the held body. One that ended, or still arriving under
+   * HELD_BODY_LIMIT, is read to its end (the connection stays usable); one paused at the limit
+   * is aborted: its connection is closed rather than read through a body of unknown length.
+   */
   private discard(): Promise<void> {
     this.unwatch();
     this.discarded = true;
     this.held = [];
+    this.heldBytes = 0;
+    if (this.heldPaused && this.trailers === null && this.error === null) {
+      this.controller?.abort(new Error('valve: a held answer discarded for its retry'));
+    }
     return Promise.resolve();
   }
 }

@@ -8,7 +8,8 @@
  * own), and a call aborted while queued rejects at once without reaching the server. Then what
  * each keeps of its client's semantics (errors, bodies, cancellation).
  */
-import { createServer } from 'node:http';
+import { createHash, randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PassThrough, Readable } from 'node:stream';
 import axios, { AxiosError, getAdapter, type InternalAxiosRequestConfig } from 'axios';
@@ -213,6 +214,110 @@ const stamp: Dispatcher.DispatcherComposeInterceptor = (dispatch) => (opts, hand
   headers.push(['x-sent-at', String(now())]);
   return dispatch({ ...opts, headers: headers.flat() }, handler);
 };
+
+/** A local server answering with `handle`, closed (connections and all) after the test. */
+async function serve(handle: (req: IncomingMessage, res: ServerResponse) => void): Promise<string> {
+  const server = createServer(handle);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  closers.push(
+    () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(resolve);
+      }),
+  );
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+/** What a server wrote of one streamed answer. */
+interface Streamed {
+  written: number;
+  /** res.write() returned false and no 'drain' came since: the client is not reading. */
+  waiting: boolean;
+  /** Every byte was handed to the socket ('finish'). */
+  finished: boolean;
+  /** The connection closed before that. */
+  cut: boolean;
+}
+
+/**
+ * Writes `body` in 16 KiB chunks, waiting for 'drain' whenever res.write() says to; then ends
+ * with `trailers`, or, with `cutAt`, destroys the connection once that many bytes are written.
+ */
+function streamBody(
+  res: ServerResponse,
+  body: Buffer,
+  end: { trailers?: Record<string, string>; cutAt?: number } = {},
+): Streamed {
+  const state: Streamed = { written: 0, waiting: false, finished: false, cut: false };
+  res.on('finish', () => {
+    state.finished = true;
+  });
+  res.on('close', () => {
+    if (!state.finished) state.cut = true;
+  });
+  const pump = () => {
+    state.waiting = false;
+    while (state.written < body.length) {
+      if (res.destroyed) return;
+      if (end.cutAt !== undefined && state.written >= end.cutAt) {
+        res.destroy();
+        return;
+      }
+      const chunk = body.subarray(state.written, state.written + 16_384);
+      state.written += chunk.length;
+      if (!res.write(chunk)) {
+        state.waiting = true;
+        res.once('drain', pump);
+        return;
+      }
+    }
+    if (end.trailers) res.addTrailers(end.trailers);
+    res.end();
+  };
+  pump();
+  return state;
+}
+
+const sha256 = (data: Uint8Array): string => createHash('sha256').update(data).digest('hex');
+
+/** An interceptor (composed inside valve's) logging the pause() and resume() valve's attempts call. */
+function spyControllers(log: string[]): Dispatcher.DispatcherComposeInterceptor {
+  return (dispatch) => (opts, handler) => {
+    let spied: Dispatcher.DispatchController | undefined;
+    const wrap = (c: Dispatcher.DispatchController): Dispatcher.DispatchController => {
+      spied ??= {
+        abort: (reason) => c.abort(reason),
+        pause: () => {
+          log.push('pause');
+          c.pause();
+        },
+        resume: () => {
+          log.push('resume');
+          c.resume();
+        },
+        get aborted() {
+          return c.aborted;
+        },
+        get paused() {
+          return c.paused;
+        },
+        get reason() {
+          return c.reason;
+        },
+      };
+      return spied;
+    };
+    return dispatch(opts, {
+      onRequestStart: (c, context) => handler.onRequestStart?.(wrap(c), context),
+      onResponseStart: (c, status, headers, message) =>
+        handler.onResponseStart?.(wrap(c), status, headers, message),
+      onResponseData: (c, chunk) => handler.onResponseData?.(wrap(c), chunk),
+      onResponseEnd: (c, trailers) => handler.onResponseEnd?.(wrap(c), trailers),
+      onResponseError: (c, err) => handler.onResponseError?.(wrap(c), err),
+    });
+  };
+}
 
 describe('valve/undici (examples/undici.ts)', () => {
   let previous: Dispatcher;
@@ -495,6 +600,101 @@ describe('valve/undici (examples/undici.ts)', () => {
     expect(first).toMatchObject({ message: 'user abort' });
     expect(body.destroyed).toBe(true);
     expect(api.log).toEqual([]);
+  });
+
+  it('a held 429 with a 64 MiB body is read only up to 64 KiB: the server meets back-pressure until the retry, whose 200 the caller gets whole', async () => {
+    const big = Buffer.alloc(64 * 1024 * 1024, 'x');
+    const ok = randomBytes(256 * 1024);
+    let held: Streamed | undefined;
+    let atRetry: { written: number; finished: boolean } | undefined;
+    const url = await serve((_req, res) => {
+      if (held === undefined) {
+        res.writeHead(429, { 'retry-after': '60', 'content-length': String(big.length) });
+        held = streamBody(res, big);
+        return;
+      }
+      atRetry = { written: held.written, finished: held.finished };
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      res.end(ok);
+    });
+    const log: string[] = [];
+    const v = createValve({ id: 'api', store: memoryStore() });
+    closers.push(() => v.close());
+    const agent = new Agent().compose(spyControllers(log), valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    const retried = new Promise((resolve) => v.once('retry', resolve));
+    const answer = request(url, { dispatcher: agent });
+    await retried;
+    // The held attempt paused itself, and the server's writes stalled: it waits for a 'drain'.
+    await vi.waitFor(() => expect([log, held?.waiting]).toEqual([['pause'], true]), { timeout: 10_000 });
+    // Its retry waits out the 60 s pause; lifting it sends the retry now.
+    await v.resume();
+    const res = await answer;
+    expect(res.statusCode).toBe(200);
+    expect(sha256(Buffer.from(await res.body.arrayBuffer()))).toBe(sha256(ok));
+    // Until the retry was sent, what the server could write of the held 429 is what the
+    // sockets' buffers take (a few MiB), far below the body's size.
+    expect(atRetry).toBeDefined();
+    expect(atRetry!.finished).toBe(false);
+    expect(atRetry!.written).toBeLessThan(big.length / 4);
+    // Discarded for the retry, the paused answer's connection is closed, not left hanging.
+    await vi.waitFor(() => expect(held?.cut).toBe(true), { timeout: 10_000 });
+    expect(held!.finished).toBe(false);
+  });
+
+  it('held 429s paused at 64 KiB and then handed over (the valve closes before the retry) reach the caller byte for byte (request and fetch)', async () => {
+    const body = randomBytes(1024 * 1024);
+    const url = await serve((_req, res) => {
+      // Chunked, with a trailer: what the caller gets after the body.
+      res.writeHead(429, { 'retry-after': '60', trailer: 'x-digest' });
+      streamBody(res, body, { trailers: { 'x-digest': sha256(body) } });
+    });
+    const log: string[] = [];
+    // One valve per call (the first 429's pause would hold the other call in the queue).
+    const g = createValveGroup({ store: memoryStore() });
+    closers.push(() => g.close());
+    const key = (req: Dispatcher.DispatchOptions) => requestHeader(req, 'x-call') ?? '';
+    const agent = new Agent().compose(spyControllers(log), valveInterceptor({ group: g, key }));
+    closers.push(() => agent.close());
+    setGlobalDispatcher(agent);
+    let retries = 0;
+    g.on('retry', () => retries++);
+    const viaRequest = request(url, { dispatcher: agent, headers: { 'x-call': 'request' } });
+    const viaFetch = fetch(url, { headers: { 'x-call': 'fetch' } });
+    // Both 429s are held, their retries waiting out the 60 s pause; each attempt paused itself.
+    await vi.waitFor(() => expect([retries, log.length]).toEqual([2, 2]), { timeout: 10_000 });
+    expect(log).toEqual(['pause', 'pause']);
+    await g.close();
+    const [a, b] = await Promise.all([viaRequest, viaFetch]);
+    expect([a.statusCode, b.status]).toEqual([429, 429]);
+    const [bytesA, bytesB] = await Promise.all([a.body.arrayBuffer(), b.arrayBuffer()]);
+    expect(sha256(new Uint8Array(bytesA))).toBe(sha256(body));
+    expect(sha256(new Uint8Array(bytesB))).toBe(sha256(body));
+    expect(a.trailers).toEqual({ 'x-digest': sha256(body) });
+    expect(log.filter((e) => e === 'resume').length).toBeGreaterThanOrEqual(2);
+  });
+
+  it('a held 429 paused at 64 KiB whose connection is cut gives the caller its error, not a short body', async () => {
+    const body = randomBytes(1024 * 1024);
+    const url = await serve((_req, res) => {
+      res.writeHead(429, { 'retry-after': '60', 'content-length': String(body.length) });
+      streamBody(res, body, { cutAt: 256 * 1024 });
+    });
+    const v = createValve({ id: 'api', store: memoryStore() });
+    closers.push(() => v.close());
+    const agent = new Agent().compose(valveInterceptor({ valve: v }));
+    closers.push(() => agent.close());
+    const retried = new Promise((resolve) => v.once('retry', resolve));
+    const answer = request(url, { dispatcher: agent });
+    await retried;
+    await v.close();
+    const res = await answer;
+    expect(res.statusCode).toBe(429);
+    const read = await res.body.arrayBuffer().then(
+      (bytes) => `read ${bytes.byteLength} bytes`,
+      (e: unknown) => e,
+    );
+    expect(read).toBeInstanceOf(Error);
   });
 
   it('requests `match` refuses go straight through, even while the valve is paused', async () => {
