@@ -89,7 +89,7 @@ describe('the runnable examples of the page, as scripts', () => {
     expect(result.signal, `killed: the process did not exit by itself\n${result.stderr}`).toBeNull();
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout.trim()).toBe('run 42, closed true, redisStore function');
-  });
+  }, 90_000);
 
   it(USAGE, async () => {
     const result = await runExample(USAGE);
@@ -104,5 +104,5 @@ describe('the runnable examples of the page, as scripts', () => {
       // The Redis clients of the createValve and createValveGroup examples never connected.
       'redis wait wait',
     ]);
-  });
+  }, 90_000);
 });

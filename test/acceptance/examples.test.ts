@@ -39,7 +39,7 @@ describe('examples/redis.ts (the README example)', () => {
     expect(result.stdout.trim()).toBe('contacts 200, owners 200');
     expect(result.stderr).not.toMatch(/Unhandled error event/);
     expect(seen).toEqual(['GET /crm/v3/objects/contacts Bearer test-token', 'GET /crm/v3/owners ']);
-  }, 30_000);
+  }, 90_000);
 });
 
 describe('examples/redis-clients: the set-ups of docs/redis.md', () => {
@@ -92,6 +92,6 @@ describe('examples of docs/integrations.md, run as scripts against local fakes o
         await api.stop();
       }
     },
-    30_000,
+    90_000,
   );
 });

@@ -71,6 +71,7 @@ describe('examples/otel-prometheus.ts', () => {
   it('runs as a script: prints its own valve lines and exits by itself', async () => {
     const port = await freePort();
     const result = await runExample('examples/otel-prometheus.ts', { METRICS_PORT: String(port) });
+    expect(result.signal, `killed: the process did not exit by itself\n${result.stderr}`).toBeNull();
     expect(result.code, result.stderr).toBe(0);
     const s = samples(result.stdout);
     expect(s.get('valve_job_started_total{valve_name="github"}')).toBe(6);
@@ -80,5 +81,5 @@ describe('examples/otel-prometheus.ts', () => {
     expect(s.get('valve_job_wait_duration_sum{valve_name="github"}')).toBeGreaterThanOrEqual(2.9);
     expect(s.get('valve_paused{valve_name="github",valve_pause_source="manual"}')).toBe(1);
     expect(s.get('valve_store_operation_duration_count{valve_store_operation_name="pause"}')).toBe(1);
-  }, 30_000);
+  }, 90_000);
 });
