@@ -39,6 +39,9 @@ export interface GroupWorkerReport {
   grants: Record<string, number[]>;
   /** Jobs started, over every key. */
   started: number;
+  /** acquire calls made, and those the store answered (granting or not), over every key. */
+  calls: number;
+  answered: number;
   storeErrors: string[];
   /** Live valves at the end, and the group's totals. */
   size: number;
@@ -60,10 +63,14 @@ const inner = redisStore({
 });
 const grants: Record<string, number[]> = {};
 for (const key of config.keys) grants[key] = [];
+let calls = 0;
+let answered = 0;
 // The store as the group sees it, logging the store's clock of every grant (every job costs 1).
 const store: Store = {
   acquire: async (request) => {
+    calls++;
     const r = await inner.acquire(request);
+    answered++;
     for (let i = 0; i < r.granted; i++) grants[request.id]!.push(r.now);
     return r;
   },
@@ -119,6 +126,8 @@ const report: GroupWorkerReport = {
   name: config.name,
   grants,
   started,
+  calls,
+  answered,
   storeErrors,
   size: stats.size,
   created: stats.created,

@@ -294,7 +294,8 @@ describe('several processes share one budget through Redis', () => {
  */
 const PROCESSES = 8;
 const KEYS = 1000;
-const DURATION_MS = 3000;
+// 5 s: each key's fewest grants stays at 2 or more on a loaded machine (3 s gave 2 on a quiet one).
+const DURATION_MS = 5000;
 
 describe('a valve group on Redis Cluster, 8 processes × 1,000 keys', () => {
   it('every window of every key holds its bound on the store clock, default and overridden rules', async () => {
@@ -344,6 +345,9 @@ describe('a valve group on Redis Cluster, 8 processes × 1,000 keys', () => {
     const errors = reports.flatMap((r) => r.storeErrors);
     const fewest = Math.min(...perKey.map((times) => times.length));
     console.log(
+      `group on a cluster, per process (started/calls/answered): ${reports.map((r) => `${r.name} ${r.started}/${r.calls}/${r.answered}`).join(', ')}`,
+    );
+    console.log(
       `group on a cluster, ${PROCESSES} processes × ${KEYS} keys: ${total} grants (${((100 * total) / capacity).toFixed(1)} % of what the rules allow, the fewest for one key ${fewest}), ${errors.length} store errors${errors.length > 0 ? `, first: ${errors[0]}` : ''}`,
     );
     const broken: string[] = [];
@@ -361,7 +365,10 @@ describe('a valve group on Redis Cluster, 8 processes × 1,000 keys', () => {
     for (const r of reports) {
       expect(r.created, r.name).toBe(KEYS); // each process had a valve per key, none evicted
       expect(r.size, r.name).toBe(KEYS);
-      expect(r.started, r.name).toBeGreaterThan(0);
+      // Every process took part: its calls were answered. Not that it won any: across processes
+      // there is no fairness (docs/guarantees.md), and on a loaded machine one process can lose
+      // every race for a unit (seen: 0 of 4,771 grants for one of 8, load 11).
+      expect(r.answered, `${r.name}: ${r.calls} calls, ${r.answered} answered`).toBeGreaterThan(0);
     }
   }, 120_000);
 });
