@@ -875,6 +875,34 @@ describe('valve/axios (examples/axios.ts)', () => {
     expect(api.log).toHaveLength(2);
   });
 
+  it("reads a held 429 whole, as axios's adapters do; maxContentLength bounds it (that 429 then rejects, not retried)", async () => {
+    const big = randomBytes(1024 * 1024);
+    let requests = 0;
+    const url = await serve((_req, res) => {
+      requests++;
+      if (requests % 2 === 1) {
+        res.writeHead(429, { 'retry-after': '0', 'content-length': String(big.length) });
+        res.end(big);
+      } else res.end('{"ok":true}');
+    });
+    const v = createValve({ id: 'api', store: memoryStore() });
+    closers.push(() => v.close());
+    // Unbounded: the 1 MiB 429 is read and retried, and the retry's answer is the caller's.
+    const whole = axios.create({ baseURL: url, adapter: valveAdapter({ valve: v, adapter: 'http' }) });
+    expect((await whole.get('/items')).data).toEqual({ ok: true });
+    expect(requests).toBe(2);
+    // With maxContentLength under the 429's length, axios refuses the answer itself: no retry.
+    const bounded = axios.create({
+      baseURL: url,
+      maxContentLength: 64 * 1024,
+      adapter: valveAdapter({ valve: v, adapter: 'http' }),
+    });
+    const error = await bounded.get('/items').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(AxiosError);
+    expect((error as AxiosError).message).toMatch(/maxContentLength/);
+    expect(requests).toBe(3);
+  });
+
   it('with a group, each request goes through the valve of its key', async () => {
     const api = await fake();
     const g = group();
