@@ -163,9 +163,14 @@ export class Leases {
 
   /**
    * The job holding a lease settled: its lease is released, even when it was lost (a failed
-   * renewal may have left it held on the store; release removes only this token).
+   * renewal may have left it held on the store; release removes only this token). A lease whose
+   * local expiry passed while the job ran to its end (a synchronous stretch the expiry timer
+   * could not interrupt) is lost, as the timer would have found it: the job rejects LEASE_LOST.
    */
   settled(holder: LeaseHolder): void {
+    if (holder.leaseLost === null && this.leased.has(holder) && holder.leaseExpiry <= this.clock.now()) {
+      this.lose(holder, 'expired', undefined);
+    }
     this.leased.delete(holder);
     this.releaseLater(holder.heldLease!.token);
   }

@@ -130,6 +130,37 @@ describe('a worker holding global leases stops or dies', () => {
     expect(renewedAfter).toEqual([]);
   }, 40_000);
 
+  it('a job whose last synchronous stretch outlasts its lease rejects LEASE_LOST, though it returned a value', async () => {
+    // The expiry timer cannot run inside a job's CPU-bound end: the job's end is checked. Each
+    // job of both processes awaits 30 ms, then computes for 1.6 s with a 1 s lease, limit 1.
+    const prefix = uniquePrefix('faults-tail');
+    const tail = (name: string) =>
+      startWorker(
+        config(name, prefix, 'tail', {
+          concurrency: { limit: 1, scope: 'global', leaseTtl: 1000 },
+          jobs: 2,
+          durationMs: [30, 30],
+          syncTailMs: 1600,
+        }),
+      );
+    const pair = [tail('tail-a'), tail('tail-b')];
+    workers.push(...pair);
+    await expectCleanExit(pair, 30_000);
+    const report = concurrency(intervals(pair), 1);
+    console.log(
+      `[faults] CPU-bound job ends past leaseTtl: max concurrent ${report.max}, over-limit instants ` +
+        `${report.over.length}, all with lost leases: ${report.unexplained.length === 0}`,
+    );
+    expect(unhandled(pair)).toEqual([]);
+    for (const w of pair) {
+      // Every job outlived its lease: each rejects LEASE_LOST, with one 'expired' event each.
+      expect(w.of('settled').map((e) => e.code)).toEqual(['LEASE_LOST', 'LEASE_LOST']);
+      expect(w.of('lease-lost').map((e) => e.reason)).toEqual(['expired', 'expired']);
+    }
+    // Where the store gave an expired lease's slot to the other process, both jobs knew it lost.
+    expect(report.unexplained).toEqual([]);
+  }, 40_000);
+
   it("SIGKILL: the dead worker's slots free after the TTL, not before", async () => {
     const prefix = uniquePrefix('faults-kill');
     const { a, b } = await holderAndWaiter(prefix, 'kill');

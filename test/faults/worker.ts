@@ -52,6 +52,8 @@ export interface WorkerConfig {
   submitAfter?: number;
   /** Each job runs for a random duration in [min, max] ms (or until its signal aborts). */
   durationMs: [number, number];
+  /** Then the job blocks the event loop this many ms before it returns (a CPU-bound end). */
+  syncTailMs?: number;
   maxWait?: number;
   batch?: number;
   /** The process gives up (exit code 3) after this many ms. */
@@ -413,6 +415,12 @@ async function main(): Promise<void> {
           { once: true },
         );
       });
+      if (config.syncTailMs && !signal.aborted) {
+        const until = mono() + config.syncTailMs;
+        while (mono() < until) {
+          // CPU-bound: no timer, renewal or expiry check runs meanwhile.
+        }
+      }
       emit({ e: 'cb-end', t: mono(), job });
       // A job that honours its signal stops and fails with the reason.
       if (signal.aborted) throw signal.reason;

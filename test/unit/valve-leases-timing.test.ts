@@ -183,7 +183,8 @@ describe('a grant answered after its lease expired locally', () => {
     expect(store.pending.map((p) => p.count)).toEqual([2]);
     store.pending.shift()!.resolve(); // answered in time, at t=0
     await flushMicrotasks();
-    expect(j1.value).toBe('one');
+    // Job one ran to its end past its own lease's expiry: it rejects LEASE_LOST (see below).
+    expect(j1.error).toMatchObject({ code: 'LEASE_LOST' });
     // The second grant's lease expired (t=1100) before its job's turn: it asks again.
     expect(ctxs.length).toBe(0);
     expect(released(store).length).toBe(2); // job one's lease, and the dead one
@@ -312,6 +313,66 @@ describe('grants that keep coming too late', () => {
     await clock.tickAsync(1000);
     expect(job.value).toBe('ran');
     expect(store.acquires.reduce((n, c) => n + (c.granted ?? 0), 0)).toBe(3);
+    expect(lost).not.toHaveBeenCalled();
+  });
+});
+
+describe('a lease that expires while its job runs to its end', () => {
+  /** Valve A on a memory store, global limit 1, leaseTtl 3 s. */
+  function leased() {
+    const clock = new FakeClock(T0);
+    const store = memoryStore({ clock });
+    const a = createValve({
+      id: 'g',
+      clock,
+      store,
+      concurrency: { limit: 1, scope: 'global', leaseTtl: 3000 },
+    });
+    const lost = vi.fn();
+    a.on('lease-lost', lost);
+    return { clock, a, lost };
+  }
+  // The expiry timer cannot interrupt a synchronous stretch; the job's end is checked instead.
+  const jobs: [string, (clock: FakeClock) => () => unknown][] = [
+    [
+      'a synchronous job',
+      (clock) => () => {
+        clock.jump(4000); // blocks the event loop past the lease's expiry
+        return 'done';
+      },
+    ],
+    [
+      'an async job whose last synchronous stretch runs past it',
+      (clock) => async () => {
+        await Promise.resolve();
+        clock.jump(4000);
+        return 'done';
+      },
+    ],
+  ];
+
+  it.each(jobs)('%s: the lease is lost (LEASE_LOST, a lease-lost event, counted)', async (_name, make) => {
+    const { clock, a, lost } = leased();
+    const job = track(a.run(make(clock)));
+    await clock.tickAsync(0);
+    await flushMicrotasks();
+    expect(job.error).toMatchObject({ code: 'LEASE_LOST' });
+    expect(lost).toHaveBeenCalledTimes(1);
+    expect(lost.mock.calls[0]![0]).toMatchObject({ reason: 'expired' });
+    expect(a.stats()).toMatchObject({ leasesLost: 1, failed: 1, succeeded: 0 });
+  });
+
+  it('a job that ends before its lease expires succeeds', async () => {
+    const { clock, a, lost } = leased();
+    const job = track(
+      a.run(() => {
+        clock.jump(2999);
+        return 'done';
+      }),
+    );
+    await clock.tickAsync(0);
+    await flushMicrotasks();
+    expect(job.value).toBe('done');
     expect(lost).not.toHaveBeenCalled();
   });
 });
