@@ -4,12 +4,13 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Clock } from '../clock.js';
+import { isValveError } from '../errors.js';
 import { normalizeRule } from '../rules/rule.js';
 import { recordOf } from '../rulesets.js';
 import { redisStore } from '../stores/redis/index.js';
 import { idKeys } from '../stores/redis/keys.js';
 import { ACQUIRE } from '../stores/redis/scripts.generated.js';
-import type { Conn } from './connect.js';
+import type { Conn, NodeConn } from './connect.js';
 import { within } from './connect.js';
 import { oneLine } from './errors.js';
 import { readStatus } from './state.js';
@@ -173,9 +174,28 @@ export async function doctor(conn: Conn, prefix: string, timeout: number): Promi
   }
 
   // Scripts: the read-only status script, then every store script on a scratch id.
-  checks.push(await scriptsCheck(conn, prefix, timeout));
-  checks.push(await wakeUpCheck(conn, prefix, timeout));
+  const scripts = await scriptsCheck(conn, prefix, timeout, await failovers(nodes, timeout));
+  checks.push(scripts.check);
+  const wakeUps = await wakeUpCheck(conn, prefix, timeout);
+  // The probe is published by a script: held with the writes.
+  if (scripts.writesHeld && wakeUps.level !== 'ok') wakeUps.detail += ' (publishing is held with the writes)';
+  checks.push(wakeUps);
   return checks;
+}
+
+/** Masters in the middle of a FAILOVER (INFO replication), which holds writes until it ends: "<node> <state>". */
+async function failovers(nodes: readonly NodeConn[], timeout: number): Promise<string[]> {
+  const found: string[] = [];
+  for (const node of nodes) {
+    try {
+      const info = String(await within(node.call(['INFO', 'replication']), timeout, 'INFO replication'));
+      const state = /^master_failover_state:(\S+)/m.exec(info)?.[1];
+      if (state !== undefined && state !== 'no-failover') found.push(`${node.name} ${state}`);
+    } catch {
+      // Unknown: the scripts check says what it finds.
+    }
+  }
+  return found;
 }
 
 /**
@@ -183,7 +203,12 @@ export async function doctor(conn: Conn, prefix: string, timeout: number): Promi
  * (the store's test clock, started at this machine's time) so that each script takes each of
  * its paths, every command inside them included, without waiting. Deletes its keys after.
  */
-async function scriptsCheck(conn: Conn, prefix: string, timeout: number): Promise<Check> {
+async function scriptsCheck(
+  conn: Conn,
+  prefix: string,
+  timeout: number,
+  failover: readonly string[],
+): Promise<{ check: Check; writesHeld: boolean }> {
   const id = `valve-doctor:${randomBytes(4).toString('hex')}`;
   // As the server names them (for the cleanup and the report): the keyPrefix first.
   const keys = idKeys(conn.keyPrefix + prefix, id);
@@ -199,7 +224,7 @@ async function scriptsCheck(conn: Conn, prefix: string, timeout: number): Promis
   const record = recordOf(rules);
   let step = 'status script';
   try {
-    await readStatus(conn, prefix, id, { scan: false });
+    await within(readStatus(conn, prefix, id, { scan: false }), timeout, 'status');
     step = 'acquire';
     const first = await store.acquire({ id, rules, costs: [1, 1], count: 2, lease, record });
     t += 500;
@@ -226,20 +251,26 @@ async function scriptsCheck(conn: Conn, prefix: string, timeout: number): Promis
       ...rules.map((r) => keys.rulePrefix + r.digest),
     ];
     for (const key of all) await within(conn.call(['DEL', key], key), timeout, 'DEL');
-    return {
-      name: 'scripts',
-      level: 'ok',
-      detail: `status, acquire (GCRA, fixed and sliding window, leases), renew, release, pause and resume ran on ${conn.keyPrefix}${prefix}:{${id}}`,
-    };
+    const detail = `status, acquire (GCRA, fixed and sliding window, leases), renew, release, pause and resume ran on ${conn.keyPrefix}${prefix}:{${id}}`;
+    return { check: { name: 'scripts', level: 'ok', detail }, writesHeld: false };
   } catch (err) {
     const message = oneLine(err);
+    // The read-only status script answered, a store script (a write) did not: writes are held.
+    const writesHeld = step !== 'status script' && isValveError(err, 'VALVE_REDIS_TIMEOUT');
     const hint = /can't run this command|NOPERM/.test(message)
       ? ' (the user lacks a command the scripts run: see the ACL rule in docs/redis.md)'
-      : '';
+      : !writesHeld
+        ? ''
+        : failover.length > 0
+          ? `; a FAILOVER is in progress (master_failover_state ${failover.join(', ')}), which holds writes until it ends: run doctor again after it`
+          : '; the read-only status script answered and this write did not: the server is holding writes (a FAILOVER or CLIENT PAUSE WRITE: run doctor again after it) or is too slow for --timeout';
     return {
-      name: 'scripts',
-      level: 'fail',
-      detail: `${step} failed on ${conn.keyPrefix}${prefix}:{${id}}: ${message}${hint}`,
+      check: {
+        name: 'scripts',
+        level: 'fail',
+        detail: `${step} failed on ${conn.keyPrefix}${prefix}:{${id}}: ${message}${hint}`,
+      },
+      writesHeld,
     };
   }
 }

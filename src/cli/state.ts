@@ -5,7 +5,7 @@
 
 import { ruleFromDigest } from '../rules/rule.js';
 import { checkId } from '../stores/checks.js';
-import { detectCommandClient, isNoScript, replyArray, replyString } from '../stores/redis/adapter.js';
+import { isNoScript, replyArray, replyString } from '../stores/redis/adapter.js';
 import { idKeys } from '../stores/redis/keys.js';
 import { STATUS } from '../stores/redis/scripts.generated.js';
 import type { Conn } from './connect.js';
@@ -112,6 +112,31 @@ async function discoverKeys(conn: Conn, base: string, deadline: number): Promise
   return { rules: [...rules], lines: [...lines], complete: true, walked };
 }
 
+/** Clients whose user may not run EVALSHA_RO (an ACL rule without it), or a server without it: EVAL each time. */
+const evalOnly = new WeakSet<object>();
+
+/**
+ * Runs status.lua so that it answers while the server pauses writes (CLIENT PAUSE WRITE, as
+ * FAILOVER does): EVALSHA_RO, which is never held, and which a server without the script (a
+ * restart, a promoted replica, SCRIPT FLUSH) answers NOSCRIPT at once; then EVAL of the source,
+ * which its flags=no-writes let run (and which caches it). A plain EVALSHA of a script the
+ * server does not have is held until the pause ends: the server cannot tell whether it writes.
+ * Routed by the first key (a cluster: the master of the id's slot).
+ */
+async function runStatus(conn: Conn, numKeys: number, all: readonly string[]): Promise<unknown> {
+  const args = [String(numKeys), ...all];
+  if (!evalOnly.has(conn.client)) {
+    try {
+      return await conn.call(['EVALSHA_RO', STATUS.sha, ...args], all[0]);
+    } catch (err) {
+      const message = String((err as Error)?.message ?? err);
+      if (/^NOPERM.*evalsha_ro|unknown command/i.test(message)) evalOnly.add(conn.client);
+      else if (!isNoScript(err)) throw err;
+    }
+  }
+  return conn.call(['EVAL', STATUS.source, ...args], all[0]);
+}
+
 function checkedId(id: string): string {
   try {
     return checkId(id);
@@ -175,7 +200,6 @@ export async function readStatus(
   ].filter((d) => ruleFromDigest(d));
   // A line is named by the first rule of its rule set: every rule we know of, and those found.
   const lineDigests = [...new Set([...digests, ...found.lines.sort()])].filter((d) => ruleFromDigest(d));
-  const adapter = detectCommandClient(conn.client);
   const statusKeys = [
     keys.pause,
     keys.leases,
@@ -187,12 +211,7 @@ export async function readStatus(
     ...lineDigests.map((d) => `${keys.line}:${d}`),
   ];
   const all = [...statusKeys, ...digests.map((d) => d[0]!)];
-  // By SHA1; a server that does not have the script yet loads it (adapter.recover).
-  const answer = await adapter.call(STATUS, statusKeys.length, all).catch((err: unknown) => {
-    if (isNoScript(err)) return adapter.recover(STATUS, statusKeys.length, all);
-    throw err;
-  });
-  const reply = replyArray(answer, 'status');
+  const reply = replyArray(await runStatus(conn, statusKeys.length, all), 'status');
   const nowUs = Number(replyString(reply[0], 'status'));
   const now = nowUs / 1000;
   const pauseRaw = replyString(reply[1], 'status');

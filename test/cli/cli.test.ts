@@ -559,11 +559,11 @@ function docsRule(prefix: string): string[] {
 }
 
 describe('docs/operating.md', () => {
-  it("the command's ACL rule is the store's rule of docs/redis.md plus +scan", () => {
+  it("the command's ACL rule is the store's rule of docs/redis.md plus +scan +evalsha_ro", () => {
     const store = /^ACL SETUSER valve on >change-me (.+)$/m.exec(
       readFileSync(join(root, 'docs/redis.md'), 'utf8'),
     )?.[1];
-    expect(docsRule('valve')).toEqual([...store!.split(' '), '+scan']);
+    expect(docsRule('valve')).toEqual([...store!.split(' '), '+scan', '+evalsha_ro']);
   });
 
   it('every `npx valve` line of its shell blocks runs as documented (server from VALVE_REDIS_URL)', async () => {
@@ -598,7 +598,11 @@ describe.concurrent('as a least-privilege ACL user (the rule of docs/operating.m
         { name: 'ops', password: 'pw', rules: rule },
         { name: 'nolset', password: 'pw', rules: rule.filter((r) => r !== '+lset') },
         { name: 'noscan', password: 'pw', rules: rule.filter((r) => r !== '+scan') },
-        { name: 'noeval', password: 'pw', rules: rule.filter((r) => r !== '+evalsha' && r !== '+eval') },
+        {
+          name: 'noeval',
+          password: 'pw',
+          rules: rule.filter((r) => r !== '+evalsha' && r !== '+eval' && r !== '+evalsha_ro'),
+        },
         // May check itself with ACL DRYRUN, but lacks a command the scripts run.
         {
           name: 'auditor',
