@@ -21,7 +21,7 @@ export function parseDuration(value: unknown, option: string): number {
       if (ms > 0 && Number.isFinite(ms)) return ms;
     }
     throw new RangeError(
-      `Expected \`${option}\` to be a duration such as '250ms', '1s', '1.5s', '5m', '1h' or '1d', got ${JSON.stringify(value)}`,
+      `Expected \`${option}\` to be a duration such as '250ms', '1s', '1.5s', '5m', '1h' or '1d', got ${quote(value)}`,
     );
   }
   throw new TypeError(
@@ -32,11 +32,37 @@ export function parseDuration(value: unknown, option: string): number {
 /** Short description of a received value for error messages. */
 export function describe(value: unknown): string {
   if (value === null) return 'null';
-  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'string') return quote(value);
   if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'undefined')
     return String(value);
   if (typeof value === 'bigint') return `${value}n`;
   if (typeof value === 'function') return 'a function';
   if (Array.isArray(value)) return 'an array';
   return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+}
+
+/** The most UTF-16 units of a string an error message quotes. */
+const QUOTE_MAX = 200;
+
+/**
+ * A string as an error message quotes it: JSON-quoted, and beyond 200 UTF-16 units cut there
+ * (never inside a surrogate pair) with `…` and its length in characters (code points), so a
+ * 1 MB value makes a message of a few hundred characters, not of a megabyte.
+ */
+export function quote(value: string): string {
+  if (value.length <= QUOTE_MAX) return JSON.stringify(value);
+  let end = QUOTE_MAX;
+  const last = value.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end--;
+  let characters = 0;
+  for (let i = 0; i < value.length; i++) {
+    const unit = value.charCodeAt(i);
+    // A high surrogate followed by a low one is one character.
+    if (unit >= 0xd800 && unit <= 0xdbff) {
+      const next = value.charCodeAt(i + 1);
+      if (next >= 0xdc00 && next <= 0xdfff) i++;
+    }
+    characters++;
+  }
+  return `${JSON.stringify(value.slice(0, end))}… (${characters} characters)`;
 }

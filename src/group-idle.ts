@@ -69,10 +69,15 @@ export class IdleList<E extends IdleEntry> {
     entry.linked = false;
   }
 
-  /** Clears the timer for good; the entries stay where they are. */
+  /** Clears the timer for good; the entries stay where they are (see clear()). */
   stop(): void {
     this.stopped = true;
     this.clearTimer();
+  }
+
+  /** Unlinks every entry (the group closed: it holds none of them any more). O(entries). */
+  clear(): void {
+    for (let e = this.head; e !== null; e = this.head) this.unlink(e);
   }
 
   /** A timer is pending (for tests and the group's stats). */

@@ -138,6 +138,32 @@ export function checkOverrides(value: unknown, key: string): ValveOverrides {
   return own as ValveOverrides;
 }
 
+/**
+ * Calls `options(key)` for a key whose valve is being created: its overrides, checked (undefined:
+ * none). `asking` holds the keys being asked: options(key) calling the group for the same key
+ * (group.valve(key), group.run(key), a wrapped fetch of it) would create a second valve for it,
+ * both running the key's jobs; that call is a TypeError instead.
+ */
+export function askOverrides(
+  options: (key: string) => ValveOverrides | undefined,
+  key: string,
+  asking: Set<string>,
+): ValveOverrides | undefined {
+  if (asking.has(key)) {
+    throw new TypeError(
+      `\`options(${JSON.stringify(key)})\` called the group for the key it is asked about, whose valve it is creating: look the overrides up without group.valve(), group.run() or a wrapped fetch of that key`,
+    );
+  }
+  asking.add(key);
+  let value: unknown;
+  try {
+    value = options(key);
+  } finally {
+    asking.delete(key);
+  }
+  return value === undefined ? undefined : checkOverrides(value, key);
+}
+
 /** A TypeError/RangeError from a key's overrides, naming the key. */
 export function overrideError(err: unknown, key: string): unknown {
   const where = ` (in what options(${JSON.stringify(key)}) returned)`;

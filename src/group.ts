@@ -7,7 +7,7 @@ import { Entry, PausedKey, PausedKeys } from './group-entries.js';
 import { GroupEvents, type ValveGroupListener } from './group-events.js';
 import { checkIdleTimeout, IdleList } from './group-idle.js';
 import {
-  checkOverrides,
+  askOverrides,
   type GroupFetchOptions,
   overrideError,
   rulesToKeep,
@@ -104,6 +104,8 @@ class ValveGroupImpl implements ValveGroup {
    * longest interval of its rules, whichever is later, as its rule states do).
    */
   private readonly recordTtl: number;
+  /** The keys whose options(key) is being called: a call for one of them inside it is refused. */
+  private readonly asking = new Set<string>();
   private created = 0;
   private evicted = 0;
   /** Hears each valve joining and leaving (valve/otel), or null: set through the OBSERVE method. */
@@ -269,6 +271,8 @@ class ValveGroupImpl implements ValveGroup {
         this.watcher?.removed(entry.key, entry.valve);
       }
       this.entries.clear();
+      // The closed group holds none of its valves any more (while the group itself is kept).
+      this.idle.clear();
       this.watcher?.closed?.(); // valve/otel lets go of the closed group (observer.ts)
     });
     return this.closePromise;
@@ -294,8 +298,10 @@ class ValveGroupImpl implements ValveGroup {
     checkId(key, 'key');
     let options: ValveOptions = { ...this.base, id: key };
     if (this.overrides !== undefined) {
-      const overrides = this.overrides(key);
-      if (overrides !== undefined) options = { ...options, ...checkOverrides(overrides, key) };
+      const overrides = askOverrides(this.overrides, key, this.asking);
+      // options(key) closed the group: no valve the close did not cover.
+      if (this.closePromise !== null) throw closedError();
+      if (overrides !== undefined) options = { ...options, ...overrides };
     }
     const defaults = options.rules;
     // Rules set on an earlier valve of the key with setRules() win over options(key)'s.
@@ -352,7 +358,8 @@ class ValveGroupImpl implements ValveGroup {
     this.idle.unlink(entry);
     // Its pause still counts (stats, metrics), and the key's next valve takes it over.
     if (this.closePromise === null) this.paused.keep(entry.key, entry.pauseCarry(), this.clock.now());
-    this.entries.delete(entry.key);
+    // Only its own: the key may have a newer entry already.
+    if (this.entries.get(entry.key) === entry) this.entries.delete(entry.key);
     this.watcher?.removed(entry.key, entry.valve);
     const valve = entry.valve;
     const closing = valve.close();

@@ -10,7 +10,7 @@ import {
   type ObservableUpDownCounter,
   ValueType,
 } from '@opentelemetry/api';
-import { describe } from '../duration.js';
+import { describe, quote } from '../duration.js';
 import { checkKnownKeys } from '../stores/checks.js';
 
 /*
@@ -160,7 +160,7 @@ function checkAttributes(value: unknown): Attributes {
   for (const [key, v] of Object.entries(value)) {
     if (typeof v !== 'string' && typeof v !== 'number' && typeof v !== 'boolean') {
       throw new TypeError(
-        `Expected \`attributes[${JSON.stringify(key)}]\` to be a string, number or boolean, got ${describe(v)}`,
+        `Expected \`attributes[${quote(key)}]\` to be a string, number or boolean, got ${describe(v)}`,
       );
     }
     out[key] = v;

@@ -1,4 +1,4 @@
-import { describe, parseDuration } from '../duration.js';
+import { describe, parseDuration, quote } from '../duration.js';
 import { checkKnownKeys, msToUs } from '../stores/checks.js';
 
 const RULE_KEYS = ['limit', 'interval', 'algorithm', 'burst'];
@@ -117,7 +117,9 @@ export function normalizeRule(rule: unknown, path: string): StoreRule {
   // shorter interval would let a GCRA or sliding-window rule admit more than stated.
   const intervalUs = Math.max(1, msToUs(intervalMs));
   if (!Number.isSafeInteger(intervalUs) || intervalUs > MAX_SPAN_US) {
-    throw new RangeError(`Expected \`${path}.interval\` to be at most 365 days, got ${String(r.interval)}`);
+    throw new RangeError(
+      `Expected \`${path}.interval\` to be at most 365 days, got ${typeof r.interval === 'string' ? quote(r.interval) : String(r.interval)}`,
+    );
   }
   const emissionUs = Math.ceil(intervalUs / limit);
   if (burst * emissionUs > MAX_SPAN_US) {

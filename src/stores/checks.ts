@@ -8,7 +8,7 @@
  * durations are at most {@link MAX_DURATION_MS}, a batch has at most {@link MAX_BATCH} jobs,
  * costs are positive integers no larger than the rule's `maxCost`.
  */
-import { describe } from '../duration.js';
+import { describe, quote } from '../duration.js';
 import type { StoreRule } from '../rules/rule.js';
 import type { LeaseRequest } from './store.js';
 
@@ -42,12 +42,12 @@ export function checkId(id: unknown, name = 'id'): string {
       const next = i + 1 < units ? id.charCodeAt(i + 1) : 0;
       if (unit > 0xdbff || next < 0xdc00 || next > 0xdfff) {
         throw new TypeError(
-          `Expected \`${name}\` to be well-formed Unicode, got a lone surrogate \\u${unit.toString(16)} at index ${i} of ${JSON.stringify(id)}`,
+          `Expected \`${name}\` to be well-formed Unicode, got a lone surrogate \\u${unit.toString(16)} at index ${i} of ${quote(id)}`,
         );
       }
       i++;
     } else if (unit === 0x7b || unit === 0x7d) {
-      throw new TypeError(`Expected \`${name}\` to contain no '{' or '}', got ${JSON.stringify(id)}`);
+      throw new TypeError(`Expected \`${name}\` to contain no '{' or '}', got ${quote(id)}`);
     }
     characters++;
   }
@@ -74,7 +74,9 @@ export function checkKnownKeys(value: object, allowed: readonly string[], owner:
 export function unknownOption(key: string, owner: string, allowed: readonly string[]): string {
   const names = allowed.map((k) => `\`${k}\``);
   const list = names.length < 2 ? names.join('') : `${names.slice(0, -1).join(', ')} and ${names.at(-1)}`;
-  return `Unknown option \`${key}\`; ${owner} takes ${list}`;
+  // A very long option name (a key of the caller's object) is shown cut, as quote() cuts it.
+  const name = key.length > 200 ? quote(key) : `\`${key}\``;
+  return `Unknown option ${name}; ${owner} takes ${list}`;
 }
 
 /** ms → µs, rounded up (a float's error below 1 ns is ignored) so a duration is never shortened. */

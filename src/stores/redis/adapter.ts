@@ -11,6 +11,7 @@
  * Replies are normalised from RESP2 or RESP3 (numbers may arrive as numbers, strings,
  * bigints or Buffers, strings as strings or Buffers).
  */
+import { quote } from '../../duration.js';
 import { FirstReady } from './first-ready.js';
 import type { LuaScript } from './scripts.generated.js';
 
@@ -291,7 +292,7 @@ export function checkClients(client: object, cmd: CommandAdapter, subscriber: un
   const keyPrefix = ioKeyPrefix(client);
   if (/[{}]/.test(keyPrefix)) {
     throw new TypeError(
-      `Expected the Cluster's \`keyPrefix\` to contain no '{' or '}', got ${JSON.stringify(keyPrefix)}: a hash tag in it puts every key in one slot and the wake-up channels in others. Use valve's \`prefix\` option instead`,
+      `Expected the Cluster's \`keyPrefix\` to contain no '{' or '}', got ${quote(keyPrefix)}: a hash tag in it puts every key in one slot and the wake-up channels in others. Use valve's \`prefix\` option instead`,
     );
   }
   const retry = (client as { options?: { retryDelayOnFailover?: unknown } }).options?.retryDelayOnFailover;

@@ -3,7 +3,7 @@
  * them (and the sharded wake channel) live in one Redis Cluster slot. Names are built only
  * from the validated prefix, the validated id and fixed suffixes.
  */
-import { describe } from '../../duration.js';
+import { describe, quote } from '../../duration.js';
 import { checkId } from '../checks.js';
 
 /** The keys and channel of one valve id under one prefix. */
@@ -59,12 +59,12 @@ export function validatePrefix(prefix: unknown): string {
   }
   if (prefix.length === 0 || prefix.length > 200 || /[{}\s]/.test(prefix)) {
     throw new TypeError(
-      `Expected \`prefix\` to be 1 to 200 characters without '{', '}' or whitespace, got ${JSON.stringify(prefix)}`,
+      `Expected \`prefix\` to be 1 to 200 characters without '{', '}' or whitespace, got ${quote(prefix)}`,
     );
   }
   if (/[*?[\]\\]/.test(prefix)) {
     throw new TypeError(
-      `Expected \`prefix\` to contain none of the ACL glob characters '*', '?', '[', ']' or '\\', got ${JSON.stringify(prefix)}`,
+      `Expected \`prefix\` to contain none of the ACL glob characters '*', '?', '[', ']' or '\\', got ${quote(prefix)}`,
     );
   }
   // A lone surrogate: UTF-8 cannot encode it, so 'p\ud800' and 'p\udfff' would name the same keys.
