@@ -49,7 +49,7 @@ export function countTimeouts(valve: Valve, metrics: Metrics) {
 export function logStoreErrors(valve: Valve, logger: Logger) {
   // #region store-error
   valve.on('store-error', (error, { operation, id, action }) => {
-    // operation: 'acquire' | 'pause' | 'resume' | 'renew' | 'release' | 'subscribe'
+    // operation: 'acquire' | 'pause' | 'resume' | 'renew' | 'release' | 'subscribe' | 'window'
     // action: what valve does about it: 'wait' | 'throw' | 'open' | 'lease-lost' | 'none'
     logger.warn({ err: error, operation, id, action }, 'valve store error');
   });

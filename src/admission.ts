@@ -139,6 +139,11 @@ export class Admission {
     this.pace.turnRules = joinsLine(o.rules) ? o.rules : null;
   }
 
+  /** The last acquisition failed and none has been answered since: wrapFetch asks no fleet ticket. */
+  get storeFailing(): boolean {
+    return this.pace.backingOff;
+  }
+
   /** Store calls in flight. */
   get inFlight(): number {
     return this.line.inFlight;

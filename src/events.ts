@@ -10,8 +10,11 @@ export type { FeedbackIgnored, FeedbackModel, IgnoredReason } from './feedback/t
 /** Where a pause came from, carried on every 'pause' event. */
 export type PauseSource = 'manual' | 'retry-after' | 'ratelimit-header' | 'backoff' | 'remote';
 
-/** Which store call failed, carried by every 'store-error' event. */
-export type StoreOperation = 'acquire' | 'pause' | 'resume' | 'renew' | 'release' | 'subscribe';
+/**
+ * Which store call failed, carried by every 'store-error' event ('window': a wrapFetch request's
+ * fleet-window ticket or answer report, windowSend / windowReport).
+ */
+export type StoreOperation = 'acquire' | 'pause' | 'resume' | 'renew' | 'release' | 'subscribe' | 'window';
 
 /** The context of a 'store-error' event. */
 export interface StoreErrorContext {

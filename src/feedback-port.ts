@@ -1,5 +1,5 @@
 import type { Clock } from './clock.js';
-import type { PauseSource } from './events.js';
+import type { PauseSource, StoreErrorContext, StoreOperation } from './events.js';
 import type { PauseCarrier } from './pauses-types.js';
 import type { RulesCarry } from './rulesets.js';
 import type { MaybePromise, Store, WindowTicket } from './stores/store.js';
@@ -61,6 +61,16 @@ export interface ValveInternals {
   readonly pauseWaiters: Set<() => void>;
   /** Emits a typed event of the valve (e.g. 'retry', 'feedback-ignored'). */
   emit(event: string, payload: unknown): void;
+  /**
+   * A store call the feedback module made failed (a fleet window's ticket or report: operation
+   * 'window', action 'none'): counted in stats().storeErrors and emitted as 'store-error'.
+   */
+  storeError(err: unknown, operation: StoreOperation, action: StoreErrorContext['action']): void;
+  /**
+   * The valve's last acquisition failed and none has been answered since (its onStoreError
+   * backoff runs; under 'open' its jobs start without the store): wrapFetch asks no fleet ticket.
+   */
+  storeFailing(): boolean;
   /** The provider window the id's fleet learns through the store (when the store keeps one). */
   readonly window?: FleetWindow | undefined;
 }

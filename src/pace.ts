@@ -156,6 +156,11 @@ export class Pace {
     return this.storeFailing;
   }
 
+  /** The last acquisition failed, in any mode, and none has been answered since (the backoff runs). */
+  get backingOff(): boolean {
+    return this.backoff > 0;
+  }
+
   /** Whether the timer set for `next` needs the clock's precise timer (the rate wait set by the last answer, see granted()). */
   preciseWake(next: number): boolean {
     return this.preciseRate && this.blocked === 'rate' && next === this.nextAt;

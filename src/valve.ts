@@ -1,14 +1,7 @@
 import { Admission } from './admission.js';
 import { describe } from './duration.js';
 import { ValveError } from './errors.js';
-import {
-  Emitter,
-  EVENT_NAMES,
-  type StoreErrorContext,
-  type StoreOperation,
-  type ValveEventName,
-  type ValveListener,
-} from './events.js';
+import { Emitter, EVENT_NAMES, type ValveEventName, type ValveListener } from './events.js';
 import { type FetchLike, type WrapFetchOptions, wrapFetch } from './feedback/fetch.js';
 import { observe } from './feedback/observe.js';
 import type { FeedbackReading } from './feedback/types.js';
@@ -109,8 +102,7 @@ class ValveImpl implements Valve {
     this.clock = o.clock;
     const store = o.store ?? memoryStore({ clock: o.clock });
     const events = this.events;
-    const storeError = (err: unknown, operation: StoreOperation, action: StoreErrorContext['action']) =>
-      this.reportStoreError(err, operation, action);
+    const storeError = this.reportStoreError;
     // The rooms, bottom up. Their hosts call back into the rooms above through this façade.
     this.leases = new Leases(o.id, store, o.clock, o.leaseTtl, events, {
       storeError,
@@ -166,6 +158,8 @@ class ValveImpl implements Valve {
       emit: (event, payload) => {
         if (event !== 'error') events.emit(event, payload);
       },
+      storeError, // wrapFetch's fleet window calls (operation 'window')
+      storeFailing: () => this.admission.storeFailing,
       ...(typeof store.windowSend === 'function' && typeof store.windowReport === 'function'
         ? { window: windowOf(store, o.id) }
         : {}),
@@ -369,15 +363,11 @@ class ValveImpl implements Valve {
 
   // ---------------------------------------------------------------- store errors, close
 
-  private reportStoreError(
-    err: unknown,
-    operation: StoreOperation,
-    action: StoreErrorContext['action'],
-  ): void {
+  private readonly reportStoreError: ValveInternals['storeError'] = (err, operation, action) => {
     this.storeErrors++;
     // emit2: a store that fails with undefined (Promise.reject()) still gives the context.
     this.events.emit2('store-error', err, { operation, id: this.id, action });
-  }
+  };
 
   /** close() without drain: queued and in-flight jobs reject CLOSED; running jobs see ctx.signal abort. */
   private cancelAll(): void {

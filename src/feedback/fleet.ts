@@ -11,7 +11,10 @@ import type { FeedbackReading } from './types.js';
  * a report after each answer, through the store, so that every process sharing the id counts the
  * requests every other process sent and learns the tightest reset any of them saw. A store that
  * fails is left out: the request goes without a ticket (the valve's rules and this process's
- * own reading of the headers still hold), never stuck.
+ * own reading of the headers still hold), never stuck; the failed call is reported as the
+ * valve's other store calls are ('store-error', operation 'window'). While the valve's
+ * acquisitions fail (its onStoreError backoff), no ticket is asked: the request would wait a
+ * second store timeout for a call that most likely fails too.
  */
 
 /** How long a probe may stay unanswered before the fleet stops waiting for it (ms). */
@@ -98,7 +101,8 @@ export function probeTtl(state: FeedbackState, now: number, queuedAt: number): n
 /**
  * A ticket to send one request; waits (honouring `signal`) while the fleet's window is spent or a
  * probe is out, and while this process knows of a pause (written since the job was granted).
- * Undefined when the store failed: send without one. No wait goes past `deadline` (valve clock;
+ * Undefined when the store failed (emitted as a 'store-error'), or while the valve's acquisitions
+ * fail (not asked): send without one. No wait goes past `deadline` (valve clock;
  * the attempt's maxWait, counted from when it was queued, as the queue counted it): a request
  * that would wait longer is never sent and rejects MAX_WAIT, and the store is not asked again.
  * A refusal counts nothing in the fleet's record, so a request that gives up leaves nothing in
@@ -129,6 +133,9 @@ export async function takeTicket(
       await sleep(valve, Math.min(paused, RESET_POLL_MS, deadline - at), signal, valve.pauseWaiters);
       continue;
     }
+    // The valve's last acquisition failed (under 'open' this job started without the store):
+    // the request goes without a ticket rather than wait for a second failing call.
+    if (valve.storeFailing()) return undefined;
     let ticket: WindowTicket;
     try {
       const now = valve.clock.now();
@@ -136,7 +143,8 @@ export async function takeTicket(
       state.windowCallAt = now;
       const t = window.send(ttl);
       ticket = isThenable(t) ? await t : t;
-    } catch {
+    } catch (err) {
+      valve.storeError(err, 'window', 'none');
       return undefined;
     }
     if (ticket.seq > 0) return ticket;
@@ -212,7 +220,9 @@ export function probeDelay(
  * one probe (alone in flight for every process sharing the id) whose answer opens the way or, if
  * it is a 429 too, starts the next, longer delay.
  *
- * Returns the pause written (ms), 0 when none, undefined when the answer described no window.
+ * A report that fails is emitted as a 'store-error' (operation 'window'); this process's own
+ * reading decides then. Returns the pause written (ms), 0 when none, undefined when the answer
+ * described no window.
  */
 export async function reportTicket(
   valve: ValveInternals,
@@ -250,7 +260,8 @@ export async function reportTicket(
     const w = window.report(ticket.seq, remaining, resetMs);
     wait = isThenable(w) ? await w : w;
     if (ticket.probe || (remaining >= 0 && !(wait > 0))) wakeTicketWaiters(valve);
-  } catch {
+  } catch (err) {
+    valve.storeError(err, 'window', 'none');
     if (ticket.probe) wakeTicketWaiters(valve);
     // Without the fleet's answer, this process's own reading decides, as without a fleet window.
     if (held !== undefined && held.waitMs > 0) valve.pauseInBackground(held.waitMs, held.source, held);

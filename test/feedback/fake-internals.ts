@@ -5,7 +5,7 @@
  * given clock (a FakeClock in tests), so scheduled delays can be asserted.
  */
 import type { Clock } from '../../src/clock.js';
-import type { PauseSource } from '../../src/events.js';
+import type { PauseSource, StoreErrorContext, StoreOperation } from '../../src/events.js';
 import type { FeedbackSettings, ValveInternals } from '../../src/feedback-port.js';
 
 interface Entry {
@@ -132,6 +132,22 @@ export class FakeInternals implements ValveInternals {
 
   emit(event: string, payload: unknown): void {
     this.events.push({ event, payload });
+  }
+
+  /** Store calls reported failed, as the valve counts them (stats().storeErrors). */
+  readonly storeErrors: { err: unknown; operation: StoreOperation; action: StoreErrorContext['action'] }[] =
+    [];
+
+  storeError(err: unknown, operation: StoreOperation, action: StoreErrorContext['action']): void {
+    this.storeErrors.push({ err, operation, action });
+    this.emit('store-error', { err, operation, action });
+  }
+
+  /** Set by a test: the valve's last acquisition failed (wrapFetch asks no fleet ticket). */
+  failing = false;
+
+  storeFailing(): boolean {
+    return this.failing;
   }
 
   private pump(): void {
