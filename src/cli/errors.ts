@@ -38,5 +38,6 @@ export function oneLine(err: unknown): string {
   if (/^(WRONGPASS|NOAUTH)/.test(message)) message = `authentication failed: ${message}`;
   else if (/^NOPERM/.test(message)) message = `the server refused a command (ACL): ${message}`;
   else if (/^NOSCRIPT/.test(message)) message = `the server has no such script: ${message}`;
-  return message.split('\n')[0]!.trim();
+  // Messages of valve's own errors start with "valve: ", which the CLI prints first already.
+  return message.split('\n')[0]!.trim().replace(/^valve: /, '');
 }

@@ -138,6 +138,16 @@ describe.each(CLIENTS)('while writes are paused, with an empty script cache (--c
     }
   }, 60_000);
 
+  it('pause fails after --timeout with one line, its prefix printed once (Redis)', async () => {
+    const r = await whilePaused([redis], () =>
+      valve(['pause', ID, '10s', '--redis', redis.url, '--client', client, '--timeout', '1s']),
+    );
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(/^valve: Redis pause for id "[^"]+" did not answer within 1000 ms/);
+    expect(r.stderr).not.toMatch(/valve: valve:/);
+    expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
+  });
+
   it('doctor ends within its timeouts and says writes are held', async () => {
     for (const t of targets().slice(0, client === 'ioredis' ? 3 : 1)) {
       const args = [...t.urls.flatMap((u) => ['--redis', u]), '--client', client, '--timeout', '1s'];
