@@ -546,20 +546,11 @@ describe('valve/undici (examples/undici.ts)', () => {
 
   it('a request aborted once its 429 arrived, before valve hands that answer over, rejects with the abort', async () => {
     // A 429 whose body is still streaming when valve reads its headers.
-    const server = createServer((_req, res) => {
+    const url = await serve((_req, res) => {
       res.writeHead(429, { 'retry-after': '1' });
       res.write('slow ');
       setTimeout(() => res.end('down'), 100);
     });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    closers.push(
-      () =>
-        new Promise((resolve) => {
-          server.closeAllConnections();
-          server.close(resolve);
-        }),
-    );
-    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
     const v = createValve({ id: 'api', store: memoryStore() });
     closers.push(() => v.close());
     const agent = new Agent().compose(valveInterceptor({ valve: v, retries: 0 }));
