@@ -39,5 +39,8 @@ export function oneLine(err: unknown): string {
   else if (/^NOPERM/.test(message)) message = `the server refused a command (ACL): ${message}`;
   else if (/^NOSCRIPT/.test(message)) message = `the server has no such script: ${message}`;
   // Messages of valve's own errors start with "valve: ", which the CLI prints first already.
-  return message.split('\n')[0]!.trim().replace(/^valve: /, '');
+  return message
+    .split('\n')[0]!
+    .trim()
+    .replace(/^valve: /, '');
 }
