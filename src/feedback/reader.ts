@@ -125,7 +125,8 @@ export class Reader {
    * lies in (waitMs − precisionMs, waitMs]; a value to the millisecond is exact.
    */
   offer(c: Omit<Candidate, 'lowerMs'>): void {
-    const lowerMs = c.precisionMs <= 1 ? c.waitMs : Math.max(0, c.waitMs - c.precisionMs);
+    // A wait of Infinity (a number too large for a double) as coarse as itself has no lower bound: 0.
+    const lowerMs = c.precisionMs <= 1 ? c.waitMs : Math.max(0, c.waitMs - c.precisionMs) || 0;
     this.candidates.push({ ...c, lowerMs });
   }
 

@@ -6,12 +6,13 @@
 
 const NUMBER = /^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*$/;
 
-/** A plain decimal number (no exponent, no units), or undefined. */
+/**
+ * A plain decimal number (no exponent, no units), or undefined. One too large for a double
+ * (309 digits and more) is ±Infinity: a wait or reset further away than any, which callers cap.
+ */
 export function parseNumber(text: string): number | undefined {
   const m = NUMBER.exec(text);
-  if (!m) return undefined;
-  const n = Number(m[1]);
-  return Number.isFinite(n) ? n : undefined;
+  return m ? Number(m[1]) : undefined;
 }
 
 const DURATION_PART = /(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s|us|µs|μs|ns)/y;
@@ -61,7 +62,8 @@ export function readGoDuration(text: string): { ms: number; precisionMs: number 
     precisionMs = unit / 10 ** decimals(m[1]!);
     at = DURATION_PART.lastIndex;
   }
-  return Number.isFinite(total) ? { ms: sign * total, precisionMs } : undefined;
+  // Digits too many for a double add up to Infinity: further away than any wait, capped by callers.
+  return { ms: sign * total, precisionMs };
 }
 
 /** Digits after the decimal point of a plain decimal number as written (`"64.57"` → 2). */

@@ -98,6 +98,19 @@ describe('wrapFetch: retries', () => {
     expect((valve.eventsOf('retry')[0] as FetchRetryEvent).url).toBe('https://api.example/y');
   });
 
+  it('a Retry-After too large for a double (400 digits) waits maxPause, not the 1 s backoff', async () => {
+    const { clock, valve } = setup();
+    const { fn, calls } = scripted(clock, [
+      { status: 429, headers: { 'retry-after': '9'.repeat(400) } },
+      { status: 200 },
+    ]);
+    const p = wrapFetch(valve, fn)('https://api.example/x');
+    await clock.runAllAsync();
+    expect((await p).status).toBe(200);
+    expect(calls.map((c) => c.at - NOW)).toEqual([0, 3_600_000]);
+    expect(valve.pauses.map((p) => [p.ms, p.source])).toEqual([[3_600_000, 'retry-after']]);
+  });
+
   it('honours `retries`, including 0', async () => {
     for (const retries of [0, 1, 5]) {
       const { clock, valve } = setup();

@@ -441,6 +441,68 @@ describe('nonsense is capped or ignored, and always reported', () => {
     });
   });
 
+  it('reads a plain number too large for a double (400 digits) as a wait further away than any: capped', () => {
+    const huge = '9'.repeat(400);
+    const r = read(429, { 'retry-after': huge });
+    expect(r.reading).toMatchObject({ waitMs: HOUR, capped: true, source: 'retry-after' });
+    expect(r.needsBackoff).toBe(false);
+    expect(r.ignored).toEqual([
+      {
+        header: 'retry-after',
+        value: huge.slice(0, 200),
+        reason: 'capped',
+        status: 429,
+        cappedTo: HOUR,
+        requestedMs: Number.POSITIVE_INFINITY,
+      },
+    ]);
+    const capped = (status: number, headers: Record<string, string>, header: string) => {
+      const got = read(status, headers);
+      expect(got.reading, header).toMatchObject({ waitMs: HOUR, capped: true, header });
+      expect(got.ignored, header).toMatchObject([{ header, reason: 'capped', cappedTo: HOUR }]);
+    };
+    capped(429, { 'retry-after-ms': huge }, 'retry-after-ms');
+    capped(200, { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': huge }, 'x-ratelimit-reset');
+    capped(
+      200,
+      { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset-after': `${huge}.5` },
+      'x-ratelimit-reset-after',
+    );
+    capped(
+      200,
+      { 'x-ratelimit-remaining-tokens': '0', 'x-ratelimit-reset-tokens': `${huge}s` },
+      'x-ratelimit-reset-tokens',
+    );
+    capped(
+      200,
+      {
+        'x-ratelimit-remaining-tokens': '0',
+        'x-ratelimit-reset-tokens': huge,
+        'x-ratelimit-limit-tokens': '100',
+      },
+      'x-ratelimit-reset-tokens',
+    );
+    capped(
+      200,
+      { 'x-hubspot-ratelimit-remaining': '0', 'x-hubspot-ratelimit-interval-milliseconds': huge },
+      'x-hubspot-ratelimit-interval-milliseconds',
+    );
+    // A remaining count that large has budget left; a negative one is negative.
+    expect(read(200, { 'x-ratelimit-remaining': huge, 'x-ratelimit-reset': '30' })).toMatchObject({
+      reading: undefined,
+      ignored: [],
+    });
+    expect(read(429, { 'retry-after': `-${huge}` }).ignored).toMatchObject([{ reason: 'negative' }]);
+    // Not plain numbers: unparseable, as before.
+    for (const odd of ['Infinity', '1e400']) {
+      expect(read(429, { 'retry-after': odd }).ignored, odd).toMatchObject([{ reason: 'unparseable' }]);
+      expect(
+        read(200, { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': odd }).ignored,
+        odd,
+      ).toMatchObject([{ header: 'x-ratelimit-reset', reason: 'unparseable' }]);
+    }
+  });
+
   it('reports unparseable and negative values; a 429 then backs off', () => {
     const r = read(429, { 'retry-after': 'soon', 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '-5' });
     expect(r.reading).toBeUndefined();

@@ -69,6 +69,22 @@ describe('observe()', () => {
     expect(valve.eventsOf('feedback-ignored')).toHaveLength(2);
   });
 
+  it('pauses maxPause for a Retry-After or reset too large for a double (400 digits), reported as capped', () => {
+    const huge = '9'.repeat(400);
+    for (const input of [
+      { status: 429, headers: { 'retry-after': huge } },
+      { status: 200, headers: { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': huge } },
+    ]) {
+      const { valve } = setup();
+      const reading = observe(valve, input);
+      expect(reading).toMatchObject({ waitMs: 3_600_000, until: NOW + 3_600_000, capped: true });
+      expect(valve.pauses.map((p) => p.ms)).toEqual([3_600_000]);
+      expect(valve.eventsOf('feedback-ignored')).toMatchObject([
+        { reason: 'capped', cappedTo: 3_600_000, requestedMs: Number.POSITIVE_INFINITY },
+      ]);
+    }
+  });
+
   it('throws TypeError for a non-object, and reports an input whose getters throw', () => {
     const { valve } = setup();
     expect(() => observe(valve, 42)).toThrow(TypeError);

@@ -583,6 +583,88 @@ describe('what valve adds', () => {
     expect(odd).toBeLessThanOrEqual(60_000);
   });
 
+  describe('a retry-after or reset too large for a number (400 digits)', () => {
+    const huge = '9'.repeat(400);
+    /**
+     * Sends one request GitHub answers with `answer`; returns what the handler got, the warnings,
+     * how long the store holds the pause of `lane` (0: none), and whether a next request is sent.
+     */
+    const answered = async (answer: ScriptedAnswer, lane: string) => {
+      const warnings: string[] = [];
+      const handled: number[] = [];
+      const store = memoryStore();
+      const id = freshId();
+      const handler = (retryAfter: number) => {
+        handled.push(retryAfter);
+        return false;
+      };
+      const octokit = new ThrottledOctokit({
+        baseUrl: github.url,
+        log: { ...quiet, warn: (m: string) => warnings.push(String(m)) },
+        throttle: { id, store, maxWait: 200, onRateLimit: handler, onSecondaryRateLimit: handler },
+      });
+      github.script(answer);
+      await octokit.request('GET /repos/o/r').catch(() => undefined);
+      const next = await octokit.request('GET /repos/o/r2').then(
+        () => 'sent',
+        (e: { code?: string }) => e.code,
+      );
+      const held = store.acquire({
+        id: lane === 'all' ? id : `${id}:${lane}`,
+        rules: [],
+        costs: [1],
+        count: 1,
+      });
+      await (octokit as unknown as { throttle: ThrottleControl }).throttle.close();
+      const until = (held as { pausedUntil: number | null }).pausedUntil;
+      return {
+        handled,
+        next,
+        paused: until === null ? 0 : until - Date.now(),
+        warnings: warnings.filter((w) => w.includes('valve/octokit')),
+      };
+    };
+    const spentCore = (status: number, reset: string): ScriptedAnswer => ({
+      status,
+      headers: { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': reset, 'x-ratelimit-resource': 'core' },
+      body: status === 200 ? {} : { message: 'API rate limit exceeded' },
+    });
+    const anHour = (got: Awaited<ReturnType<typeof answered>>, name: string, what: string) => {
+      expect(got.next).toBe('MAX_WAIT');
+      expect(got.paused).toBeGreaterThan(3_590_000);
+      expect(got.paused).toBeLessThanOrEqual(3_600_000);
+      expect(got.warnings).toEqual([
+        `valve/octokit: GitHub asked for a wait too long to count (${name}); ${what} for 3600000 ms, the most it pauses`,
+      ]);
+    };
+
+    it('as x-ratelimit-reset of a 403 or a 200 that spends the last unit: core pauses an hour, with a warning', async () => {
+      const denied = await answered(spentCore(403, huge), 'core');
+      anHour(denied, 'x-ratelimit-reset', 'the core lane pauses');
+      // The handler's retryAfter stays a finite number: the largest one.
+      expect(denied.handled).toEqual([Number.MAX_VALUE]);
+      anHour(await answered(spentCore(200, huge), 'core'), 'x-ratelimit-reset', 'the core lane pauses');
+    });
+
+    it('as retry-after of a secondary limit: the budget pauses an hour, with a warning, not the 60 s fallback', async () => {
+      const got = await answered(secondaryAnswer(403, huge), 'all');
+      anHour(got, 'retry-after', 'the budget pauses');
+      expect(got.handled).toEqual([Number.MAX_VALUE]);
+    });
+
+    it('the text `Infinity` is no number of seconds: an absent reset (no pause), an absent retry-after (the fallback)', async () => {
+      for (const status of [403, 200]) {
+        const got = await answered(spentCore(status, 'Infinity'), 'core');
+        expect(got).toMatchObject({ next: 'sent', paused: 0, warnings: [] });
+        expect(got.handled).toEqual(status === 403 ? [0] : []);
+      }
+      const secondary = await answered(secondaryAnswer(403, 'Infinity'), 'all');
+      expect(secondary).toMatchObject({ next: 'MAX_WAIT', handled: [60], warnings: [] });
+      expect(secondary.paused).toBeGreaterThan(59_000);
+      expect(secondary.paused).toBeLessThanOrEqual(60_000);
+    });
+  });
+
   it('holds at most `concurrency` requests in flight', async () => {
     await restartGitHub({ latencyMs: 30 });
     const { octokit } = octokitWith({ limits: { concurrency: 3 } });

@@ -74,15 +74,14 @@ export function readAnswer(
   if (limited && (SECONDARY.test(input.message ?? '') || SECONDARY.test(bodyMessage(input.data)))) {
     return {
       kind: 'secondary',
-      retryAfter: secondsOf(retryAfterHeader) || fallbackSecondaryRetryAfter,
+      retryAfter: finite(secondsOf(retryAfterHeader) || fallbackSecondaryRetryAfter),
       lane: undefined,
     };
   }
   if ((limited && header(headers, 'x-ratelimit-remaining') === '0') || rateLimited) {
     // One second past the reset, as GitHub recommends (and plugin-throttling computes).
-    const reset = Number(header(headers, 'x-ratelimit-reset'));
-    const resetMs = Number.isFinite(reset) ? Math.trunc(reset) * 1000 : 0;
-    const retryAfter = Math.max(Math.ceil((resetMs - now) / 1000) + 1, 0);
+    const resetMs = Math.trunc(resetSeconds(header(headers, 'x-ratelimit-reset'))) * 1000;
+    const retryAfter = finite(Math.max(Math.ceil((resetMs - now) / 1000) + 1, 0));
     const resource = header(headers, 'x-ratelimit-resource');
     const lane = laneOfResource(resource) ?? (rateLimited ? 'graphql' : undefined);
     if (lane === undefined && resource !== undefined) return { kind: 'primary', retryAfter, lane, resource };
@@ -91,14 +90,39 @@ export function readAnswer(
   if (retryAfterHeader !== undefined || status === 429) {
     return {
       kind: 'secondary',
-      retryAfter: secondsOf(retryAfterHeader) || fallbackSecondaryRetryAfter,
+      retryAfter: finite(secondsOf(retryAfterHeader) || fallbackSecondaryRetryAfter),
       lane: undefined,
     };
   }
   return undefined;
 }
 
-/** A Retry-After in seconds (0 when absent or not a plain positive decimal: no '1e12', '0x10'). */
+/**
+ * `x-ratelimit-reset` in epoch seconds, read with Number() as plugin-throttling reads it. A plain
+ * number too large for a double (309 digits and more) is Infinity: a reset further away than any,
+ * which the pause cuts to feedback.maxPause. Any other value that is not a finite number
+ * (`Infinity`, `1e400`, `abc`, absent) counts as absent: 0, no pause.
+ */
+export function resetSeconds(value: string | undefined): number {
+  if (value === undefined) return 0;
+  const n = Number(value);
+  if (Number.isFinite(n)) return n;
+  return parseNumber(value) === Number.POSITIVE_INFINITY ? n : 0;
+}
+
+/**
+ * A handler's `retryAfter` stays a finite number: a wait too long for one (Infinity) is the
+ * largest one, Number.MAX_VALUE (its pause, retryAfter × retryAfterBaseValue, is cut to
+ * feedback.maxPause all the same).
+ */
+function finite(seconds: number): number {
+  return Math.min(seconds, Number.MAX_VALUE);
+}
+
+/**
+ * A Retry-After in seconds (0 when absent or not a plain positive decimal: no '1e12', '0x10',
+ * 'Infinity'); a plain decimal too large for a double is Infinity, further away than any wait.
+ */
 function secondsOf(value: string | undefined): number {
   if (value === undefined) return 0;
   const n = parseNumber(value);

@@ -1,6 +1,6 @@
 import { observe } from '../../feedback/observe.js';
 import type { ValveInternals } from '../../feedback-port.js';
-import { type AnswerInput, header, type RateLimitAnswer } from './answers.js';
+import { type AnswerInput, header, type RateLimitAnswer, resetSeconds } from './answers.js';
 import type { Lanes } from './lanes.js';
 import { laneOfResource, type RateLane, type RequestClass } from './limits.js';
 import type { Settings } from './options.js';
@@ -122,12 +122,12 @@ export class Pauses {
   ): void {
     const remaining = header(input.headers, 'x-ratelimit-remaining');
     const reset = header(input.headers, 'x-ratelimit-reset');
-    if (remaining === undefined || reset === undefined || !(Number(reset) * 1000 > now)) return;
+    const resetMs = resetSeconds(reset) * 1000;
+    if (remaining === undefined || reset === undefined || !(resetMs > now)) return;
     const resource = header(input.headers, 'x-ratelimit-resource');
     const lane = resource === undefined ? klass.primary : laneOfResource(resource);
     if (lane === undefined) {
-      if (remaining === '0')
-        this.pauseResource(budget, klass, resource!, Number(reset) * 1000 - now, input, primary);
+      if (remaining === '0') this.pauseResource(budget, klass, resource!, resetMs - now, input, primary);
       return;
     }
     const valve = lane === klass.primary ? primary : this.lanes.budget(budget).valve(lane);
@@ -136,7 +136,7 @@ export class Pauses {
     // A reset past feedback.maxPause (a year away) was cut to it, as for a 403: said once, here.
     if (reading?.capped === true && reading.waitMs > 0) {
       this.warnCapped(
-        Math.round(Number(reset) * 1000 - now),
+        Math.round(resetMs - now),
         'x-ratelimit-reset',
         `the ${lane} lane pauses`,
         reading.waitMs,
@@ -162,7 +162,7 @@ export class Pauses {
       valve = this.lanes.budget(budget).valve('all');
       name = 'retry-after';
     } else {
-      const reset = Number(header(input.headers, 'x-ratelimit-reset')) * 1000;
+      const reset = resetSeconds(header(input.headers, 'x-ratelimit-reset')) * 1000;
       if (reset > now) ms = Math.min(ms, reset - now);
       if (answer.lane === undefined && answer.resource !== undefined) {
         this.pauseResource(
@@ -228,10 +228,11 @@ export class Pauses {
     return maxPause;
   }
 
-  /** octokit.log.warn: GitHub asked for a wait longer than a pause lasts. */
+  /** octokit.log.warn: GitHub asked for a wait longer than a pause lasts (Infinity: a number too large for a double). */
   private warnCapped(ms: number, name: string, what: string, maxPause: number): void {
+    const asked = Number.isFinite(ms) ? `a ${ms} ms wait` : 'a wait too long to count';
     this.octokit.log?.warn?.(
-      `valve/octokit: GitHub asked for a ${ms} ms wait (${name}); ${what} for ${maxPause} ms, the most it pauses`,
+      `valve/octokit: GitHub asked for ${asked} (${name}); ${what} for ${maxPause} ms, the most it pauses`,
     );
   }
 }
