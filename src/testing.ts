@@ -158,9 +158,10 @@ function check(name: unknown, makeStore: unknown, options: unknown): asserts opt
  * store has them: the fleet window, whose cases by default check the store's
  * `windowSend`/`windowReport` when it has them, and `listening(id)`, checked (with `wakeUps`)
  * when the store has it.
- * Most cases take a few ms. Without a controlled clock six wait real time: "renew extends a
- * held lease" 1.65 s, "a pause ends by itself" 0.51 s, "spent budget stays spent" 0.3 s, three
- * others under 0.1 s; the wake-up cases wait up to 5 s for a subscription to become active.
+ * Most cases take a few ms. Without a controlled clock eight wait real time: "renew extends a
+ * held lease" 1.65 s, "a pause ends by itself" 0.5 s, "spent budget stays spent" 0.3 s,
+ * "fixed and sliding windows of 100 ms" 0.1 s, four others under 0.1 s (and the fleet window's
+ * real-time case 0.15 s); the wake-up cases wait up to 5 s for a subscription to become active.
  * Every store call must settle within `callTimeout` (5 s) and each case finish within
  * `caseTimeout` (9 s), or the case fails naming the call; its cleanups run either way. Give
  * each test a runner timeout of at least 10 s (above `caseTimeout`).

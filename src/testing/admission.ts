@@ -118,6 +118,13 @@ export function admissionCases(c: CaseRegistry): void {
       expect(r.blocked, 'blocked, costs [1, 2, 1] under 3 per hour').toBe('rate');
       expect(r.retryAfter, 'retryAfter: ms until the window ends').toBeGreaterThan(0);
       expect(r.retryAfter, 'retryAfter: ms until the window ends').toBeLessThanOrEqual(3_600_000);
+      // Aligned on the store's clock: the window ends at the next whole hour of AcquireResult.now
+      // (not an hour after the first grant), and the hint is the time to that end.
+      const end = 3_600_000 - (r.now % 3_600_000);
+      expect(
+        Math.abs(r.retryAfter - end) <= 0.002,
+        `retryAfter ${r.retryAfter} ms at now ${r.now}: a fixed window of 1 h is aligned on the store's clock, so the hint must be the time to the next whole hour, ${end} ms (not the whole interval, nor an hour from the first grant)`,
+      ).toBe(true);
     });
 
     c.it('sliding window: the whole limit at once, then nothing until units leave the window', async (s) => {
@@ -322,6 +329,9 @@ export function admissionCases(c: CaseRegistry): void {
       c.itClock('fixed window: the next job fits exactly when the window ends', async (s) => {
         const id = newId();
         const w = rule({ limit: 2, interval: '1s', algorithm: 'fixed-window' });
+        // Off a whole second (a controlled clock often starts on one), so that a window anchored
+        // at its first grant is told from one aligned on the clock.
+        await s.advance(123.457);
         const r = await s.acquire({ id, rules: [w], costs: ones(3) });
         expect(r.granted).toBe(2);
         // The window is aligned on the store's clock: it ends at the next multiple of 1s.

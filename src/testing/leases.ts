@@ -26,6 +26,22 @@ export function leaseCases(c: CaseRegistry): void {
       expect(full).toMatchObject({ granted: 0, blocked: 'concurrency' });
     });
 
+    c.it(
+      'the concurrency hint is the time until the earliest lease expires, on the store clock',
+      async (s) => {
+        const id = newId();
+        const first = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 2, ttl: 60_000 } });
+        const second = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 2, ttl: 120_000 } });
+        const earliest = Math.min(leaseOf(first, 0).expiresAt, leaseOf(second, 0).expiresAt);
+        const r = await s.acquire({ id, rules: [], costs: [1], lease: { limit: 2, ttl: 120_000 } });
+        expect(r.blocked).toBe('concurrency');
+        expect(
+          Math.abs(r.retryAfter - (earliest - r.now)) <= 0.002,
+          `retryAfter ${r.retryAfter} ms at now ${r.now}, the earliest lease expiring at ${earliest}: the concurrency hint must be the time until the earliest lease expires, ${earliest - r.now} ms (not the request's ttl)`,
+        ).toBe(true);
+      },
+    );
+
     c.it('issues one lease per granted job, even when a rule stops the batch', async (s) => {
       const id = newId();
       const r = await s.acquire({

@@ -38,6 +38,22 @@ export function pauseCases(c: CaseRegistry): void {
       expectMs((await s.acquire({ id, rules: [], costs: [1] })).pausedUntil!, longer);
     });
 
+    c.it('only extends: after a shorter pause ends, the longer one still blocks', async (s) => {
+      // A store that returns the longer end but stores (or expires the key at) the shorter
+      // one, e.g. a Redis key set with GT whose PEXPIRE is the latest call's ms.
+      const id = newId();
+      const long = await s.store.pause(id, 60_000);
+      await s.store.pause(id, 50);
+      await s.pass(80);
+      const r = await s.acquire({ id, rules: [], costs: [1] });
+      expect(
+        r.blocked,
+        'blocked 80 ms after pause(id, 60 s) then pause(id, 50): the shorter pause must not end the longer one',
+      ).toBe('pause');
+      expect(r.granted).toBe(0);
+      expectMs(r.pausedUntil!, long);
+    });
+
     c.it('a paused acquisition spends nothing', async (s) => {
       const id = newId();
       await s.store.pause(id, 60_000);

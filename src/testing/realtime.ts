@@ -3,7 +3,29 @@
  * clock): the next job after its retryAfter, expiring leases, a pause ending by itself.
  */
 import { expect } from './expect.js';
-import { type CaseRegistry, hourly3, hourlyWindow, ones, rule } from './suite.js';
+import { type CaseContext, type CaseRegistry, hourly3, hourlyWindow, ones, rule } from './suite.js';
+
+/**
+ * Waits out a store's hint (`ms`), then calls `again`. Timers may fire a little ahead of the
+ * store's clock (by a ms or two): an answer that still asks for at most 5 ms (`left`: the wait
+ * it asks for, undefined once it grants) gets that wait and 2 ms more, up to three times.
+ */
+export async function afterHint<T>(
+  s: CaseContext,
+  ms: number,
+  again: () => Promise<T>,
+  left: (answer: T) => number | undefined,
+): Promise<T> {
+  await s.pass(ms);
+  let answer = await again();
+  for (let tries = 0; tries < 3; tries++) {
+    const rest = left(answer);
+    if (rest === undefined || rest > 5) return answer;
+    await s.pass(rest + 2);
+    answer = await again();
+  }
+  return answer;
+}
 
 export function realTimeCases(c: CaseRegistry): void {
   const { newId } = c;
@@ -17,6 +39,40 @@ export function realTimeCases(c: CaseRegistry): void {
       expect(first.retryAfter).toBeLessThanOrEqual(40);
       await s.pass(first.retryAfter + 1);
       expect((await s.acquire({ id, rules: [r], costs: [1] })).granted).toBe(1);
+    });
+
+    c.it('fixed and sliding windows of 100 ms grant again after waiting retryAfter', async (s) => {
+      const fixed = rule({ limit: 1, interval: 100, algorithm: 'fixed-window' });
+      const sliding = rule({ limit: 1, interval: 100, algorithm: 'sliding-window' });
+      const ids = { fixed: newId(), sliding: newId() };
+      const f = await s.acquire({ id: ids.fixed, rules: [fixed], costs: [1, 1] });
+      const sl = await s.acquire({ id: ids.sliding, rules: [sliding], costs: [1, 1] });
+      for (const r of [f, sl]) {
+        expect(r.granted, 'jobs granted of 2 under a window of 1 per 100 ms').toBe(1);
+        expect(r.retryAfter).toBeGreaterThan(0);
+        expect(r.retryAfter).toBeLessThanOrEqual(100);
+      }
+      const fixedAgain = await afterHint(
+        s,
+        f.retryAfter,
+        () => s.acquire({ id: ids.fixed, rules: [fixed], costs: [1] }),
+        (r) => (r.granted === 1 ? undefined : r.retryAfter),
+      );
+      expect(
+        fixedAgain.granted,
+        `a job under a fixed window of 1 per 100 ms, its retryAfter (${f.retryAfter} ms) waited out: the window must end and its count start again`,
+      ).toBe(1);
+      // The two waits overlap: the sliding window's hint counts from its own call.
+      const slidingAgain = await afterHint(
+        s,
+        Math.max(0, sl.retryAfter - (fixedAgain.now - sl.now)),
+        () => s.acquire({ id: ids.sliding, rules: [sliding], costs: [1] }),
+        (r) => (r.granted === 1 ? undefined : r.retryAfter),
+      );
+      expect(
+        slidingAgain.granted,
+        `a job under a sliding window of 1 per 100 ms, its retryAfter (${sl.retryAfter} ms) waited out: the old grant must leave the window`,
+      ).toBe(1);
     });
 
     c.it(
@@ -60,13 +116,28 @@ export function realTimeCases(c: CaseRegistry): void {
       },
     );
 
-    c.it('a pause ends by itself', async (s) => {
+    c.it('a pause ends by itself, not before its end', async (s) => {
       const id = newId();
       // Long enough that a machine busy with other work does not end it before the first check.
-      await s.store.pause(id, 500);
-      expect((await s.acquire({ id, rules: [], costs: [1] })).blocked).toBe('pause');
-      await s.pass(510);
-      expect((await s.acquire({ id, rules: [], costs: [1] })).granted).toBe(1);
+      const until = await s.store.pause(id, 500);
+      const first = await s.acquire({ id, rules: [], costs: [1] });
+      expect(first.blocked).toBe('pause');
+      // Up to 5 ms before its end, then asking again and again: no grant before pausedUntil.
+      await s.pass(Math.max(0, until - first.now - 5));
+      for (let asked = 0; ; asked++) {
+        const r = await s.acquire({ id, rules: [], costs: [1] });
+        if (r.granted === 1) {
+          expect(
+            r.now >= until,
+            `granted at ${r.now} (store clock), before the pause's end ${until}: a pause must block until pausedUntil`,
+          ).toBe(true);
+          break;
+        }
+        expect(r.blocked, 'a refused call near the end of a pause').toBe('pause');
+        expect(asked, 'calls until the pause ended (bounded)').toBeLessThan(100_000);
+        if (s.advance) await s.pass(r.retryAfter);
+        else if (r.now > until + 100) throw new Error(`still paused 100 ms after its end (${until})`);
+      }
     });
   });
 }

@@ -1,5 +1,5 @@
 /** Conformance cases: isolation of ids and rule digests, one budget per rule and id, rule sets and rule changes, and wake-ups. */
-import type { WakeEvent } from '../stores/store.js';
+import type { WakeEvent, WakeStatus } from '../stores/store.js';
 import { AT_ONCE, slow3 } from './admission.js';
 import { expect } from './expect.js';
 import {
@@ -300,6 +300,73 @@ export function sharingCases(c: CaseRegistry): void {
           await sleep(30);
           expect(events, 'wake-ups heard, none after unsubscribing').toHaveLength(3);
           expect(foreign, 'wake-ups heard for a second id, subscribed on its own').toEqual([]);
+        },
+      );
+
+      c.itWake(
+        'two subscribers of one id both hear; unsubscribing one leaves the other; onStatus listening: true means delivered',
+        async (s) => {
+          const id = newId();
+          const statusId = newId();
+          // onStatus (where the store calls it): once it says listening, a wake-up sent then
+          // arrives. Checked as soon as it says so, alongside the rest of the case.
+          const statusHeard: WakeEvent[] = [];
+          let statusCheck: Promise<unknown> | undefined;
+          const onStatus = (status: WakeStatus) => {
+            if (!status.listening || statusCheck !== undefined) return;
+            statusCheck = (async () => {
+              await sleep(0);
+              await s.store.resume(statusId);
+              await waitFor(
+                () => statusHeard.some((e) => e.type === 'resume'),
+                () =>
+                  `a 'resume' wake-up after resume(id), sent once onStatus said { listening: true }: the store must say so only once it delivers the id's wake-ups (heard: ${JSON.stringify(statusHeard)})`,
+                2000,
+              );
+            })().then(
+              () => undefined,
+              (err: unknown) => err ?? new Error('the onStatus check failed'),
+            );
+          };
+          s.defer(s.store.subscribe!(statusId, (e) => statusHeard.push(e), onStatus));
+          const first: WakeEvent[] = [];
+          const second: WakeEvent[] = [];
+          const subscribed = Date.now();
+          const unsubscribeFirst = s.store.subscribe!(id, (e) => first.push(e));
+          s.defer(unsubscribeFirst);
+          s.defer(s.store.subscribe!(id, (e) => second.push(e)));
+          const heard = () => `(first heard: ${JSON.stringify(first)}, second: ${JSON.stringify(second)})`;
+          if (s.store.notifies === false) {
+            await waitFor(
+              () => s.store.notifies === true,
+              "the store's `notifies` to turn true after subscribe() (it was false)",
+              5000,
+            );
+          }
+          while (!first.some((e) => e.type === 'resume') || !second.some((e) => e.type === 'resume')) {
+            if (Date.now() > subscribed + 5000) {
+              throw new Error(
+                `a 'resume' wake-up did not reach both of two subscribers of one id within 5 s of subscribing, resume() called every 20 ms ${heard()}: every subscriber of an id must hear its wake-ups (a second subscribe() must not replace the first)`,
+              );
+            }
+            await s.store.resume(id);
+            await sleep(20);
+          }
+          await sleep(30); // late duplicates of the probe
+          first.length = 0;
+          second.length = 0;
+          unsubscribeFirst();
+          await s.store.pause(id, 1000);
+          await waitFor(
+            () => second.some((e) => e.type === 'pause'),
+            () =>
+              `a 'pause' wake-up for the second subscriber of an id after the first unsubscribed: unsubscribing one must leave the others subscribed ${heard()}`,
+            2000,
+          );
+          await sleep(30);
+          expect(first, 'wake-ups heard by the first subscriber after it unsubscribed').toEqual([]);
+          const failed = await statusCheck;
+          if (failed !== undefined) throw failed;
         },
       );
 

@@ -8,6 +8,7 @@
  * it, so real time passing does not matter; with one, the waits are exact to the µs.
  */
 import { expect } from './expect.js';
+import { afterHint } from './realtime.js';
 import { type CaseRegistry, expectMs, type WindowCaseContext } from './suite.js';
 
 const HOUR = 3_600_000;
@@ -164,6 +165,34 @@ export function windowCases(c: CaseRegistry): void {
       expect((await s.send(spent)).seq, 'the spent id').toBe(0);
       await sendAll(s, other, 2);
     });
+
+    c.itWindow(
+      'a spent window of a 100 ms reset reopens; a probe never answered stops holding after its 50 ms time to live (real time)',
+      async (s) => {
+        const id = await openId(s, newId);
+        const [a] = await sendAll(s, id, 1);
+        const wait = await s.report(id, a!, 0, 100);
+        expect(wait, 'the wait the report returns for a reset 100 ms away').toBeGreaterThan(0);
+        expect(wait, 'the wait the report returns for a reset 100 ms away').toBeLessThanOrEqual(100);
+        const ticketLeft = (t: { seq: number; wait: number }) => (t.seq > 0 ? undefined : t.wait);
+        const probe = await afterHint(s, wait, () => s.send(id, 50), ticketLeft);
+        expect(
+          probe.seq,
+          `the first ticket after a spent window's reset (the report's wait, ${wait} ms, waited out): the window must reopen (got ${JSON.stringify(probe)})`,
+        ).toBeGreaterThan(0);
+        expect(probe.probe, 'the first ticket after the reset is a probe').toBe(true);
+        const held = await s.send(id, 50);
+        // On a busy machine the probe may have expired already: then there is nothing to wait for.
+        if (held.seq !== 0) return;
+        expect(held.probe, 'a ticket while the probe is out').toBe(true);
+        expect(held.wait, "its wait: at most the probe's time to live").toBeLessThanOrEqual(50);
+        const after = await afterHint(s, held.wait, () => s.send(id, 50), ticketLeft);
+        expect(
+          after.seq,
+          `a ticket after an unanswered probe's time to live (50 ms) ran out: the probe must stop holding the others (got ${JSON.stringify(after)})`,
+        ).toBeGreaterThan(0);
+      },
+    );
 
     c.itWindowClock('exact waits: the report and the refusals count down to the reset', async (s) => {
       const id = await openId(s, newId);
