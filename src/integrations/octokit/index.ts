@@ -43,6 +43,28 @@ function installationKey(octokitOptions: Record<string, unknown>): string | unde
 }
 
 /**
+ * Octokit applies plugins in order and each one's `hook.wrap` goes around the ones before it.
+ * @octokit/plugin-retry applied before this plugin (`Octokit.plugin(retry, throttling)`, the order
+ * @octokit/plugin-throttling's users know) retries inside valve's wrap: its retries reach GitHub
+ * with no grant, and a 429 is retried before valve sees it. Said once per client, as a warning
+ * (a framework may fix the order); `retry: { enabled: false }` registers no hook, so no warning.
+ */
+function warnIfRetryIsOuter(octokit: OctokitLike & { retry?: unknown }, retryOptions: unknown): void {
+  const retry = octokit.retry as { retryRequest?: unknown } | null | undefined;
+  if (retry === null || typeof retry !== 'object' || typeof retry.retryRequest !== 'function') return;
+  if (
+    retryOptions !== null &&
+    typeof retryOptions === 'object' &&
+    (retryOptions as { enabled?: unknown }).enabled === false
+  ) {
+    return;
+  }
+  octokit.log?.warn?.(
+    'valve/octokit: @octokit/plugin-retry was applied before throttling, so its retries are sent without valve (no grant, no pause). Apply it after: Octokit.plugin(throttling, retry).',
+  );
+}
+
+/**
  * The Octokit plugin: `Octokit.plugin(throttling)`, configured by the `throttle` option (see
  * ThrottleOptions). Throws, at `new Octokit(…)`, an Error when a handler is missing and a
  * TypeError/RangeError for a bad option.
@@ -52,6 +74,7 @@ export function throttling(octokit: any, octokitOptions: any): { throttle: Throt
   const options = (octokitOptions ?? {}) as Record<string, unknown>;
   if (!isEnabled(options.throttle)) return { throttle: { close: () => Promise.resolve() } };
   const settings = readSettings(options.throttle);
+  warnIfRetryIsOuter(octokit as OctokitLike & { retry?: unknown }, options.retry);
   const throttle = new Throttle(settings, octokit as OctokitLike, installationKey(options));
   (octokit as OctokitLike).hook.wrap('request', (request, requestOptions) =>
     throttle.request(request, requestOptions),
