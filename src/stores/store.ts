@@ -204,9 +204,11 @@ export interface Store {
  * ACQUIRE_WITH property of its acquire method, so that an acquire replaced on an instance (a
  * wrapper, a test's spy) is called as it is. Admission uses it when present (the Redis store): a
  * valve group with thousands of keys makes one acquire call per job, and the promise and its
- * reaction per call are a good part of the client's cost.
+ * reaction per call are a good part of the client's cost. A `Symbol.for` key, as the observer
+ * hook's: valve/otel's CommonJS bundle carries its own copy of this module, and a wrapper made by
+ * one copy of the package must be found by a valve of another.
  */
-export const ACQUIRE_WITH: unique symbol = Symbol('valve.acquireWith');
+export const ACQUIRE_WITH: unique symbol = Symbol.for('valve.acquireWith');
 
 /** The callback form of a store's acquire() (see {@link ACQUIRE_WITH}), called with the store as `this`. */
 export type AcquireWith = (

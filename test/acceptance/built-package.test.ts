@@ -838,6 +838,55 @@ describe('the built package over Redis (redisStore with an ioredis client)', () 
     await Promise.all([a.close(), b.close()]);
   });
 
+  it("valve/otel's instrumentStore keeps the Redis store's promise-free acquire, in either format and across them", async () => {
+    const { MeterProvider } = await import('@opentelemetry/sdk-metrics');
+    const provider = new MeterProvider();
+    const otelEsm = await import(/* @vite-ignore */ pathToFileURL(join(root, 'dist/otel.js')).href);
+    const otelCjs = createRequire(import.meta.url)(join(root, 'dist/otel.cjs'));
+    const withForm = Symbol.for('valve.acquireWith');
+    for (const [name, core, otel] of [
+      ['esm', esm, otelEsm],
+      ['cjs', cjs, otelCjs],
+      ['cjs valve, esm otel', cjs, otelEsm],
+    ] as const) {
+      const wrapped = otel.instrumentStore(
+        core.redisStore({ client: connect(), prefix: uniquePrefix('builtotel') }),
+        {
+          meter: provider.getMeter('valve'),
+        },
+      );
+      // Count which form of the wrapper's acquire the valve calls.
+      const calls = { promise: 0, callback: 0 };
+      const { acquire } = wrapped;
+      const callbackForm = acquire[withForm];
+      // biome-ignore lint/suspicious/noExplicitAny: the built store's request
+      const spy = (request: any) => {
+        calls.promise++;
+        return acquire.call(wrapped, request);
+      };
+      if (typeof callbackForm === 'function') {
+        Object.defineProperty(spy, withForm, {
+          // biome-ignore lint/suspicious/noExplicitAny: the built store's callback form
+          value(this: unknown, ...args: any[]) {
+            calls.callback++;
+            return callbackForm.apply(this, args);
+          },
+        });
+      }
+      wrapped.acquire = spy;
+      const valve = core.createValve({
+        id: 'otel-form',
+        rules: { limit: 1000, interval: '1s' },
+        store: wrapped,
+      });
+      await Promise.all([1, 2, 3, 4, 5].map((i) => valve.run(() => i)));
+      expect(calls, name).toMatchObject({ promise: 0 });
+      expect(calls.callback, name).toBeGreaterThan(0);
+      await valve.close();
+    }
+    await provider.shutdown();
+  });
+
   it('global concurrency: ctx.lease { token, fence } with growing fences, the limit across copies, leases released on close', async () => {
     const prefix = uniquePrefix('builtlease');
     const concurrency = { limit: 2, scope: 'global', leaseTtl: 3000 };
