@@ -104,7 +104,8 @@ export function probeTtl(state: FeedbackState, now: number, queuedAt: number): n
  * Undefined when the store failed (emitted as a 'store-error'), or while the valve's acquisitions
  * fail (not asked): send without one. No wait goes past `deadline` (valve clock;
  * the attempt's maxWait, counted from when it was queued, as the queue counted it): a request
- * that would wait longer is never sent and rejects MAX_WAIT, and the store is not asked again.
+ * that would wait longer is never sent and rejects MAX_WAIT, and the store is not asked again; a
+ * ticket the store hands over after the deadline is reported back unanswered.
  * A refusal counts nothing in the fleet's record, so a request that gives up leaves nothing in
  * flight.
  */
@@ -147,8 +148,14 @@ export async function takeTicket(
       valve.storeError(err, 'window', 'none');
       return undefined;
     }
-    if (ticket.seq > 0) return ticket;
     const left = deadline - valve.clock.now();
+    if (ticket.seq > 0) {
+      if (left > 0) return ticket;
+      // The store answered after the deadline (a slow store): the ticket goes back unanswered
+      // (it counted as in flight), and the request is not sent.
+      await reportTicket(valve, window, ticket, undefined);
+      throw notSent();
+    }
     if (!(left > 0)) throw notSent();
     // A spent window is asked again 5, 10, 20 … ms later (then every second): the answers still
     // in flight, in any process, can show budget left (a request counted before the lowest count)

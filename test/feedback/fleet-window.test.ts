@@ -288,4 +288,48 @@ describe("maxWait bounds a granted request's wait for its fleet ticket", () => {
     expect(sent.map((s) => s.url)).toEqual(['first', 'slow', 'limited', 'next']);
     await valve.close();
   });
+
+  it("a ticket the store hands over after the request's deadline is given back, never sent (MAX_WAIT)", async () => {
+    const clock = new FakeClock(NOW);
+    const store = memoryStore({ clock });
+    const send = store.windowSend!.bind(store);
+    const report = store.windowReport!.bind(store);
+    const reported: number[] = [];
+    let slow = true;
+    // The store answers the first ticket call 500 ms late (a slow Redis), after the 300 ms maxWait.
+    store.windowSend = (key, probeTtl) =>
+      slow
+        ? new Promise((resolve) => clock.setTimeout(() => resolve(send(key, probeTtl)), 500))
+        : send(key, probeTtl);
+    store.windowReport = (key, seq, remaining, resetMs) => {
+      reported.push(seq);
+      return report(key, seq, remaining, resetMs);
+    };
+    const valve = createValve({ id: 'late-ticket', clock, store, maxWait: 300 });
+    const sent: string[] = [];
+    const f = valve.wrapFetch(
+      async (url: string) => {
+        sent.push(url);
+        return new Response('{}', {
+          status: 200,
+          headers: { 'ratelimit-remaining': '9', 'ratelimit-reset': '60' },
+        });
+      },
+      { retries: 0 },
+    );
+    const late = track(f('late'));
+    await clock.tickAsync(600);
+    expect(late.done).toBe(true);
+    expect(isValveError(late.error, 'MAX_WAIT')).toBe(true);
+    expect(sent).toEqual([]);
+    // Its ticket (the id's first: a probe) was reported unanswered, so nothing is left in flight
+    // and the next request goes at once instead of waiting out the probe.
+    expect(reported).toHaveLength(1);
+    slow = false;
+    const next = track(f('next'));
+    await clock.tickAsync(5);
+    expect(next.ok).toBe(true);
+    expect(sent).toEqual(['next']);
+    await valve.close();
+  });
 });
