@@ -7,7 +7,7 @@ import { type ConcurrencyOption, normalizeRules, type ValveOptions } from './opt
 import type { Rule } from './rules/rule.js';
 import { recordOf } from './rulesets.js';
 import { checkKnownKeys } from './stores/checks.js';
-import type { JobContext, RunOptions, Valve } from './types.js';
+import type { JobContext, RunOptions, Valve, ValveStats } from './types.js';
 
 /*
  * The public types of a valve group (createValveGroup() is in group.ts), and the checks of what
@@ -64,6 +64,7 @@ export interface ValveGroupStats {
   started: number;
   succeeded: number;
   failed: number;
+  /** Also counts the calls the group refused itself (group.run(), a wrapped fetch: CLOSED, a bad key). */
   rejected: number;
   storeErrors: number;
   leasesLost: number;
@@ -187,4 +188,27 @@ export function rulesToKeep(rules: unknown, defaults: unknown): Rule[] | null | 
   }
   const list = (Array.isArray(rules) ? rules : [rules]) as Rule[];
   return list.map(({ limit, interval, algorithm, burst }) => ({ limit, interval, algorithm, burst }));
+}
+
+/** Counters of the valves no longer live (evicted, or closed with the group); `rejected` also counts the group's own refusals. */
+export type Retired = Pick<
+  ValveStats,
+  'started' | 'succeeded' | 'failed' | 'rejected' | 'storeErrors' | 'leasesLost'
+>;
+
+/** Adds a valve's counters to `into` (the group's totals, or its stats). */
+export function addCounters(into: Retired, s: ValveStats): void {
+  into.started += s.started;
+  into.succeeded += s.succeeded;
+  into.failed += s.failed;
+  into.rejected += s.rejected;
+  into.storeErrors += s.storeErrors;
+  into.leasesLost += s.leasesLost;
+}
+
+/** Adds a valve's counters and its queued and running jobs to a group's stats. */
+export function add(out: ValveGroupStats, s: ValveStats): void {
+  out.queued += s.queued;
+  out.running += s.running;
+  addCounters(out, s);
 }

@@ -7,9 +7,12 @@ import { Entry, PausedKey, PausedKeys } from './group-entries.js';
 import { GroupEvents, type ValveGroupListener } from './group-events.js';
 import { checkIdleTimeout, IdleList } from './group-idle.js';
 import {
+  add,
+  addCounters,
   askOverrides,
   type GroupFetchOptions,
   overrideError,
+  type Retired,
   rulesToKeep,
   type ValveGroup,
   type ValveGroupOptions,
@@ -60,12 +63,6 @@ const GROUP_OPTIONS = [
 ];
 /** The longest a key's rule-set record is kept for the group beyond its rules' interval (ms). */
 const RECORD_TTL_MS = 60_000;
-
-/** Counters of the valves no longer live (evicted, or closed with the group). */
-type Retired = Pick<
-  ValveStats,
-  'started' | 'succeeded' | 'failed' | 'rejected' | 'storeErrors' | 'leasesLost'
->;
 
 class ValveGroupImpl implements ValveGroup {
   /** createValve() options shared by every key (store and clock filled in). */
@@ -153,14 +150,14 @@ class ValveGroupImpl implements ValveGroup {
     job: (ctx: JobContext) => T | PromiseLike<T>,
     options?: RunOptions,
   ): Promise<Awaited<T>> {
-    if (this.closePromise !== null) return Promise.reject(closedError());
+    if (this.closePromise !== null) return this.refuse(key, closedError());
     // No touch: a valve with work is never evicted, and its 'idle' event marks its activity.
     let entry = this.live(key);
     if (entry === undefined) {
       try {
         entry = this.create(key);
       } catch (err) {
-        return Promise.reject(err);
+        return this.refuse(key, err);
       }
     }
     return entry.valve.run(job, options);
@@ -187,8 +184,9 @@ class ValveGroupImpl implements ValveGroup {
     const wrapped = new WeakMap<Valve, F>();
     const fetchThrough = (input: Parameters<F>[0], init?: Parameters<F>[1]): Promise<unknown> => {
       let f: F | undefined;
+      let key: string | undefined;
       try {
-        const key = keyOf(input, init);
+        key = keyOf(input, init);
         if (this.closePromise !== null) throw closedError();
         const valve = this.live(key)?.valve ?? this.create(checkId(key, 'key')).valve;
         f = wrapped.get(valve);
@@ -198,7 +196,7 @@ class ValveGroupImpl implements ValveGroup {
           wrapped.set(valve, f);
         }
       } catch (err) {
-        return Promise.reject(err);
+        return this.refuse(key, err);
       }
       return f(input, init);
     };
@@ -289,6 +287,22 @@ class ValveGroupImpl implements ValveGroup {
   /** valve/otel's reading (see observer.ts): each dropped key whose pause lasts, with its source. */
   [PAUSED_KEYS](visit: (key: string, source: PauseSource) => void): void {
     this.paused.forEach(this.clock.now(), visit);
+  }
+
+  /**
+   * A call the group refuses itself, before any valve has it: counted in stats().rejected (as a
+   * valve counts the run() calls it refuses) and told to valve/otel, with the key when valid.
+   */
+  private refuse(key: unknown, err: unknown): Promise<never> {
+    this.retired.rejected++;
+    if (this.watcher?.rejected !== undefined) {
+      let valid: string | undefined;
+      try {
+        valid = checkId(key, 'key');
+      } catch {}
+      this.watcher.rejected(valid, err);
+    }
+    return Promise.reject(err);
   }
 
   // ---------------------------------------------------------------- creation and eviction
@@ -404,23 +418,6 @@ class ValveGroupImpl implements ValveGroup {
   private retire(s: ValveStats): void {
     addCounters(this.retired, s);
   }
-}
-
-/** Adds a valve's counters to `into` (the group's totals, or its stats). */
-function addCounters(into: Retired, s: ValveStats): void {
-  into.started += s.started;
-  into.succeeded += s.succeeded;
-  into.failed += s.failed;
-  into.rejected += s.rejected;
-  into.storeErrors += s.storeErrors;
-  into.leasesLost += s.leasesLost;
-}
-
-/** Adds a valve's counters and its queued and running jobs to a group's stats. */
-function add(out: ValveGroupStats, s: ValveStats): void {
-  out.queued += s.queued;
-  out.running += s.running;
-  addCounters(out, s);
 }
 
 function closedError(): ValveError {

@@ -28,6 +28,12 @@ export interface GroupWatcher {
   added(key: string, valve: Valve): void;
   /** The valve of `key` was dropped (evicted after idleTimeout, or closed with the group). */
   removed(key: string, valve: Valve): void;
+  /**
+   * The group refused a call itself (group.run(), a wrapped fetch: closed group, bad key, bad
+   * overrides), before any valve had it, with this reason. `key` is the call's key, or undefined
+   * when it is not a valid key (or the key function threw).
+   */
+  rejected?(key: string | undefined, reason: unknown): void;
   /** The group's close() resolved, after `removed` for each of its valves. The watcher may detach itself here. */
   closed?(): void;
 }

@@ -208,6 +208,15 @@ const count = {
     ),
 };
 
+/** Counts a valve's rare events into a series, heard on the valve itself; returns what stops it. */
+function listenTo(valve: Valve, i: Instruments, s: Series): () => void {
+  const pause = (e: PauseEvent) => count.pause(i, s, e);
+  const lost = (e: LeaseLostEvent) => count.leaseLost(i, s, e);
+  const error = (err: unknown, context: StoreErrorContext) => count.storeError(i, s, err, context);
+  valve.on('pause', pause).on('lease-lost', lost).on('store-error', error);
+  return () => void valve.off('pause', pause).off('lease-lost', lost).off('store-error', error);
+}
+
 /**
  * A group instrumentation that left a valve out because the valve had its own: called when that
  * one stops, so that the group's takes the valve back (see instrumentGroup's `adopt`).
@@ -225,19 +234,13 @@ function instrumentValve(
       `The valve '${valve.id}' is already instrumented: stop() the first instrumentation first`,
     );
   }
-  const i = registry.instruments;
   const s = seriesFor(registry, includeId ? { ...base, 'valve.id': valve.id } : base);
-  const on = {
-    pause: (e: PauseEvent) => count.pause(i, s, e),
-    'lease-lost': (e: LeaseLostEvent) => count.leaseLost(i, s, e),
-    'store-error': (err: unknown, context: StoreErrorContext) => count.storeError(i, s, err, context),
-  };
   let stopped = false;
   const stop = () => {
     if (stopped) return;
     stopped = true;
     detach(valve, observer);
-    valve.off('pause', on.pause).off('lease-lost', on['lease-lost']).off('store-error', on['store-error']);
+    unlisten();
     // The series keeps its counts; the valve is no longer read (nor held: it may be collected).
     s.valves.delete(valve);
     // A group instrumentation that left the valve out for this one takes it back.
@@ -255,7 +258,7 @@ function instrumentValve(
   };
   valve[OBSERVE](observer);
   s.valves.add(valve);
-  valve.on('pause', on.pause).on('lease-lost', on['lease-lost']).on('store-error', on['store-error']);
+  const unlisten = listenTo(valve, registry.instruments, s);
   return { stop };
 }
 
@@ -273,21 +276,41 @@ function instrumentGroup(
   const i = registry.instruments;
   // Without includeId every valve reports into one series; with it, one series per key.
   const shared = includeId ? null : seriesFor(registry, base);
-  const seriesOf = (key: string): Series => shared ?? seriesFor(registry, { ...base, 'valve.id': key });
+  // A refusal of the group with no valid key carries no valve.id.
+  const seriesOf = (key: string | undefined): Series =>
+    shared ?? seriesFor(registry, key === undefined ? base : { ...base, 'valve.id': key });
   /** Key → its valve, when the valve's observer is ours. */
   const ours = new Map<string, Valve>();
-  /** Key → its valve, when the valve was instrumented on its own: left out, events included. */
+  /**
+   * Key → its valve, when the valve was instrumented on its own: left out, events included. A
+   * dropped one stays until its own instrumentation stops (its close() resolved): a lease
+   * release may still fail meanwhile, and that store error is its own instrumentation's.
+   */
   const foreign = new Map<string, Valve>();
+  /**
+   * Key → what stops the listeners on its newer valves, made while its dropped valve left out
+   * still closes: the key's events heard through the group are skipped, theirs are heard on them.
+   */
+  const direct = new Map<string, (() => void)[]>();
+  /** The key's valve left out is gone: the group's events of the key count again. */
+  const forget = (key: string) => {
+    const valve = foreign.get(key);
+    if (valve !== undefined) waitingGroups.delete(valve);
+    foreign.delete(key);
+    for (const unlisten of direct.get(key) ?? []) unlisten();
+    direct.delete(key);
+  };
   const watcher: GroupWatcher = {
     added(key, valve) {
       // Checked before the series is made: a key left out gets no (empty) series of its own.
       // Its own instrumentation's stop() hands it back (a valve closed meanwhile is not taken).
       if (observerOf(valve) !== null) {
+        forget(key);
         foreign.set(key, valve);
         waitingGroups.set(valve, () => {
-          if (foreign.get(key) !== valve || stopped || valve.stats().closed) return;
-          foreign.delete(key);
-          watcher.added(key, valve);
+          if (foreign.get(key) !== valve || stopped) return;
+          forget(key);
+          if (!valve.stats().closed) watcher.added(key, valve);
         });
         return;
       }
@@ -295,6 +318,10 @@ function instrumentGroup(
       (valve as Valve & Observable)[OBSERVE](s.observer);
       ours.set(key, valve);
       s.valves.add(valve);
+      // The key's dropped valve left out still closes (its own instrumentation is on).
+      const old = foreign.get(key);
+      if (old !== undefined && observerOf(old) === null) forget(key);
+      else if (old !== undefined) direct.set(key, [...(direct.get(key) ?? []), listenTo(valve, i, s)]);
     },
     removed(key, valve) {
       if (ours.get(key) === valve) {
@@ -304,10 +331,16 @@ function instrumentGroup(
         detach(valve, s.observer);
         // The series stays (includeId: the key's): its counts never go back, and with no valve
         // it reports nothing queued or running (the SDK would repeat a series' last value).
-      } else if (foreign.get(key) === valve) {
-        foreign.delete(key);
-        waitingGroups.delete(valve);
+      } else if (foreign.get(key) === valve && observerOf(valve) === null) {
+        forget(key);
       }
+    },
+    rejected(key, reason) {
+      // Counted where the key's valve counts the calls it refuses: its own instrumentation, if any.
+      const own = key === undefined || ours.has(key) ? undefined : foreign.get(key);
+      const observer = own === undefined ? null : observerOf(own);
+      if (observer !== null) observer.rejected(reason);
+      else seriesOf(key).observer.rejected(reason);
     },
     closed: () => stop(),
   };
@@ -340,8 +373,7 @@ function instrumentGroup(
       detach(valve, s.observer);
     }
     ours.clear();
-    for (const valve of foreign.values()) waitingGroups.delete(valve);
-    foreign.clear();
+    for (const key of [...foreign.keys()]) forget(key);
     registry.dropped.delete(dropped);
     group.off('pause', on.pause).off('lease-lost', on['lease-lost']).off('store-error', on['store-error']);
   };
