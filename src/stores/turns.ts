@@ -113,15 +113,27 @@ export function advance(line: TurnLine, now: number, open: number): void {
 }
 
 /**
+ * The longest step (µs) of turns, unless one job's increment is longer: 50 ms. The callers
+ * behind a turn wait a step for theirs whatever the turn used, so a caller with a few jobs
+ * queued waits out the steps ahead of it while the bucket refills. Under a slow rule with a
+ * large burst (2 a second with a burst of 40: three quarters of the burst is 15 s), uncapped
+ * steps kept queued jobs waiting many seconds with room in the bucket. Capped, a caller waits at
+ * most 50 ms per ticket ahead of it (or one job's increment, when that is longer: the turn then
+ * always finds a job's room), and a line makes at most 20 store calls a second at that step.
+ */
+export const TURN_STEP_MAX_US = 50_000;
+
+/**
  * The step of turns under a GCRA rule of tolerance `cap` (burst × emission) for jobs of
  * increment `inc`: `floor(3 × room / 4)` jobs' increments, `room = floor(cap / inc)` (the
- * burst in jobs), at least one. Each caller takes three quarters of the burst per call (one
- * store call per that many jobs), and the quarter left (at least one job) is what a turn taken
- * late can use up before the rule loses any of its rate: a caller late by up to
- * `(room − per) × inc` µs still finds its jobs waiting in the bucket.
+ * burst in jobs), but no more jobs than fit in TURN_STEP_MAX_US, and at least one. Each caller
+ * takes up to three quarters of the burst per call (one store call per that many jobs), and the
+ * quarter left (at least one job) is what a turn taken late can use up before the rule loses any
+ * of its rate: a caller late by up to `(room − per) × inc` µs still finds its jobs waiting in
+ * the bucket.
  */
 export function turnStep(inc: number, cap: number): number {
   const room = Math.floor(cap / inc);
-  const per = Math.floor((3 * room) / 4);
+  const per = Math.min(Math.floor((3 * room) / 4), Math.floor(TURN_STEP_MAX_US / inc));
   return inc * Math.max(per, 1);
 }

@@ -346,6 +346,31 @@ describe('the line of turns on yearly rules (a step of up to a year per waiting 
     }
   });
 
+  it('a slow rule with a large burst: the ticket behind the head waits one job, not three quarters of the burst (Redis as memory)', async () => {
+    // Shopify's 2 a second with a burst of 40: the step is one job (500 ms), not 30 (15 s).
+    const rules = [normalizeRule({ limit: 2, interval: '1s', burst: 40 }, 'rules[0]')];
+    for (const [name, store] of [
+      ['memory', memoryStore({ clock: new FakeClock(1_700_000_000_000) })],
+      [
+        'redis',
+        redisStore({
+          client: c.client,
+          prefix: uniquePrefix('slowline'),
+          unsafeTestClock: new FakeClock(1_700_000_000_000),
+        }),
+      ],
+    ] as const) {
+      const head = await store.acquire({ id: 's', rules, costs: Array(41).fill(1), count: 41, turn: 0 });
+      expect(head.granted, name).toBe(40);
+      expect(head.turn, name).toBeGreaterThan(0);
+      const behind = await store.acquire({ id: 's', rules, costs: [1], count: 1, turn: 0 });
+      expect(behind.turn, name).toBe(head.turn! + 1);
+      expect(head.retryAfter, name).toBeCloseTo(500, 3);
+      // The head's turn, then one step (500 ms) and the 0.1 ms pad.
+      expect(behind.retryAfter, name).toBeCloseTo(1000.1, 3);
+    }
+  });
+
   it('eight valves waiting for their turn on Redis: no store errors', async () => {
     const prefix = uniquePrefix('yvalve');
     const rules = { limit: 2, interval: '365d', burst: 2 };

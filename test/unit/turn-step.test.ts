@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { normalizeRule } from '../../src/rules/rule.js';
 import { memoryStore } from '../../src/stores/memory.js';
 import type { AcquireResult } from '../../src/stores/store.js';
-import { hasRoom, spacing, TURN_SPAN_US, turnStep } from '../../src/stores/turns.js';
+import { hasRoom, spacing, TURN_SPAN_US, TURN_STEP_MAX_US, turnStep } from '../../src/stores/turns.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 
 describe('turnStep', () => {
@@ -24,11 +24,27 @@ describe('turnStep', () => {
   });
 
   it('leaves at least a quarter of the burst, and one job, for a late turn (every burst from 2 to 400)', () => {
-    for (let room = 2; room <= 400; room++) {
-      const step = turnStep(1000, room * 1000) / 1000;
-      expect(room - step, `burst ${room}`).toBeGreaterThanOrEqual(Math.max(1, Math.floor(room / 4)));
-      expect(step, `burst ${room}`).toBeGreaterThanOrEqual(Math.floor((3 * room) / 4));
+    for (const inc of [100, 1000, 20_000]) {
+      for (let room = 2; room <= 400; room++) {
+        const step = turnStep(inc, room * inc) / inc;
+        expect(room - step, `burst ${room}`).toBeGreaterThanOrEqual(Math.max(1, Math.floor(room / 4)));
+        // Three quarters of the burst, unless that is more than fits in 50 ms.
+        const most = Math.max(1, Math.floor(TURN_STEP_MAX_US / inc));
+        expect(step, `burst ${room}`).toBe(Math.max(1, Math.min(Math.floor((3 * room) / 4), most)));
+      }
     }
+  });
+
+  it('is at most 50 ms of jobs, or one job when a job takes longer: a slow rule with a large burst', () => {
+    // 2,000/s with a burst of 200: 150 jobs would be 75 ms; 100 jobs (50 ms).
+    expect(turnStep(500, 200 * 500)).toBe(100 * 500);
+    // 100/s with a burst of 20: 15 jobs would be 150 ms; 5 jobs.
+    expect(turnStep(10_000, 20 * 10_000)).toBe(5 * 10_000);
+    // Shopify's 2 a second with a burst of 40: 30 jobs would be 15 s; one job (500 ms).
+    expect(turnStep(500_000, 40 * 500_000)).toBe(500_000);
+    // GitHub's 4,901 an hour with a burst of 100: one job (734.6 ms), not 55 s.
+    const github = Math.ceil(3_600_000_000 / 4901);
+    expect(turnStep(github, 100 * github)).toBe(github);
   });
 });
 

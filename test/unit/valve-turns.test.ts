@@ -183,4 +183,25 @@ describe('valves in the line of turns', () => {
     expect(after).toBeLessThanOrEqual(101);
     for (const valve of f.valves) await valve.close({ drain: false });
   });
+
+  it('a slow rule with a large burst: queued jobs of two valves start one increment apart, not three quarters of the burst', async () => {
+    // Shopify's 2 a second with a burst of 40. Once the burst is spent, each valve keeps a few
+    // jobs queued: the bucket refills one every 500 ms, and the jobs take each refill as it comes
+    // (uncapped turns were 30 jobs, 15 s, apart: 3 jobs started at 15.5 s, 2 more at 30.5 s).
+    const f = fleet(2, { limit: 2, interval: 1000, burst: 40 });
+    const t0 = f.clock.now();
+    const [a, b] = f.valves;
+    await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? a! : b!).run(() => {})));
+    const later: number[] = [];
+    const jobs = Array.from({ length: 6 }, (_, i) =>
+      (i % 2 === 0 ? a! : b!).run(() => later.push(f.clock.now() - t0)),
+    );
+    await f.clock.tickAsync(4000);
+    await Promise.all(jobs);
+    expect(later).toHaveLength(6);
+    // One every 500 ms (plus the line's 0.1 ms pad per turn), the last by 3 s.
+    for (let i = 0; i < later.length; i++) expect(later[i]!).toBeLessThanOrEqual(500 * (i + 1) + 1);
+    for (let i = 1; i < later.length; i++) expect(later[i]! - later[i - 1]!).toBeGreaterThanOrEqual(500);
+    for (const valve of f.valves) await valve.close({ drain: false });
+  });
 });

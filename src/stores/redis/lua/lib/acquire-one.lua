@@ -950,7 +950,13 @@ local function acquire_one(KEYS, ARGV, time_us, checked)
           local w = st[q + 4] + inc - now - cap
           if w > worst then
             worst = w
+            -- turnStep(): three quarters of the burst, no more jobs than fit in 50 ms
+            -- (TURN_STEP_MAX_US), at least one
             local per = floor(3 * floor(cap / inc) / 4)
+            local most = floor(50000 / inc)
+            if most < per then
+              per = most
+            end
             step = inc * (per > 1 and per or 1)
           end
         end
