@@ -45,3 +45,18 @@ export interface PauseCarrier {
   /** Takes over the key's last valve's known pause: called before this valve's first store call. */
   adopt(carry: PauseCarry): void;
 }
+
+/** One pause write of this valve: what it asked for and applied, and the epochs when it was sent. */
+export interface PauseWrite {
+  readonly ms: number;
+  /** When it was sent (local clock). */
+  readonly sentAt: number;
+  /** Its end on the local clock, held until the store confirms it. */
+  readonly end: number;
+  readonly cause: PauseCause;
+  readonly detail: unknown;
+  /** The deletions counted (`resumeEpoch`) when it was sent. */
+  readonly epoch: number;
+  /** The 'resume' events emitted when it was sent. */
+  readonly said: number;
+}

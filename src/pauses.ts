@@ -3,8 +3,10 @@ import { ValveError } from './errors.js';
 import type { Emitter, PauseCause, PauseSource } from './events.js';
 import { isThenable } from './maybe-promise.js';
 import { pauseMs, pauseOrigin } from './pause-args.js';
-import type { PauseCarrier, PauseCarry, PausesHost } from './pauses-types.js';
+import { PauseWaiters } from './pause-waiters.js';
+import type { PauseCarrier, PauseCarry, PausesHost, PauseWrite } from './pauses-types.js';
 import { ResumeEcho } from './resume-echo.js';
+import { checkWrite, StoreOffset } from './store-clock.js';
 import type { AcquireResult, Store } from './stores/store.js';
 
 export { pauseOrigin } from './pause-args.js';
@@ -25,7 +27,9 @@ export { pauseOrigin } from './pause-args.js';
  * nothing. While this valve's writes are in flight, a pause learnt from the store may be one of
  * theirs (applied before the write's answer came): it is held as `unclaimed`, and the
  * write answering that end or a later one claims it (cause and event are the write's); one left
- * once they all answered is another process's ('remote'). The later end names the cause.
+ * once they all answered is another process's ('remote'). The later end names the cause. A
+ * write answered with a later end than its own (a longer pause was there: store-clock.ts tells)
+ * learns that pause as another process's.
  */
 
 const REMOTE: PauseCause = { source: 'remote', header: undefined, model: undefined };
@@ -51,10 +55,8 @@ export class Pauses implements PauseCarrier {
   private resumeEvents = 0;
   /** `reported` when the pause was last deleted: a write answered after that, before its 'resume', is announced only beyond it. */
   private deletedReported = 0;
-  /** Store clock minus local clock, estimated at the last acquisition that reported the store's time. */
-  private offset = 0;
-  /** Whether an acquisition reported the store's time yet: until then a pause write's answer estimates `offset`. */
-  private offsetKnown = false;
+  /** The store's clock minus the local clock, as estimated (store-clock.ts). */
+  private readonly offset = new StoreOffset();
   /** What produced the latest known end (this valve's write, or 'remote' for a longer pause learnt from the store); null once cleared. */
   private cause: PauseCause | null = null;
   /**
@@ -73,7 +75,7 @@ export class Pauses implements PauseCarrier {
    * known pause (wrapFetch's fleet ticket) or a backoff pause (feedback/backoff.ts) adds itself
    * here to end with it.
    */
-  readonly waiters = new Set<() => void>();
+  readonly waiters = new PauseWaiters();
 
   constructor(
     /** The valve's id: the pause is shared by every valve of this id. */
@@ -132,7 +134,7 @@ export class Pauses implements PauseCarrier {
   carry(): PauseCarry | undefined {
     const { localUntil: until, cause } = this;
     if (until <= this.clock.now() || this.ownWrites > 0 || this.unclaimed !== 0) return undefined;
-    return { until, storeUntil: this.storeUntil, offset: this.offset, cause: cause ?? REMOTE };
+    return { until, storeUntil: this.storeUntil, offset: this.offset.value, cause: cause ?? REMOTE };
   }
 
   /**
@@ -142,7 +144,7 @@ export class Pauses implements PauseCarrier {
   adopt(c: PauseCarry): void {
     this.localUntil = c.until;
     this.storeUntil = this.reported = c.storeUntil;
-    this.offset = c.offset;
+    this.offset.value = c.offset;
     this.cause = c.cause;
   }
 
@@ -200,10 +202,7 @@ export class Pauses implements PauseCarrier {
    * since it was sent (its refusal for a pause is then stale).
    */
   answered(r: AcquireResult, sentAt: number, now: number, raiseEpoch: number, resumeEpoch: number): boolean {
-    if (typeof r.now === 'number' && Number.isFinite(r.now)) {
-      this.offset = r.now - (sentAt + now) / 2;
-      this.offsetKnown = true;
-    }
+    this.offset.told(r.now, sentAt, now);
     // A resume() called while this acquisition was in flight deleted the pause it may report.
     const resumedSince = resumeEpoch !== this.resumes;
     if (typeof r.pausedUntil === 'number' && r.pausedUntil > 0) {
@@ -217,7 +216,7 @@ export class Pauses implements PauseCarrier {
       this.forget();
       if (resumed) this.emitResume('remote');
       // The pause is gone unless one this valve applied is still held (the store lacks it).
-      if (this.heldUntil <= now) this.wake();
+      if (this.heldUntil <= now) this.waiters.wakeAll();
     }
     return resumedSince;
   }
@@ -233,7 +232,7 @@ export class Pauses implements PauseCarrier {
     if (this.ownWrites === 0) this.remote(storeUntil);
     else if (storeUntil > this.unclaimed) this.unclaimed = storeUntil;
     // Until they answer, the cause is a guess: the write planned to end as late, else another process.
-    const ours = this.heldUntil !== 0 && this.heldUntil + this.offset >= storeUntil;
+    const ours = this.heldUntil !== 0 && this.heldUntil + this.offset.value >= storeUntil;
     if (this.ownWrites > 0 && storeUntil >= this.storeUntil) this.cause = ours ? this.heldCause : REMOTE;
   }
 
@@ -280,16 +279,7 @@ export class Pauses implements PauseCarrier {
   /** The pause was deleted: admission's wait on it ends, and so do the waits in `waiters`. */
   private deleted(): void {
     this.host.pauseDeleted();
-    this.wake();
-  }
-
-  /** Calls, and empties, `waiters`: the pause is gone. */
-  private wake(): void {
-    const waiters = this.waiters;
-    if (waiters.size === 0) return;
-    const woken = [...waiters];
-    waiters.clear();
-    for (const wake of woken) wake();
+    this.waiters.wakeAll();
   }
 
   /** Applies a pause locally at once, then writes it to the store. */
@@ -322,59 +312,76 @@ export class Pauses implements PauseCarrier {
       const error = this.storeFailure(err, 'pause');
       return confirm ? Promise.reject(error) : undefined;
     }
-    if (isThenable(result)) {
-      this.ownWrites++;
-      const epoch = this.resumes;
-      const said = this.resumeEvents;
-      const done = Promise.resolve(result).then(
-        (until) => {
-          this.ownWrites--;
-          this.learnOffset(until, ms, now);
-          const kept = this.resumes === epoch;
-          if (kept) this.confirmed(end);
-          // A resume() called after this write deleted the pause: do not keep it. Announced only
-          // if no 'resume' came since it was sent (the pending resume's follows) and it ends
-          // later than what was announced before the deletion.
-          if (kept) this.written(until, cause, detail);
-          else if (this.resumeEvents === said && typeof until === 'number' && until > this.deletedReported) {
-            this.deletedReported = until;
-            this.paused(until, source, detail);
-          }
-          this.settle();
-        },
-        (err: unknown) => {
-          this.ownWrites--;
-          // The store may have applied it (the answer lost): a pause learnt meanwhile ending no later is its own.
-          if (this.resumes === epoch && this.unclaimed !== 0 && this.unclaimed <= end + this.offset)
-            this.written(this.unclaimed, cause, detail);
-          this.settle();
-          const error = this.storeFailure(err, 'pause');
-          if (confirm) throw error;
-        },
-      );
-      return confirm ? done : undefined;
+    const said = this.resumeEvents;
+    const w: PauseWrite = { ms, sentAt: now, end, cause, detail, epoch: this.resumes, said };
+    this.ownWrites++;
+    if (!isThenable(result)) {
+      const checked = this.check(result, w);
+      return confirm ? (checked ?? Promise.resolve()) : undefined;
     }
-    this.learnOffset(result, ms, now);
-    this.confirmed(end);
-    this.written(result, cause, detail);
-    return confirm ? Promise.resolve() : undefined;
+    const done = Promise.resolve(result).then(
+      (until) => this.check(until, w),
+      (err: unknown) => {
+        this.ownWrites--;
+        // The store may have applied it (the answer lost): a pause learnt meanwhile ending no later is its own.
+        if (this.resumes === w.epoch && this.unclaimed !== 0 && this.unclaimed <= end + this.offset.value)
+          this.written(this.unclaimed, cause, detail);
+        this.settle();
+        const error = this.storeFailure(err, 'pause');
+        if (confirm) throw error;
+      },
+    );
+    return confirm ? done : undefined;
   }
 
   /**
-   * Before any acquisition told the store's time (a valve whose first act is a pause), the
-   * answer to a write sent at `sentAt` (local) of `ms` estimates it: the store's end minus `ms`
-   * is its time at the write (later when a longer pause was there: the valve then asks the store
-   * at its own end, one refused call that tells the time).
+   * Write `w` answered `until` (store clock). An end not announced yet that may be a longer pause's
+   * is checked with a read of the store's clock first (store-clock.ts): returns that read's promise.
    */
-  private learnOffset(until: unknown, ms: number, sentAt: number): void {
-    if (this.offsetKnown || typeof until !== 'number' || !Number.isFinite(until)) return;
-    this.offset = until - ms - (sentAt + this.clock.now()) / 2;
+  private check(until: unknown, w: PauseWrite): Promise<void> | undefined {
+    const fresh = typeof until === 'number' && Number.isFinite(until) && until > this.reported;
+    if (!fresh || this.resumes !== w.epoch) {
+      this.answer(until, w, false);
+      return undefined;
+    }
+    const { raises, resumes } = this;
+    return checkWrite(this.store, this.id, this.clock, this.offset, until, w, (longer, read) => {
+      const untouched = this.raises === raises;
+      this.answer(until, w, longer);
+      if (read === undefined) return;
+      // The read is the store's view after the write: cached as any other answer.
+      this.answered(read.result, read.sentAt, read.answeredAt, untouched ? this.raises : raises, resumes);
+      this.host.pauseChanged();
+    });
+  }
+
+  /**
+   * Write `w` answered `until`; `longer`: the end of a longer pause already there, another
+   * process's (announced 'remote' if not yet; the write applied nothing the store lacked). A
+   * resume() called after the write deleted the pause: not kept, and announced only if it is
+   * the write's own, no 'resume' came since it was sent (the pending resume's follows) and it
+   * ends later than what was announced before the deletion.
+   */
+  private answer(until: unknown, w: PauseWrite, longer: boolean): void {
+    this.ownWrites--;
+    if (!longer) this.offset.ownEnd(until, w.ms, w.sentAt, this.clock.now());
+    const kept = this.resumes === w.epoch;
+    if (kept) this.confirmed(w.end);
+    // Another process's longer pause is learnt (announced if not yet) as from an acquisition.
+    if (kept) this.written(until, longer ? REMOTE : w.cause, longer ? undefined : w.detail);
+    const late = !longer && this.resumeEvents === w.said;
+    if (!kept && late && typeof until === 'number' && until > this.deletedReported) {
+      this.deletedReported = until;
+      this.paused(until, w.cause.source, w.detail);
+    }
+    this.settle();
   }
 
   /**
    * A write of this valve answered `until` (store clock), no resume since. It claims a pause
    * learnt meanwhile that ends no later (the store applied it before answering), and is
    * announced only if it ends later than any announced (it applied or extended the pause).
+   * `cause` REMOTE: the end of another process's longer pause, which the write met.
    */
   private written(until: unknown, cause: PauseCause, detail: unknown): void {
     if (typeof until !== 'number' || !Number.isFinite(until)) return;
@@ -398,12 +405,12 @@ export class Pauses implements PauseCarrier {
   private remote(until: number): void {
     this.reported = until;
     if (until >= this.storeUntil) this.cause = REMOTE;
-    if (until - this.offset > this.clock.now()) this.events.emit('pause', { until, source: 'remote' });
+    if (until - this.offset.value > this.clock.now()) this.events.emit('pause', { until, source: 'remote' });
   }
 
   /** Raises the cached pause to `storeUntil` (store clock). */
   private raise(storeUntil: number): void {
-    const local = storeUntil - this.offset;
+    const local = storeUntil - this.offset.value;
     this.lastHeard = this.clock.now();
     if (storeUntil > this.storeUntil) this.storeUntil = storeUntil;
     if (local > this.localUntil) {

@@ -5,7 +5,7 @@
  * across processes. docs/testing.md's blocks are regions of this file itself (they use the
  * test helpers, as a test file does).
  */
-import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTcpServer, type Server as TcpServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -165,6 +165,53 @@ describe('examples/rules.ts: the rules of docs/choose-an-algorithm.md and docs/h
     const again = createValve({ id: 'stripe:acct_1', rules: { limit: 1, interval: '10s' }, store });
     expect(await again.run(() => 'started', { maxWait: 200 }).catch((e) => e.code)).toBe('MAX_WAIT');
     await Promise.all([...valves, again].map((v) => v.close()));
+  });
+
+  it('how-it-works "What the same budget means": one rule set per id; a stricter rule goes under its own id', async () => {
+    // The pages that explain sharing by rule say so (they once suggested a second rule set on the id).
+    const section = (page: string, heading: string) => {
+      const text = readFileSync(join(import.meta.dirname, '../../docs', page), 'utf8');
+      const start = text.indexOf(heading);
+      return text.slice(start, text.indexOf('\n#', start + heading.length));
+    };
+    for (const text of [
+      section('how-it-works.md', '### What "the same budget" means'),
+      section('choose-an-algorithm.md', '## Several rules at once'),
+    ]) {
+      expect(text).toContain("`'rule-mismatch'`");
+      expect(text).toContain('its own id');
+    }
+    const { clock, options } = virtual();
+    const warned: string[] = [];
+    const make = (id: string, r: { limit: number; interval: string }[]) => {
+      const v = createValve({ id, rules: r, ...options });
+      v.on('rule-mismatch', () => warned.push(id));
+      return v;
+    };
+    const common = [{ limit: 10, interval: '1s' }];
+    // Other rules on one id: both valves are warned, and they share the per-second state.
+    const a = make('x', [...common, { limit: 5000, interval: '1h' }]);
+    const b = make('x', common);
+    const t0 = clock.now();
+    const starts = [
+      a.run(() => clock.now() - t0),
+      b.run(() => clock.now() - t0),
+      a.run(() => clock.now() - t0),
+    ];
+    await clock.tickAsync(1000);
+    // B waits for A's grant on the per-second state; A's second job for its hourly rule (720 ms apart).
+    expect(await Promise.all(starts)).toEqual([0, 100, 720]);
+    expect(warned).toEqual(['x', 'x']);
+    // The stricter rule under its own id, run before the common valve: no warning.
+    warned.length = 0;
+    const reads = make('y', common);
+    const writes = make('y:writes', [{ limit: 1, interval: '1m' }]);
+    const jobs = [reads.run(() => 1), writes.run(() => reads.run(() => 1)), reads.run(() => 1)];
+    await clock.tickAsync(1000);
+    await Promise.all(jobs);
+    expect(warned).toEqual([]);
+    expect(reads.stats().started).toBe(3);
+    await Promise.all([a, b, reads, writes].map((v) => v.close()));
   });
 });
 
