@@ -6,7 +6,11 @@ import { redisStore } from '../../src/index.js';
 
 export async function setup(nodes: { host: string; port: number }[]) {
   // #region docs
-  const options = { rootNodes: nodes.map((n) => ({ url: `redis://${n.host}:${n.port}` })) };
+  const options = {
+    rootNodes: nodes.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
+    // Fail commands while a node is down: a queued one would keep close() from ever settling.
+    defaults: { disableOfflineQueue: true },
+  };
   const client = await createCluster(options)
     .on('error', (err) => console.warn('redis:', err.message))
     .connect();

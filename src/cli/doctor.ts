@@ -162,7 +162,7 @@ export async function doctor(conn: Conn, prefix: string, timeout: number): Promi
       'acl',
       refused.length === 0 ? 'ok' : 'fail',
       refused.length === 0
-        ? `ACL DRYRUN: user ${user} may run every command the store needs on ${conn.keyPrefix ? `${conn.keyPrefix}${prefix}:* keys and ${prefix}:* channels` : `${prefix}:* keys and channels`}`
+        ? `ACL DRYRUN: user ${user} may run every command the store needs on ${conn.keyPrefix ? `${conn.keyPrefix}${prefix}:{…} keys and ${prefix}:{…} channels` : `${prefix}:{…} keys and channels`}`
         : `ACL DRYRUN: user ${user} may not run ${refused.join('; ')}`,
     );
   } catch (err) {

@@ -839,7 +839,7 @@ describe('docs/testing.md: the servers of the test helpers (regions of this file
     const user = {
       name: 'valve',
       password: 'pw',
-      rules: ['~valve:*', '&valve:*', '-@all', '+evalsha', '+eval', '+script|load', '+time', '+ping'],
+      rules: ['~valve:{*', '&valve:{*', '-@all', '+evalsha', '+eval', '+script|load', '+time', '+ping'],
     };
     const server = await startRedis({ aclUser: user });
     const client = new Redis({

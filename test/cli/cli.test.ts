@@ -555,7 +555,7 @@ function docsRule(prefix: string): string[] {
   const docs = readFileSync(join(root, 'docs/operating.md'), 'utf8');
   const line = /^ACL SETUSER valve-ops on >change-me (.+)$/m.exec(docs)?.[1];
   expect(line, 'docs/operating.md has the ACL SETUSER line').toBeDefined();
-  return line!.split(' ').map((r) => r.replace('valve:*', `${prefix}:*`));
+  return line!.split(' ').map((r) => r.replace('valve:{*', `${prefix}:{*`));
 }
 
 describe('docs/operating.md', () => {

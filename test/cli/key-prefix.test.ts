@@ -263,7 +263,7 @@ describe('--key-prefix usage', () => {
 });
 
 describe('doctor --key-prefix', () => {
-  /** An ACL user whose keys are app:<prefix>:* and channels <prefix>:* (docs/operating.md's rule). */
+  /** An ACL user whose keys are app:<prefix>:{* and channels <prefix>:{* (docs/operating.md's rule). */
   let server: RedisServer;
   const prefix = 'ops';
   beforeAll(async () => {
@@ -272,9 +272,9 @@ describe('doctor --key-prefix', () => {
     )![1]!;
     const rules = line
       .split(' ')
-      .map((r) => (r === '~valve:*' ? `~app:${prefix}:*` : r === '&valve:*' ? `&${prefix}:*` : r));
-    expect(rules).toContain(`~app:${prefix}:*`);
-    expect(rules).toContain(`&${prefix}:*`);
+      .map((r) => (r === '~valve:{*' ? `~app:${prefix}:{*` : r === '&valve:{*' ? `&${prefix}:{*` : r));
+    expect(rules).toContain(`~app:${prefix}:{*`);
+    expect(rules).toContain(`&${prefix}:{*`);
     server = await startRedis({
       aclUser: { name: 'app', password: 'pw', rules: [...rules, '+acl|whoami', '+acl|dryrun'] },
     });
@@ -298,11 +298,11 @@ describe('doctor --key-prefix', () => {
       const by = Object.fromEntries(report.checks.map((c) => [c.name, c]));
       expect(report.ok, JSON.stringify(report.checks)).toBe(true);
       expect(by.acl!.detail).toBe(
-        `ACL DRYRUN: user app may run every command the store needs on app:${prefix}:* keys and ${prefix}:* channels`,
+        `ACL DRYRUN: user app may run every command the store needs on app:${prefix}:{…} keys and ${prefix}:{…} channels`,
       );
       expect(by.scripts!.detail).toMatch(new RegExp(`ran on app:${prefix}:\\{valve-doctor:[0-9a-f]+\\}$`));
       expect(by['wake-ups']!.level).toBe('ok');
-      // The user may not touch <prefix>:* keys: without --key-prefix the store would not work.
+      // The user may not touch <prefix>:{…} keys: without --key-prefix the store would not work.
       // (Its wake-up check waits --timeout for a probe the user may not send.)
       const without = await valve(['doctor', '--json', '--timeout', '2s', ...args]);
       expect(without.code).toBe(1);

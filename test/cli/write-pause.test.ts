@@ -28,7 +28,9 @@ import { type Ran, valve } from './run-cli.js';
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const ID = 'ops:app-1';
 const CLIENTS = ['ioredis', 'iovalkey', 'redis'] as const;
-const RULE = 'w5.3600000000';
+// A sliding window: an aligned fixed window would start again at the top of the hour, between
+// the seed and a status read (4 left, then 5).
+const RULE = 's5.3600000000';
 
 /** The command's ACL rule of docs/operating.md (default prefix). */
 const docsRule = (): string[] =>
@@ -44,7 +46,7 @@ let cluster: RedisCluster;
 async function seed(client: Redis | Cluster): Promise<void> {
   const v = createValve({
     id: ID,
-    rules: [{ limit: 5, interval: '1h', algorithm: 'fixed-window' }],
+    rules: [{ limit: 5, interval: '1h', algorithm: 'sliding-window' }],
     store: redisStore({ client }),
     concurrency: { limit: 2, scope: 'global', leaseTtl: 60_000 },
   });

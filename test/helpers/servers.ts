@@ -28,7 +28,7 @@ export interface AclUser {
   name: string;
   password: string;
   /**
-   * ACL rules after `on >password`, e.g. `['~valve:*', '&valve:*', '-@all', '+evalsha', '+eval',
+   * ACL rules after `on >password`, e.g. `['~valve:{*', '&valve:{*', '-@all', '+evalsha', '+eval',
    * '+script|load', '+time', '+subscribe', '+ping']`. Default: everything (`~* &* +@all`).
    */
   rules?: string[];

@@ -1,7 +1,7 @@
 /**
  * The whole Store contract as a least-privilege ACL user: exactly the rule docs/redis.md gives
- * (the commands valve and the clients use, keys `~<prefix>:*`, channels `&<prefix>:*`), through
- * every client family. A command outside the rule would fail with NOPERM.
+ * (the commands valve and the clients use, keys `~<prefix>:{*`, channels `&<prefix>:{*`), through
+ * every client family. A command outside the rule would fail with NOPERM, and be in ACL LOG.
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -18,9 +18,9 @@ import { expectStoreWorks } from '../helpers/store-smoke.js';
 /** The ACL rule of docs/redis.md, for prefix `valve-acl`. Keep the two in sync. */
 const ACL_RULE = [
   'resetkeys',
-  '~valve-acl:*',
+  '~valve-acl:{*',
   'resetchannels',
-  '&valve-acl:*',
+  '&valve-acl:{*',
   '-@all',
   '+evalsha',
   '+eval',
@@ -57,6 +57,9 @@ const ACL_RULE = [
   '+cluster|info',
 ];
 
+/** Reads ACL LOG (the default user is off). */
+const ADMIN = { name: 'admin', password: 'admin-secret' };
+
 it('docs/redis.md gives exactly this rule (for the default prefix)', () => {
   const docs = readFileSync(new URL('../../docs/redis.md', import.meta.url), 'utf8');
   const line = /^ACL SETUSER valve on >change-me (.+)$/m.exec(docs)?.[1];
@@ -69,12 +72,15 @@ for (const kind of ['redis', 'valkey'] as const) {
     beforeAll(async () => {
       server = await startRedis({
         kind,
-        aclUser: {
-          name: 'valve',
-          password: 'valve-secret',
-          // Redis 7.0 does not know CLIENT SETINFO (7.2+, Valkey): docs/redis.md says to add it there.
-          rules: kind === 'valkey' ? [...ACL_RULE, '+client|setinfo'] : ACL_RULE,
-        },
+        aclUser: [
+          {
+            name: 'valve',
+            password: 'valve-secret',
+            // Redis 7.0 does not know CLIENT SETINFO (7.2+, Valkey): docs/redis.md says to add it there.
+            rules: kind === 'valkey' ? [...ACL_RULE, '+client|setinfo'] : ACL_RULE,
+          },
+          ADMIN,
+        ],
         defaultUserOff: true,
       });
     });
@@ -101,6 +107,10 @@ for (const kind of ['redis', 'valkey'] as const) {
         }));
       });
     }
+
+    it('the server refused nothing (ACL LOG is empty)', async () => {
+      expect(await server.command(['ACL', 'LOG'], ADMIN)).toEqual([]);
+    });
   });
 }
 
@@ -149,6 +159,17 @@ describe("least-privilege ACL user on a cluster (the suite's shared cluster, a u
       await expectStoreWorks(store, `acl-${randomBytes(4).toString('hex')}`);
     } finally {
       await Promise.all([client.quit(), subscriber.quit()]);
+    }
+  });
+
+  it('no node refused this user anything (ACL LOG holds none of its entries)', async () => {
+    for (const node of sharedCluster().nodes) {
+      const admin = new IORedis({ host: node.host, port: node.port, lazyConnect: true });
+      await admin.connect();
+      const log = (await admin.call('ACL', 'LOG', '128')) as unknown[][];
+      admin.disconnect();
+      const mine = log.filter((entry) => entry[entry.indexOf('username') + 1] === user);
+      expect(mine).toEqual([]);
     }
   });
 });

@@ -14,7 +14,7 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 /** docs/redis.md's ACL rule, but with a channel pattern that does not cover the prefix. */
 const NO_CHANNELS = [
   'resetkeys',
-  '~valve:*',
+  '~valve:{*',
   'resetchannels',
   '&other:*',
   '-@all',
@@ -129,6 +129,21 @@ describe('redisStore() prefix', () => {
       }
       // A well-formed astral character (a surrogate pair) is fine.
       expect(() => redisStore({ client, prefix: 'p\ud83d\ude00' })).not.toThrow();
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it("its 200 characters are counted as an id's: code points, an emoji is one", () => {
+    const client = new Redis({ lazyConnect: true });
+    try {
+      const emoji = '\u{1f600}';
+      expect(() => redisStore({ client, prefix: emoji.repeat(200) })).not.toThrow();
+      expect(() => redisStore({ client, prefix: emoji.repeat(201) })).toThrow(
+        /^Expected `prefix` to be 1 to 200 characters long, got 201 characters$/,
+      );
+      expect(() => redisStore({ client, prefix: 'p'.repeat(201) })).toThrow(/got 201 characters$/);
+      expect(() => redisStore({ client, prefix: '' })).toThrow(/1 to 200 characters long, got 0/);
     } finally {
       client.disconnect();
     }

@@ -51,7 +51,7 @@ describe('redisStore options', () => {
     expect(() => redisStore({ client: c.client, prefix: null as unknown as string })).toThrow(
       /`prefix` to be a string, got null/,
     );
-    // ACL glob characters would widen the documented `~<prefix>:*` pattern.
+    // ACL glob characters would widen the documented `~<prefix>:{*` pattern.
     for (const glob of ['a*', 'a?b', 'a[b]', 'a\\b', 'x]']) {
       expect(() => redisStore({ client: c.client, prefix: glob })).toThrow(/`prefix`.*glob/);
     }
