@@ -155,6 +155,11 @@ export class Admission {
     this.schedulePump();
   }
 
+  /** The queue has a new head of `cost`: a cheaper one ends a rate wait (Pace.newHead); with a call in flight, its answer looks. */
+  newHead(cost: number): void {
+    if (this.line.inFlight === 0 && this.pace.newHead(cost)) this.schedulePump();
+  }
+
   /** A wait for `reason` ends at once (a release freed slots; the pause was deleted). */
   unblock(reason: 'pause' | 'concurrency'): void {
     if (reason === 'concurrency') this.releases++;
@@ -363,7 +368,7 @@ export class Admission {
     const resumedSince = this.pauses.answered(r, sentAt, now, call.pauseEpoch, call.resumeEpoch);
     this.startInLine(granted, r.leases, now);
     this.line.recordAnswer(granted === n);
-    this.pace.granted(r, granted, n, now, sentAt, this.answerWasSync, resumedSince);
+    this.pace.granted(r, granted, n, now, sentAt, this.answerWasSync, resumedSince, call.costs[granted]!);
     // During a rule change's transition a refusal on rate may be the old rules' (a cost above
     // an old rule's burst is charged a wait past the transition): never wait past its end,
     // when the next call goes with the new rules alone.
@@ -379,6 +384,8 @@ export class Admission {
     if (r.blocked === 'concurrency' && granted < n && call.releaseEpoch !== this.releases) {
       this.pace.unblock('concurrency');
     }
+    // The wait is for the first job refused: a cheaper job may head the queue now (see newHead()).
+    if (granted < n) this.newHead(this.waiting.head()?.cost ?? Number.NaN);
     this.host.checkClosed();
   }
 

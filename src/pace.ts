@@ -112,6 +112,8 @@ export class Pace {
   private openUntilAt = 0;
   /** When the last call that granted nothing was sent (local clock). */
   private lastEmptyAt = Number.NEGATIVE_INFINITY;
+  /** The cost of the job the rate wait is for (the first job the store refused, or a cheaper head since). */
+  private rateCost = Number.POSITIVE_INFINITY;
 
   constructor(
     /** The most jobs one store call asks for. */
@@ -205,6 +207,23 @@ export class Pace {
     }
   }
 
+  /**
+   * The queue has a new head, of `cost` (the head left, or a job now stands before it). A rate
+   * wait is the store's for the cost of the job it refused: a cheaper head may fit sooner, so the
+   * wait ends (still no empty call sooner than MIN_EMPTY_CALL_GAP after the last one); one of
+   * equal or higher cost cannot fit sooner under any rule, and the wait stands. True when the
+   * wait was cut short (the timer needs arming again).
+   */
+  newHead(cost: number): boolean {
+    if (this.blocked !== 'rate' || !(cost < this.rateCost)) return false;
+    this.rateCost = cost;
+    const end = this.lastEmptyAt + MIN_EMPTY_CALL_GAP;
+    if (this.nextAt <= end) return false;
+    this.nextAt = end;
+    this.preciseRate = false;
+    return true;
+  }
+
   /** Wake-ups stopped being delivered: a wait that counted on one becomes a poll. */
   unconfirmed(now: number): void {
     if (this.blocked === 'concurrency') {
@@ -223,7 +242,8 @@ export class Pace {
 
   /**
    * The store granted `granted` of the `n` jobs asked for, in an answer `r` to a call sent at
-   * `sentAt` (synchronously when `sync`); `resumedSince`: the pause was deleted since it was sent.
+   * `sentAt` (synchronously when `sync`); `resumedSince`: the pause was deleted since it was sent;
+   * `refusedCost`: the cost of the first job refused (when granted < n).
    */
   granted(
     r: AcquireResult,
@@ -233,6 +253,7 @@ export class Pace {
     sentAt: number,
     sync: boolean,
     resumedSince: boolean,
+    refusedCost: number,
   ): void {
     this.preciseRate = false;
     if (granted === n) {
@@ -252,6 +273,7 @@ export class Pace {
       this.nextAt = now;
     } else {
       this.blocked = r.blocked === 'pause' ? 'pause' : 'rate';
+      this.rateCost = refusedCost;
       // An asynchronous store's hint counts from about when it ran, mid-flight: sleep for
       // the hint minus the acquisition's elapsed time, so the next call arrives on time. A
       // synchronous store's hint counts from its own now, a few µs after sentAt: when that now

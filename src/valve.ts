@@ -134,6 +134,7 @@ class ValveImpl implements Valve {
     });
     this.waiting = new Waiting(this.jobs, {
       jobLeft: () => this.admission.schedulePump(),
+      newHead: (cost) => this.admission.newHead(cost),
       expiryError: () => this.admission.expiryError(),
     });
     this.admission = new Admission(o, store, this.waiting, this.jobs, this.pauses, this.leases, events, {

@@ -13,6 +13,11 @@ import { type AbortHandler, Signals } from './signals.js';
 export interface WaitingHost {
   /** A job left the queue or the line without starting: admission looks again. */
   jobLeft(): void;
+  /**
+   * The queue has a new head, of `cost`: the head left (cancelled, expired, ended by a rule
+   * change), or a job now stands before it (a higher priority, a retry's earlier place).
+   */
+  newHead(cost: number): void;
   /** The error a job gets when it reaches its maxWait before starting (MAX_WAIT, or STORE_UNAVAILABLE while the store fails). */
   expiryError(): unknown;
 }
@@ -51,10 +56,28 @@ export class Waiting implements AbortHandler {
         return false;
       }
     }
+    const first = this.live === 0;
     this.live++;
     if (retry) this.queue.insert(job);
     else this.queue.push(job);
+    if (first || this.head() === job) this.host.newHead(job.cost);
     return true;
+  }
+
+  /** The live job at the head of the queue (the cancelled ones before it are dropped), or undefined. */
+  head(): Job | undefined {
+    const queue = this.queue;
+    for (let job = queue.peek(); job !== undefined; job = queue.peek()) {
+      if (job.state === QUEUED) return job;
+      queue.shift();
+    }
+    return undefined;
+  }
+
+  /** The head left the queue: the next live job, if any, is the new head. */
+  private headLeft(): void {
+    const head = this.head();
+    if (head !== undefined) this.host.newHead(head.cost);
   }
 
   /**
@@ -92,9 +115,11 @@ export class Waiting implements AbortHandler {
   /** The caller's signal aborted (`ctx`: the job's context once started). */
   abortJob(job: Job, reason: unknown, ctx: Context | null): void {
     if (job.state === QUEUED) {
+      const wasHead = this.head() === job;
       this.live--;
       this.jobs.end(job, reason);
       this.queue.dropped();
+      if (wasHead) this.headLeft();
       this.host.jobLeft();
     } else if (job.state === INFLIGHT) {
       // Its grant, if any, is spent; it will not run.
@@ -107,19 +132,23 @@ export class Waiting implements AbortHandler {
 
   /** Ends every job whose maxWait deadline passed at `now`, queued or in flight. */
   expireDue(now: number): void {
+    let headLeft = false;
     for (let job = this.jobs.due(now); job !== undefined; job = this.jobs.due(now)) {
       if (job.state === QUEUED) {
+        if (this.head() === job) headLeft = true;
         this.live--;
         this.jobs.end(job, this.host.expiryError());
         this.queue.dropped();
       } else this.jobs.end(job, this.host.expiryError());
     }
+    if (headLeft) this.headLeft();
   }
 
   /** Every queued job for which `refuse` returns an error ends with it; the others keep their places. */
   endWhere(refuse: (job: Job) => Error | undefined): void {
     if (this.live === 0) return;
     const queue = this.queue;
+    const head = this.head();
     for (const job of queue.drain()) {
       if (job.state !== QUEUED) continue;
       const error = refuse(job);
@@ -129,6 +158,7 @@ export class Waiting implements AbortHandler {
         this.jobs.end(job, error);
       }
     }
+    if (head?.state !== QUEUED) this.headLeft();
   }
 
   /** Every queued job ends with `error` (close() without drain; onStoreError 'throw'). */
