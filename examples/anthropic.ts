@@ -57,9 +57,24 @@ export function createAnthropic({
       { signal },
     );
     const used = Math.min(message.usage.output_tokens, otpm);
-    // The next calls start once the budget has room for what this one spent.
-    if (used > 0) await outputTokens.run(() => {}, { cost: used, signal });
+    if (used > 0) {
+      // Spent already: charged without the caller's signal, so an abort cannot drop the charge.
+      const charged = outputTokens.run(() => {}, { cost: used });
+      // The call returns once the bucket has room for them; the caller's signal ends that wait.
+      await unlessAborted(charged, signal);
+    }
     return message;
+  }
+
+  /** Settles as `done` does, or rejects with the SDK's abort error first if `signal` fires. */
+  function unlessAborted<T>(done: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+    if (signal === undefined) return done;
+    return new Promise<T>((resolve, reject) => {
+      const onAbort = () => reject(new Anthropic.APIUserAbortError());
+      signal.addEventListener('abort', onAbort, { once: true });
+      if (signal.aborted) onAbort();
+      done.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+    });
   }
   // #endregion tokens
 

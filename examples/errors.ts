@@ -1,8 +1,16 @@
 /**
  * The code of docs/errors.md: handling a ValveError by its code, counting Redis timeouts, and
  * logging store errors. test/acceptance/docs-examples.test.ts runs each: a full queue answered
- * with a 503, and a Redis store whose server never answers.
+ * with a 503, and a Redis store whose server never answers; test/integrations/sdks.test.ts runs
+ * complete(): a ValveError behind the OpenAI SDK's APIConnectionError.
  */
+// #region sdk
+import OpenAI from 'openai';
+// #endregion sdk
+import type {
+  ChatCompletion,
+  ChatCompletionCreateParamsNonStreaming,
+} from 'openai/resources/chat/completions';
 import type { Valve } from '../src/index.js';
 // #region valve-error
 import { isValveError, ValveError } from '../src/index.js';
@@ -28,6 +36,28 @@ export async function handle<T>(
     throw err;
   }
   // #endregion valve-error
+}
+
+/**
+ * A completion through an OpenAI client built on `valve.wrapFetch(fetch)`; a request valve never
+ * sent (its maxWait passed) becomes a 503 for your own caller.
+ */
+export async function complete<T>(
+  openai: OpenAI,
+  params: ChatCompletionCreateParamsNonStreaming,
+  reply: (status: number, body: string) => T,
+): Promise<ChatCompletion | T> {
+  // #region sdk
+  try {
+    return await openai.chat.completions.create(params);
+  } catch (err) {
+    // The SDK reports what its fetch rejected with as a connection error, the ValveError as cause.
+    if (err instanceof OpenAI.APIConnectionError && isValveError(err.cause, 'MAX_WAIT')) {
+      return reply(503, 'busy, try again');
+    }
+    throw err;
+  }
+  // #endregion sdk
 }
 
 /** Whether an error is a ValveError, as `instanceof` (which also holds across package copies). */

@@ -64,7 +64,12 @@ export function createOpenAI({
     // OpenAI counts max_tokens against the limit when the request arrives. A cost is at most
     // the rule's burst: a larger estimate waits for the whole bucket instead.
     const estimate = Math.min(estimateTokens(messages) + maxTokens, tpm);
-    await tokens.run(() => {}, { cost: estimate, signal });
+    // Aborted while the estimate waits: nothing was sent, and the call ends as the SDK ends one.
+    await tokens
+      .run(() => {}, { cost: estimate, signal })
+      .catch((err: unknown) => {
+        throw signal?.aborted ? new OpenAI.APIUserAbortError() : err;
+      });
     const completion = await openai.chat.completions.create(
       { model: 'gpt-4o-mini', messages, max_tokens: maxTokens },
       { signal },

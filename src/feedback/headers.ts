@@ -32,6 +32,7 @@ const RETRY_AFTER_HEADERS = ['retry-after', 'retry-after-ms', 'x-ms-retry-after-
  *   (choose.ts); it is capped to `maxPause` (reported).
  * - Values over `maxValueLength` (1024) characters are reported as 'too-long', not parsed.
  * - A 429 with no usable wait sets `needsBackoff`; its waits of 0 are then reported as 'zero'.
+ *   So does a 503 whose Retry-After (or retry-after-ms) is 0 or a date already passed.
  */
 export function readFeedback(input: unknown, options: ParseOptions): ParsedFeedback {
   return readBag(toHeaderBag(input), options);
@@ -50,11 +51,13 @@ export function readBag(bag: HeaderBag, options: ParseOptions): ParsedFeedback {
     }
   }
   const reading = chooseWait(r, options.maxPause);
-  const needsBackoff = status === 429 && reading === undefined;
+  // A 503 whose Retry-After says "now" (0, or a date already passed) asks for a retry, as a 429
+  // does: it backs off too rather than retrying at once. Nonsense on a 503 is only ignored.
+  const needsBackoff = reading === undefined && (status === 429 || (status === 503 && retryAfterSaysNow(r)));
   // A spent counter without its own reset is only worth reporting when nothing else gave a
   // wait (Kong, for one, sends X-RateLimit-Remaining-Minute next to a RateLimit-Reset).
   const ignored = reading ? r.ignored.filter((i) => i.reason !== 'no-reset') : r.ignored;
-  // A wait of 0 means now; a 429 whose only wait it is backs off instead of retrying at once.
+  // A wait of 0 means now; a 429 (or 503) whose only wait it is backs off instead of retrying at once.
   if (needsBackoff) ignored.push(...r.zeros);
   return {
     status,
@@ -66,4 +69,10 @@ export function readBag(bag: HeaderBag, options: ParseOptions): ParsedFeedback {
       ? { fromWindow: true }
       : {}),
   };
+}
+
+/** Whether a Retry-After family header gave a wait of 0 or a date already passed. */
+function retryAfterSaysNow(r: Reader): boolean {
+  const isRetryAfter = (i: { header: string }) => RETRY_AFTER_HEADERS.includes(i.header);
+  return r.zeros.some(isRetryAfter) || r.ignored.some((i) => i.reason === 'in-the-past' && isRetryAfter(i));
 }

@@ -96,7 +96,7 @@ export interface ParsedFeedback {
   /** The wait the headers gave (see choose.ts), capped; undefined when none did. */
   readonly reading: FeedbackReading | undefined;
   readonly ignored: FeedbackIgnored[];
-  /** A 429 without a usable wait: the caller should pause with exponential backoff. */
+  /** A 429 without a usable wait (or a 503 whose Retry-After is 0 or past): pause with exponential backoff. */
   readonly needsBackoff: boolean;
   /** The window the response says most about (remaining count and reset), if any. */
   readonly window?: WindowSeen | undefined;

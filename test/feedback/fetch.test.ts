@@ -126,7 +126,14 @@ describe('wrapFetch: retries', () => {
     const cases: [Reply, number][] = [
       [{ status: 503, headers: { 'retry-after': '1' } }, 2],
       [{ status: 503 }, 1],
+      // A wait of 0 (or a date already passed) means "now": retried after a backoff, as a 429's.
+      [{ status: 503, headers: { 'retry-after': '0' } }, 2],
+      [{ status: 503, headers: { 'retry-after-ms': '0' } }, 2],
+      [{ status: 503, headers: { 'x-ms-retry-after-ms': '0' } }, 2],
+      [{ status: 503, headers: { 'retry-after': new Date(NOW - 5000).toUTCString() } }, 2],
+      // An unparseable or negative one is ignored: a 503 without Retry-After.
       [{ status: 503, headers: { 'retry-after': 'soon' } }, 1],
+      [{ status: 503, headers: { 'retry-after-ms': '-5' } }, 1],
       // Retry-After present, but a longer wait from another header: still a 503 with Retry-After.
       [
         {
@@ -147,6 +154,28 @@ describe('wrapFetch: retries', () => {
       await clock.runAllAsync();
       await p;
       expect(calls, JSON.stringify(reply)).toHaveLength(expected);
+    }
+  });
+
+  it("a 503 whose Retry-After is 0 is retried after a backoff, as a 429's is, and the 0 is reported", async () => {
+    for (const status of [429, 503]) {
+      const { clock, valve } = setup();
+      const { fn, calls } = scripted(clock, [{ status, headers: { 'retry-after': '0' } }, { status: 200 }]);
+      const p = wrapFetch(valve, fn)('https://a.example');
+      await clock.runAllAsync();
+      expect((await p).status).toBe(200);
+      // backoffInitial is 1 s: the retry waits it out rather than going at once.
+      expect(
+        calls.map((c) => c.at - NOW),
+        String(status),
+      ).toEqual([0, 1000]);
+      expect(valve.pauses.map((p) => [p.ms, p.source])).toEqual([[1000, 'backoff']]);
+      expect(valve.eventsOf('retry')).toMatchObject([
+        { attempt: 1, status, waitMs: 1000, source: 'backoff' },
+      ]);
+      expect(valve.eventsOf('feedback-ignored')).toEqual([
+        { header: 'retry-after', value: '0', reason: 'zero', status },
+      ]);
     }
   });
 

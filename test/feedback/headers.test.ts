@@ -190,6 +190,23 @@ describe('Retry-After and retry-after-ms', () => {
     expect(past.needsBackoff).toBe(true);
     expect(past.ignored).toMatchObject([{ header: 'retry-after', reason: 'in-the-past' }]);
   });
+
+  it('a 503 backs off too when its Retry-After is 0 or a date already passed, not when it is nonsense', () => {
+    expect(read(503, { 'retry-after': '0' })).toMatchObject({
+      reading: undefined,
+      needsBackoff: true,
+      ignored: [{ header: 'retry-after', value: '0', reason: 'zero', status: 503 }],
+    });
+    const past = read(503, { 'retry-after': new Date(NOW - 5000).toUTCString() });
+    expect(past.needsBackoff).toBe(true);
+    expect(past.ignored).toMatchObject([{ header: 'retry-after', reason: 'in-the-past' }]);
+    expect(read(503, { 'retry-after': 'soon' })).toMatchObject({
+      needsBackoff: false,
+      ignored: [{ header: 'retry-after', reason: 'unparseable' }],
+    });
+    // Another header's 0 on a 503 (no Retry-After) asks for nothing.
+    expect(read(503, { 'ratelimit-remaining': '0', 'ratelimit-reset': '0' }).needsBackoff).toBe(false);
+  });
 });
 
 describe('provider fixtures (documented shapes)', () => {

@@ -106,14 +106,23 @@ describe('a wait of 0 means now', () => {
       expect(zero.status).toBe(429);
       expect(zero.value).toBe(headers[zero.header]);
     });
-    it(`${name}: on a 200 or 503 it is used (nothing to wait for), no event`, () => {
-      for (const status of [200, 503]) {
+    // A 503's Retry-After of 0 asks for a retry: it backs off as a 429 (wrapFetch retries it).
+    const retryAfter = Object.keys(headers).some((h) => h.includes('retry-after'));
+    it(`${name}: on a 200${retryAfter ? '' : ' or 503'} it is used (nothing to wait for), no event`, () => {
+      for (const status of retryAfter ? [200] : [200, 503]) {
         const r = read(status, headers);
         expect(r.reading).toBeUndefined();
         expect(r.needsBackoff).toBe(false);
         expect(r.ignored).toEqual([]);
       }
     });
+    if (retryAfter) {
+      it(`${name}: a 503 whose only wait it is backs off as a 429 does and reports it as 'zero'`, () => {
+        const r = read(503, headers);
+        expect(r.needsBackoff).toBe(true);
+        expect(r.ignored).toMatchObject([{ reason: 'zero', status: 503 }]);
+      });
+    }
   }
 
   it('a 0 next to another wait on a 429 is used: the other wait wins, no event', () => {

@@ -925,6 +925,58 @@ describe('valve/axios (examples/axios.ts)', () => {
   });
 });
 
+describe("a 503 whose Retry-After is 0: retried after a backoff, as a 429's (wrapFetch, valve/undici, valve/axios)", () => {
+  /** A server answering each path's first request 503 with `headers`, then 200. */
+  async function busyOnce(headers: Record<string, string>): Promise<{ url: string; seen: string[] }> {
+    const seen: string[] = [];
+    const url = await serve((req, res) => {
+      const first = !seen.includes(req.url!);
+      seen.push(req.url!);
+      if (first) res.writeHead(503, headers).end('busy');
+      else res.end('ok');
+    });
+    return { url, seen };
+  }
+
+  const zeros: Record<string, string>[] = [{ 'retry-after': '0' }, { 'retry-after-ms': '0' }];
+  for (const headers of zeros) {
+    it(`${Object.keys(headers)[0]}: 0`, async () => {
+      const { url, seen } = await busyOnce(headers);
+      const v = createValve({ id: 'api', store: memoryStore(), feedback: { backoffInitial: '20ms' } });
+      closers.push(() => v.close());
+      const ignored: unknown[] = [];
+      v.on('feedback-ignored', (e) => ignored.push(e));
+      const retries = retriesOf(v);
+
+      const viaFetch = await v.wrapFetch(fetch)(`${url}/fetch`);
+      expect(viaFetch.status).toBe(200);
+      expect(await viaFetch.text()).toBe('ok');
+
+      const agent = new Agent().compose(valveInterceptor({ valve: v }));
+      closers.push(() => agent.close());
+      const viaUndici = await request(`${url}/undici`, { dispatcher: agent });
+      expect(viaUndici.statusCode).toBe(200);
+      expect(await viaUndici.body.text()).toBe('ok');
+
+      const viaAxios = await createAxios(v, url).get('/axios');
+      expect(viaAxios.status).toBe(200);
+
+      expect(seen).toEqual(['/fetch', '/fetch', '/undici', '/undici', '/axios', '/axios']);
+      expect(retries).toEqual([1, 1, 1]);
+      expect(ignored).toMatchObject(Array(3).fill({ reason: 'zero', status: 503 }));
+    });
+  }
+
+  it('an unparseable Retry-After on a 503 is ignored: the 503 is returned, not retried', async () => {
+    const { url, seen } = await busyOnce({ 'retry-after': 'soon' });
+    const v = valve();
+    const res = await v.wrapFetch(fetch)(`${url}/fetch`);
+    expect(res.status).toBe(503);
+    await res.text();
+    expect(seen).toEqual(['/fetch']);
+  });
+});
+
 describe('the check itself (insideAnnouncedPauses)', () => {
   const announced = { at: 100, sentAt: 99, blockedUntil: 600 };
   it('finds a request sent after the client learnt of the pause and arriving inside it', () => {

@@ -11,14 +11,17 @@
  * - a call aborted while it waits in the queue rejects at once and never reaches the provider;
  * - OpenAI: a completion's reported usage is charged to the token-per-minute rule.
  */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createAnthropic } from '../../examples/anthropic.js';
+import { complete } from '../../examples/errors.js';
 import { createOpenAI } from '../../examples/openai.js';
 import { createStripe } from '../../examples/stripe.js';
-import { createValve, memoryStore, type Valve } from '../../src/index.js';
+import { createValve, isValveError, memoryStore, type Valve } from '../../src/index.js';
 import { insideAnnouncedPauses, recordPauses, stampedFetch } from '../helpers/announced-pauses.js';
 import { type ApiRequest, type FakeApi, startFakeApi } from '../helpers/fake-apis.js';
 
@@ -135,7 +138,8 @@ describe('OpenAI (examples/openai.ts)', () => {
     await queued(client.tokens);
     expect(client.tokens.stats()).toMatchObject({ started: 4, queued: 1 });
     controller.abort();
-    await third;
+    // Aborted while its estimate waits: the SDK's abort error, as when the request waits.
+    expect(await third).toBeInstanceOf(OpenAI.APIUserAbortError);
     expect(api.log).toHaveLength(2);
   });
 
@@ -157,6 +161,84 @@ describe('OpenAI (examples/openai.ts)', () => {
     controller.abort();
     await next;
     expect(api.log).toHaveLength(1);
+  });
+});
+
+describe("valve's errors through an SDK (docs/errors.md, examples/errors.ts)", () => {
+  /** A local server answering `{}` after `delayMs`; counts the requests it got. */
+  async function slowServer(delayMs: number): Promise<{ url: string; port: number; seen: () => number }> {
+    let seen = 0;
+    const server = createServer((req, res) => {
+      seen++;
+      req.resume();
+      setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'), delayMs);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    closers.push(
+      () =>
+        new Promise((resolve) => {
+          server.closeAllConnections();
+          server.close(resolve);
+        }),
+    );
+    const port = (server.address() as AddressInfo).port;
+    return { url: `http://127.0.0.1:${port}`, port, seen: () => seen };
+  }
+
+  it("a first attempt that does not start within maxWait: the SDK's connection error, the ValveError as its cause (detail for Stripe); nothing sent", async () => {
+    const srv = await slowServer(0);
+    const valve = createValve({ id: 'sdk', store: memoryStore(), maxWait: 100 });
+    closers.push(() => valve.close());
+    await valve.pause(60_000);
+    const options = { apiKey: 'sk-test', baseURL: srv.url, fetch: valve.wrapFetch(fetch), maxRetries: 0 };
+    const openai = new OpenAI(options);
+    const viaOpenAI = await openai.chat.completions
+      .create({ model: 'gpt-4o-mini', messages: [] })
+      .catch((e: unknown) => e);
+    expect(viaOpenAI).toBeInstanceOf(OpenAI.APIConnectionError);
+    expect(isValveError(viaOpenAI, 'MAX_WAIT')).toBe(false);
+    expect(isValveError((viaOpenAI as Error).cause, 'MAX_WAIT')).toBe(true);
+    // The docs' handler tells it apart.
+    const replies: [number, string][] = [];
+    const reply = (status: number, body: string) => {
+      replies.push([status, body]);
+      return 'replied' as const;
+    };
+    expect(await complete(openai, { model: 'gpt-4o-mini', messages: [] }, reply)).toBe('replied');
+    expect(replies).toEqual([[503, 'busy, try again']]);
+
+    const anthropic = new Anthropic(options);
+    const viaAnthropic = await anthropic.messages
+      .create({ model: 'claude-sonnet-4-5', max_tokens: 1, messages: [] })
+      .catch((e: unknown) => e);
+    expect(viaAnthropic).toBeInstanceOf(Anthropic.APIConnectionError);
+    expect(isValveError((viaAnthropic as Error).cause, 'MAX_WAIT')).toBe(true);
+
+    const stripe = createStripe(valve, 'sk_test_1', { host: '127.0.0.1', port: srv.port, protocol: 'http' });
+    const viaStripe = await stripe.customers.create({ description: 'x' }).catch((e: unknown) => e);
+    expect(viaStripe).toBeInstanceOf(Stripe.errors.StripeConnectionError);
+    expect(isValveError((viaStripe as Stripe.errors.StripeConnectionError).detail, 'MAX_WAIT')).toBe(true);
+    expect(srv.seen()).toBe(0);
+  });
+
+  it('a request in flight when close() (without drain) runs: the connection error, CLOSED as its cause', async () => {
+    const srv = await slowServer(5_000);
+    const valve = createValve({ id: 'sdk', store: memoryStore() });
+    const openai = new OpenAI({
+      apiKey: 'sk-test',
+      baseURL: srv.url,
+      fetch: valve.wrapFetch(fetch),
+      maxRetries: 0,
+    });
+    const call = openai.chat.completions
+      .create({ model: 'gpt-4o-mini', messages: [] })
+      .catch((e: unknown) => e);
+    while (srv.seen() < 1) await new Promise((r) => setTimeout(r, 10));
+    await valve.close();
+    const error = await call;
+    expect(error).toBeInstanceOf(OpenAI.APIConnectionError);
+    expect(isValveError(error, 'CLOSED')).toBe(false);
+    expect(isValveError((error as Error).cause, 'CLOSED')).toBe(true);
   });
 });
 
@@ -204,6 +286,25 @@ describe('Anthropic (examples/anthropic.ts)', () => {
     controller.abort();
     expect(await settled).toBeInstanceOf(Anthropic.APIUserAbortError);
     expect(api.log).toEqual([]);
+  });
+
+  it("a call aborted while its output tokens' charge waits rejects with APIUserAbortError, and the tokens are still charged", async () => {
+    // otpm 100 a minute (0.6 s a token); each message reports 51 output tokens.
+    const api = await fake('anthropic', { limit: 50, windowMs: 1000, usage: { input: 1, output: 51 } });
+    const client = createAnthropic({ apiKey: 'sk-ant-test', baseURL: api.url, rpm: 60_000, otpm: 100 });
+    closers.push(client.close);
+    await client.ask('Say call-0.', 16); // 51 of 100 spent
+    const controller = new AbortController();
+    const settled = client.ask('Say call-1.', 16, controller.signal).catch((e: unknown) => e);
+    // The second message was answered; its 51 tokens wait for 2 more to come back (1.2 s).
+    await queued(client.outputTokens);
+    expect(api.log).toHaveLength(2);
+    controller.abort();
+    expect(await settled).toBeInstanceOf(Anthropic.APIUserAbortError);
+    expect(client.outputTokens.stats()).toMatchObject({ started: 1, queued: 1 });
+    // The charge goes through all the same.
+    while (client.outputTokens.stats().started < 2) await new Promise((r) => setTimeout(r, 20));
+    expect(client.outputTokens.stats()).toMatchObject({ started: 2, queued: 0, failed: 0 });
   });
 });
 
@@ -259,5 +360,40 @@ describe('Stripe (examples/stripe.ts)', () => {
     expect(error).toBeInstanceOf(Stripe.errors.StripeConnectionError);
     expect(valve.stats().queued).toBe(0);
     expect(api.log).toEqual([]);
+  });
+
+  it('a connection closed before the answer rejects with StripeConnectionError after one request; calling again with the same idempotencyKey goes through valve', async () => {
+    // stripe-node retries a closed connection itself only with its Node HTTP client: the fetch
+    // client's error carries its code on `cause`, which stripe-node does not look at.
+    const keys: (string | undefined)[] = [];
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        keys.push(req.headers['idempotency-key'] as string | undefined);
+        if (keys.length === 1) return void req.socket.destroy();
+        res
+          .writeHead(200, { 'content-type': 'application/json', 'request-id': 'req_1' })
+          .end(JSON.stringify({ id: 'cus_1', object: 'customer' }));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    closers.push(
+      () =>
+        new Promise((resolve) => {
+          server.closeAllConnections();
+          server.close(resolve);
+        }),
+    );
+    const port = (server.address() as AddressInfo).port;
+    const valve = stripeValve(20);
+    const stripe = createStripe(valve, 'sk_test_1', { host: '127.0.0.1', port, protocol: 'http' });
+    const params = { description: 'call-0' };
+    const first = await stripe.customers.create(params, { idempotencyKey: 'k-1' }).catch((e: unknown) => e);
+    expect(first).toBeInstanceOf(Stripe.errors.StripeConnectionError);
+    expect(keys).toEqual(['k-1']);
+    const again = await stripe.customers.create(params, { idempotencyKey: 'k-1' });
+    expect(again.id).toBe('cus_1');
+    expect(keys).toEqual(['k-1', 'k-1']);
+    expect(valve.stats().started).toBe(2);
   });
 });

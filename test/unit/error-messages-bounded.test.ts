@@ -3,6 +3,7 @@
  * a duration string, a prefix, an option or attribute name), then `…` and its length: a 1 MB
  * bad value gives a message of a few hundred characters, not one of a megabyte.
  */
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { describe as describeValue, parseDuration, quote } from '../../src/duration.js';
 import { createValve, createValveGroup, memoryStore } from '../../src/index.js';
@@ -76,5 +77,18 @@ describe('error messages quote a long value cut to 200 UTF-16 units', () => {
     expectCut(messageOf(() => validatePrefix(`${'p'.repeat(MB)}{`)));
     expectCut(messageOf(() => checkKnownKeys({ ['o'.repeat(MB + 1)]: 1 }, ['rules'], 'createValve()')));
     expectCut(messageOf(() => checkOptions({ attributes: { ['k'.repeat(MB + 1)]: {} } }, 'instrument()')));
+  });
+});
+
+describe('docs/errors.md', () => {
+  it('shows the real messages: a long string quoted cut, an id too long by its length alone', () => {
+    const doc = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8').replace(/\s+/g, ' ');
+    const big = 'a'.repeat(MB + 1);
+    // The doc shortens the 200 quoted units to four.
+    const cut = describeValue(big).replace(/^"a{200}"/, '"aaaa"');
+    expect(cut).toBe(`"aaaa"… (${MB + 1} characters)`);
+    expect(doc).toContain(`got ${cut}`);
+    const id = messageOf(() => createValve({ id: big, store: memoryStore() }));
+    expect(doc).toContain(id);
   });
 });
