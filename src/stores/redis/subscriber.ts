@@ -11,6 +11,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { WakeEvent, WakeStatus } from '../store.js';
+import { Leftovers } from './leftovers.js';
 
 export type PubSubMode = 'classic' | 'sharded';
 
@@ -34,6 +35,12 @@ const RECHECK_EVERY = 30_000;
  * valve that goes idle between jobs then finds it confirmed again without a SUBSCRIBE and a probe.
  */
 export const CHANNEL_LINGER = 1000;
+
+/** The (un)subscribe methods of each client family, per pub/sub flavour. */
+const COMMANDS = {
+  ioredis: { classic: ['subscribe', 'unsubscribe'], sharded: ['ssubscribe', 'sunsubscribe'] },
+  'node-redis': { classic: ['subscribe', 'unsubscribe'], sharded: ['sSubscribe', 'sUnsubscribe'] },
+} as const;
 
 function call(target: object, name: string, ...args: unknown[]): unknown {
   const fn = (target as Record<string, unknown>)[name];
@@ -126,6 +133,8 @@ export class WakeHub {
   private readonly unsent = new Set<string>();
   /** Subscribe commands sent and not yet confirmed: wake-ups may be missed until they are. */
   private pending = 0;
+  /** ioredis: unsubscribed channels the client may still hold (see leftovers.ts). */
+  private readonly leftovers: Leftovers | undefined;
 
   constructor(
     private readonly sub: object,
@@ -146,6 +155,7 @@ export class WakeHub {
         this.supported = typeof s.ssubscribe === 'function';
       }
       if (this.supported) this.listenIoredis();
+      this.leftovers = new Leftovers((name) => this.send(name, false));
     } else {
       throw new TypeError(
         'Expected `subscriber` to be an ioredis, iovalkey or node-redis connection (or cluster) with subscribe()',
@@ -194,6 +204,7 @@ export class WakeHub {
     const on = (this.sub as { on?: unknown }).on;
     if (typeof on !== 'function') return;
     call(this.sub, 'on', 'ready', () => {
+      this.leftovers?.resend((name) => this.channels.has(name));
       for (const [name, entry] of this.channels) {
         this.unconfirm(entry);
         if (this.resubscribeAll || this.unsent.has(name)) this.send(name, true);
@@ -271,7 +282,8 @@ export class WakeHub {
     }
   }
 
-  private send(name: string, subscribe: boolean): void {
+  /** Sends the (un)subscribe command; for an unsubscribe, returns its result. */
+  private send(name: string, subscribe: boolean): unknown {
     const entry = this.channels.get(name);
     let result: unknown;
     try {
@@ -283,34 +295,19 @@ export class WakeHub {
           this.unsent.add(name);
           return;
         }
-        const command =
-          this.mode === 'sharded'
-            ? subscribe
-              ? 'ssubscribe'
-              : 'sunsubscribe'
-            : subscribe
-              ? 'subscribe'
-              : 'unsubscribe';
-        result = call(this.sub, command, name);
+        result = call(this.sub, COMMANDS[this.family][this.mode][subscribe ? 0 : 1], name);
       } else {
-        const command =
-          this.mode === 'sharded'
-            ? subscribe
-              ? 'sSubscribe'
-              : 'sUnsubscribe'
-            : subscribe
-              ? 'subscribe'
-              : 'unsubscribe';
         // node-redis delivers per listener: pass the channel's own, to add or remove it.
+        const command = COMMANDS[this.family][this.mode][subscribe ? 0 : 1];
         result = call(this.sub, command, name, entry?.nodeListener);
       }
     } catch (err) {
-      if (subscribe) this.refused(name, err);
-      return;
+      if (subscribe) return this.refused(name, err);
+      result = Promise.reject(err);
     }
     if (!subscribe) {
       Promise.resolve(result).catch(() => {});
-      return;
+      return result;
     }
     this.pending++;
     Promise.resolve(result).then(
@@ -347,11 +344,6 @@ export class WakeHub {
     entry.timer.unref?.();
   }
 
-  /**
-   * Adds a listener for a channel; returns the function that removes it. `probe` publishes on
-   * the channel through a command connection; `onStatus` hears when the channel becomes
-   * confirmed, stops being so, or its subscription is refused.
-   */
   /** The one timer that probes confirmed channels again; set while any channel is kept. */
   private recheckTimer: ReturnType<typeof setInterval> | undefined = undefined;
 
@@ -375,6 +367,11 @@ export class WakeHub {
     }
   }
 
+  /**
+   * Adds a listener for a channel; returns the function that removes it. `probe` publishes on
+   * the channel through a command connection; `onStatus` hears when the channel becomes
+   * confirmed, stops being so, or its subscription is refused.
+   */
   subscribe(name: string, listener: Listener, probe?: Probe, onStatus?: StatusListener): () => void {
     if (!this.supported) return () => {};
     let entry = this.channels.get(name);
@@ -393,6 +390,7 @@ export class WakeHub {
         linger: undefined,
       };
       this.channels.set(name, entry);
+      this.leftovers?.forget(name);
       entry.listeners.add(listener);
       if (onStatus) entry.statusListeners.add(onStatus);
       this.send(name, true);
@@ -425,7 +423,8 @@ export class WakeHub {
     if (this.channels.get(name) !== entry || entry.listeners.size > 0) return;
     if (entry.timer !== undefined) clearTimeout(entry.timer);
     entry.timer = undefined;
-    this.send(name, false);
+    if (this.leftovers) this.leftovers.send(name, this.connected());
+    else this.send(name, false);
     this.channels.delete(name);
     this.unsent.delete(name);
   }
