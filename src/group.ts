@@ -3,7 +3,7 @@ import { describe } from './duration.js';
 import { ValveError } from './errors.js';
 import type { PauseSource, ValveEventName } from './events.js';
 import { checkWrapFetch, type FetchLike, type WrapFetchOptions } from './feedback/fetch.js';
-import { Entry, PausedKey, PausedKeys } from './group-entries.js';
+import { CarriedKey, CarriedRules, Entry, PausedKey, PausedKeys } from './group-entries.js';
 import { GroupEvents, type ValveGroupListener } from './group-events.js';
 import { checkIdleTimeout, IdleList } from './group-idle.js';
 import {
@@ -22,7 +22,6 @@ import {
 import { type GroupWatcher, OBSERVE, PAUSED_KEYS } from './observer.js';
 import { normalizeOptions, type ValveOptions } from './options.js';
 import type { Rule } from './rules/rule.js';
-import type { RulesCarry } from './rulesets.js';
 import { readCloseOptions } from './run-options.js';
 import { checkId, checkKnownKeys } from './stores/checks.js';
 import { memoryStore } from './stores/memory.js';
@@ -73,7 +72,7 @@ class ValveGroupImpl implements ValveGroup {
   /** Live valves by key: an entry exists exactly while its valve is linked in `idle`. */
   private readonly entries = new Map<string, Entry>();
   /** The live valves (and the paused records) by last activity, and the one eviction timer. */
-  private readonly idle: IdleList<Entry | PausedKey>;
+  private readonly idle: IdleList<Entry | PausedKey | CarriedKey>;
   /** The dropped keys whose pause lasts, kept for their next valve (group-entries.ts). */
   private readonly paused: PausedKeys;
   private readonly events: GroupEvents;
@@ -84,8 +83,8 @@ class ValveGroupImpl implements ValveGroup {
    * without them: its later valves are created with them (see setRulesOf).
    */
   private readonly kept = new Map<string, Rule[]>();
-  /** Per dropped key whose valve changed its rules, what its next valve takes over (RuleSet.carry()). */
-  private readonly carried = new Map<string, RulesCarry>();
+  /** Per dropped key whose valve changed its rules, what its next valve takes over (group-entries.ts). */
+  private readonly carried: CarriedRules;
   private readonly retired: Retired = {
     started: 0,
     succeeded: 0,
@@ -125,10 +124,13 @@ class ValveGroupImpl implements ValveGroup {
     const store: Store = base.store ?? memoryStore({ clock: this.clock });
     this.base = { ...base, store, clock: this.clock };
     const idleMs = checkIdleTimeout(idleTimeout);
-    this.idle = new IdleList(this.clock, idleMs, (entry, now) =>
-      entry instanceof PausedKey ? this.paused.due(entry, now) : this.due(entry, now),
-    );
+    this.idle = new IdleList(this.clock, idleMs, (entry, now) => {
+      if (entry instanceof PausedKey) this.paused.due(entry, now);
+      else if (entry instanceof CarriedKey) this.carried.due(entry, now);
+      else this.due(entry, now);
+    });
     this.paused = new PausedKeys(this.idle);
+    this.carried = new CarriedRules(this.idle);
     this.recordTtl = Math.min(idleMs, RECORD_TTL_MS);
     this.events = new GroupEvents(() => this.entries.values());
   }
@@ -321,7 +323,7 @@ class ValveGroupImpl implements ValveGroup {
     // Rules set on an earlier valve of the key with setRules() win over options(key)'s.
     const kept = this.kept.get(key);
     if (kept !== undefined) options.rules = kept;
-    const carry = this.carried.get(key);
+    const carry = this.carried.peek(key, this.clock.now());
     let valve: Valve;
     try {
       valve = createGroupValve(options, this.recordTtl, carry);
@@ -329,7 +331,7 @@ class ValveGroupImpl implements ValveGroup {
       // The shared options were checked at creation: this is the key's overrides.
       throw overrideError(err, key);
     }
-    this.carried.delete(key);
+    this.carried.forget(key);
     const entry = new Entry(key, valve, defaults);
     // The pause its last valve knew is this one's (not another process's, when the store tells).
     const pause = this.paused.take(key, this.clock.now());
@@ -367,8 +369,7 @@ class ValveGroupImpl implements ValveGroup {
    * close() ended (it may still be releasing leases; the group's close() waits for it too).
    */
   private drop(entry: Entry): void {
-    const carry = entry.rulesCarry();
-    if (carry !== undefined && this.closePromise === null) this.carried.set(entry.key, carry);
+    if (this.closePromise === null) this.carried.keep(entry.key, entry.rulesCarry(), this.clock.now());
     this.idle.unlink(entry);
     // Its pause still counts (stats, metrics), and the key's next valve takes it over.
     if (this.closePromise === null) this.paused.keep(entry.key, entry.pauseCarry(), this.clock.now());

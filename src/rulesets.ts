@@ -63,6 +63,24 @@ interface ChangeCarry {
   readonly previousMaxCost: number;
 }
 
+/**
+ * A carried record as the key's next valve would take it at local ms `now`: the change dropped
+ * once it is over (its transition has passed), or when it changes nothing (its old rules are
+ * all among the rules: a change set back before it reached the store), keeping the times from
+ * which the rules count; undefined when nothing is left to carry.
+ */
+export function settleCarry(carry: RulesCarry, now: number): RulesCarry | undefined {
+  const { record, since, change } = carry;
+  const digests = record === '' ? [] : record.split(',');
+  if (change !== undefined) {
+    const noop = change.previous.every((r) => digests.includes(r.digest));
+    if (!noop && now < change.previousEnd) return carry;
+  }
+  const own = since.length > digests.length ? since.slice(0, digests.length) : since;
+  if (own.every((t) => t === Number.NEGATIVE_INFINITY)) return undefined;
+  return change === undefined && own === since ? carry : { record, since: own, change: undefined };
+}
+
 export class RuleSet {
   /** The rules every call is checked against. */
   rules: readonly StoreRule[];

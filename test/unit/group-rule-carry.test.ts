@@ -121,3 +121,89 @@ describe('a valve group: a key evicted around a rule change', () => {
     },
   );
 });
+
+/** The group's per-key records of dropped keys' rule changes (internals, for the counts only). */
+function carried(g: object): Map<string, { change?: unknown } | { carry: { change?: unknown } }> {
+  return (g as unknown as { carried: { byKey: Map<string, never> } }).carried.byKey;
+}
+
+describe('a valve group: what an evicted key keeps of a rule change once it is over', () => {
+  it('rules set back to the defaults: the record is kept while the change runs, then forgotten', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const sw = 'sliding-window' as const;
+    const g = createValveGroup({
+      rules: { limit: 100, interval: '1m', algorithm: sw },
+      clock,
+      idleTimeout: 10 * T,
+    });
+    const keys = Array.from({ length: 50 }, (_, i) => `tenant-${i}`);
+    const runs = () => Promise.all(keys.map((k) => g.run(k, () => 0)));
+    const step = async (p: Promise<unknown>) => {
+      const done = track(p);
+      await clock.tickAsync(3 * T);
+      expect(done).toMatchObject({ ok: true });
+    };
+    await step(runs());
+    await step(
+      Promise.all(keys.map((k) => g.valve(k).setRules({ limit: 200, interval: '1m', algorithm: sw }))),
+    );
+    await step(runs());
+    await step(
+      Promise.all(keys.map((k) => g.valve(k).setRules({ limit: 100, interval: 60_000, algorithm: sw }))),
+    );
+    await step(runs());
+    await clock.tickAsync(25 * T);
+    expect(g.size).toBe(0);
+    // The second change's transition (a minute) still runs: each key keeps it.
+    expect(carried(g).size).toBe(50);
+    await clock.tickAsync(60_000);
+    expect(carried(g).size).toBe(0);
+    await g.close();
+  });
+
+  it('rules set and set back before the next job: nothing is kept', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const g = createValveGroup({ rules: { limit: 10, interval: '10s' }, clock, idleTimeout: T });
+    await g.run('k', () => 0);
+    await g.valve('k').setRules({ limit: 20, interval: '10s' });
+    await g.valve('k').setRules([{ limit: 10, interval: 10_000 }]);
+    await clock.tickAsync(3 * T);
+    expect(g.size).toBe(0);
+    expect(carried(g).size).toBe(0);
+    await g.close();
+  });
+
+  it("a change used, evicted during its transition: the next valve goes on; once over, only the rules' times are kept", async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const t0 = clock.now();
+    const g = createValveGroup({
+      rules: { limit: 5, interval: '1m', algorithm: 'sliding-window' },
+      clock,
+      idleTimeout: T,
+    });
+    const starts: number[] = [];
+    const run = () => g.run('k', () => starts.push(clock.now() - t0));
+    await Promise.all(Array.from({ length: 5 }, run));
+    await g.valve('k').setRules({ limit: 8, interval: '1m', algorithm: 'sliding-window' });
+    const converting = track(g.run('k', () => 0, { maxWait: 10 }));
+    // Evicted, and looked at by the group's timer several times during the transition.
+    await clock.tickAsync(10 * T);
+    expect(converting.done && !converting.ok).toBe(true);
+    expect(g.size).toBe(0);
+    const [record] = [...carried(g).values()];
+    expect(record && 'carry' in record ? record.carry.change : undefined).toBeDefined();
+    // The next valve still spends the old rule (5 per minute) until the minute has passed.
+    const later = Array.from({ length: 3 }, () => track(run()));
+    await clock.tickAsync(30_000);
+    expect(later.filter((r) => r.done)).toHaveLength(0);
+    await clock.tickAsync(40_000);
+    expect(later.filter((r) => r.ok)).toHaveLength(3);
+    // Evicted again after the change: only the time from which 8 per minute counts is kept.
+    await clock.tickAsync(3 * T);
+    expect(g.size).toBe(0);
+    const after = [...carried(g).values()];
+    expect(after).toHaveLength(1);
+    expect('carry' in after[0]! ? 'linked' : after[0]!.change).toBeUndefined();
+    await g.close();
+  });
+});
