@@ -61,19 +61,24 @@ interface ChangeCarry {
   readonly previousEnd: number;
   readonly previousSpan: number;
   readonly previousMaxCost: number;
+  /** A call asked for the conversion and none was answered (RuleSet.unconfirmed). */
+  readonly unconfirmed: boolean;
 }
 
 /**
  * A carried record as the key's next valve would take it at local ms `now`: the change dropped
  * once it is over (its transition has passed), or when it changes nothing (its old rules are
  * all among the rules: a change set back before it reached the store), keeping the times from
- * which the rules count; undefined when nothing is left to carry.
+ * which the rules count; undefined when nothing is left to carry. A change set back after a
+ * call that asked for its conversion went unanswered is kept whole: that call may have left
+ * the set-back record in the store, which the next valve's conversion tells for its own (a
+ * valve without the change would report the key's own earlier rules as a 'rule-mismatch').
  */
 export function settleCarry(carry: RulesCarry, now: number): RulesCarry | undefined {
   const { record, since, change } = carry;
   const digests = record === '' ? [] : record.split(',');
   if (change !== undefined) {
-    const noop = change.previous.every((r) => digests.includes(r.digest));
+    const noop = !change.unconfirmed && change.previous.every((r) => digests.includes(r.digest));
     if (!noop && now < change.previousEnd) return carry;
   }
   const own = since.length > digests.length ? since.slice(0, digests.length) : since;
@@ -127,6 +132,12 @@ export class RuleSet {
   private previousRecords: string[] = [];
   /** Local ms of the last call that carried the record (with recordTtl); -Infinity: the next one does. */
   private recordSentAt = Number.NEGATIVE_INFINITY;
+  /**
+   * A call that asked for the conversion was sent and none has been answered (across changes
+   * made meanwhile): the store may hold a record of this valve's that no answer told about
+   * (carried, see settleCarry()).
+   */
+  private unconfirmed = false;
 
   constructor(
     rules: readonly StoreRule[],
@@ -154,6 +165,7 @@ export class RuleSet {
         this.previousEnd = change.previousEnd;
         this.previousSpan = change.previousSpan;
         this.previousMaxCost = change.previousMaxCost;
+        this.unconfirmed = change.unconfirmed;
       }
     }
   }
@@ -186,6 +198,7 @@ export class RuleSet {
               previousEnd: this.previousEnd,
               previousSpan: this.previousSpan,
               previousMaxCost: this.previousMaxCost,
+              unconfirmed: this.unconfirmed,
             },
     };
   }
@@ -271,6 +284,7 @@ export class RuleSet {
     request.previousSince = this.previous === undefined ? undefined : this.previousSince;
     // Until a call that asked is answered, every call asks (one that failed is followed by one).
     request.convert = this.previous === undefined ? undefined : this.convert;
+    if (request.convert === true) this.unconfirmed = true;
     const ttl = this.recordTtl;
     if (ttl === undefined || this.previous !== undefined || now - this.recordSentAt >= ttl / 4) {
       request.record = this.record;
@@ -328,6 +342,7 @@ export class RuleSet {
     if (this.previous !== undefined && request.previous === this.previous) {
       if (request.convert === true && this.convert) {
         this.convert = false;
+        this.unconfirmed = false;
         this.previousUntil = result.now + this.previousSpan;
         if (this.clock !== undefined) this.previousEnd = this.clock.now() + this.previousSpan;
         // The rules it introduced count every grant from the conversion on.
