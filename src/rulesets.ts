@@ -68,7 +68,7 @@ interface ChangeCarry {
 /**
  * A carried record as the key's next valve would take it at local ms `now`: the change dropped
  * once it is over (its transition has passed), or when it changes nothing (its old rules are
- * all among the rules: a change set back before it reached the store), keeping the times from
+ * the rules: a change set back before it reached the store), keeping the times from
  * which the rules count; undefined when nothing is left to carry. A change set back after a
  * call that asked for its conversion went unanswered is kept whole: that call may have left
  * the set-back record in the store, which the next valve's conversion tells for its own (a
@@ -78,7 +78,11 @@ export function settleCarry(carry: RulesCarry, now: number): RulesCarry | undefi
   const { record, since, change } = carry;
   const digests = record === '' ? [] : record.split(',');
   if (change !== undefined) {
-    const noop = !change.unconfirmed && change.previous.every((r) => digests.includes(r.digest));
+    // The same rules as before it (a rule added or removed is a change to carry out).
+    const noop =
+      !change.unconfirmed &&
+      change.previous.length === digests.length &&
+      change.previous.every((r) => digests.includes(r.digest));
     if (!noop && now < change.previousEnd) return carry;
   }
   const own = since.length > digests.length ? since.slice(0, digests.length) : since;

@@ -32,6 +32,22 @@ describe('a valve group: a key evicted around a rule change', () => {
     await g.close({ drain: false }).catch(() => {});
   });
 
+  it('a rule added to the defaults on an idle key, evicted before its next job: the added rule counts the spend before it', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const store = memoryStore({ clock });
+    const hourly = { limit: 100, interval: '1h', algorithm: 'fixed-window' } as const;
+    const g = createValveGroup({ rules: hourly, store, clock, idleTimeout: T });
+    await Promise.all(Array.from({ length: 10 }, () => g.run('k', () => 0)));
+    // The defaults kept, 10 per hour added: 10 were spent this hour, so nothing more until it ends.
+    await g.valve('k').setRules([hourly, { limit: 10, interval: '1h', algorithm: 'fixed-window' }]);
+    await clock.tickAsync(3 * T);
+    expect(g.size).toBe(0);
+    const next = track(g.run('k', () => 1));
+    await clock.tickAsync(10 * T);
+    expect(next.done).toBe(false);
+    await g.close({ drain: false }).catch(() => {});
+  });
+
   it("what the evicted valve left survives a key's next valve failing to be created (a bad options(key) once)", async () => {
     const clock = new FakeClock(1_700_000_000_000);
     const store = memoryStore({ clock });

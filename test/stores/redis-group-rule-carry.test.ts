@@ -1,8 +1,11 @@
 /**
- * A valve group's key over Redis: setRules() whose converting call reached the server but was
- * never answered (the store's timeout), then rules set back to the defaults, then the key
- * evicted. The server holds the key's rule-set record of the set-back rules; the key's next
- * valve must take it for the key's own (its conversion finds it), not report a 'rule-mismatch'.
+ * A valve group's key over Redis, evicted after setRules(): what the key's next valve takes over.
+ * - setRules() whose converting call reached the server but was never answered (the store's
+ *   timeout), then rules set back to the defaults: the server holds the key's rule-set record
+ *   of the set-back rules; the key's next valve must take it for the key's own (its conversion
+ *   finds it), not report a 'rule-mismatch'.
+ * - a rule added to the defaults on an idle key: the key's next valve converts it (it counts
+ *   what was spent before the change), not treated as a change that does nothing.
  */
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -10,6 +13,7 @@ import { createValveGroup } from '../../src/group.js';
 import { redisStore } from '../../src/stores/redis/index.js';
 import { sharedRedis, uniquePrefix } from '../helpers/shared-servers.js';
 import { startProxy } from '../helpers/tcp-proxy.js';
+import { track } from '../helpers/track.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -65,5 +69,23 @@ describe('valve group over Redis: a change set back after its call went unanswer
     await g.valve('k').setRules({ limit: 200, interval: '1m' });
     await g.run('k', () => 0);
     expect(mismatches).toHaveLength(1);
+  }, 60_000);
+
+  it('a rule added to the defaults on an idle key: the next valve counts the spend before the change', async () => {
+    const client = new Redis(sharedRedis().url);
+    client.on('error', () => {});
+    cleanups.push(() => client.disconnect());
+    const store = redisStore({ client, prefix: uniquePrefix('added') });
+    const hourly = { limit: 100, interval: '1h', algorithm: 'fixed-window' } as const;
+    const g = createValveGroup({ rules: hourly, store, idleTimeout: 200 });
+    cleanups.push(() => g.close({ drain: false }));
+    await Promise.all(Array.from({ length: 10 }, () => g.run('k', () => 0)));
+    // 10 per hour added: 10 were spent this hour, so nothing more until it ends.
+    await g.valve('k').setRules([hourly, { limit: 10, interval: '1h', algorithm: 'fixed-window' }]);
+    for (let i = 0; i < 400 && g.size > 0; i++) await sleep(25);
+    expect(g.size).toBe(0);
+    const next = track(g.run('k', () => 1));
+    await sleep(500);
+    expect(next.done).toBe(false);
   }, 60_000);
 });
