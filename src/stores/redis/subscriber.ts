@@ -133,8 +133,12 @@ export class WakeHub {
   private readonly unsent = new Set<string>();
   /** Subscribe commands sent and not yet confirmed: wake-ups may be missed until they are. */
   private pending = 0;
-  /** ioredis: unsubscribed channels the client may still hold (see leftovers.ts). */
-  private readonly leftovers: Leftovers | undefined;
+  /** Unsubscribed channels (node-redis: listeners) the client may still hold (see leftovers.ts). */
+  private readonly leftovers = new Leftovers(
+    (name, listener) => this.send(name, false, listener),
+    (name) => this.channels.has(name),
+    () => this.family !== 'ioredis' || this.connected(), // node-redis: answered is done
+  );
 
   constructor(
     private readonly sub: object,
@@ -155,7 +159,6 @@ export class WakeHub {
         this.supported = typeof s.ssubscribe === 'function';
       }
       if (this.supported) this.listenIoredis();
-      this.leftovers = new Leftovers((name) => this.send(name, false));
     } else {
       throw new TypeError(
         'Expected `subscriber` to be an ioredis, iovalkey or node-redis connection (or cluster) with subscribe()',
@@ -204,7 +207,7 @@ export class WakeHub {
     const on = (this.sub as { on?: unknown }).on;
     if (typeof on !== 'function') return;
     call(this.sub, 'on', 'ready', () => {
-      this.leftovers?.resend((name) => this.channels.has(name));
+      this.leftovers.resend(true);
       for (const [name, entry] of this.channels) {
         this.unconfirm(entry);
         if (this.resubscribeAll || this.unsent.has(name)) this.send(name, true);
@@ -283,7 +286,7 @@ export class WakeHub {
   }
 
   /** Sends the (un)subscribe command; for an unsubscribe, returns its result. */
-  private send(name: string, subscribe: boolean): unknown {
+  private send(name: string, subscribe: boolean, listener = this.channels.get(name)?.nodeListener): unknown {
     const entry = this.channels.get(name);
     let result: unknown;
     try {
@@ -298,8 +301,7 @@ export class WakeHub {
         result = call(this.sub, COMMANDS[this.family][this.mode][subscribe ? 0 : 1], name);
       } else {
         // node-redis delivers per listener: pass the channel's own, to add or remove it.
-        const command = COMMANDS[this.family][this.mode][subscribe ? 0 : 1];
-        result = call(this.sub, command, name, entry?.nodeListener);
+        result = call(this.sub, COMMANDS[this.family][this.mode][subscribe ? 0 : 1], name, listener);
       }
     } catch (err) {
       if (subscribe) return this.refused(name, err);
@@ -376,10 +378,11 @@ export class WakeHub {
     if (!this.supported) return () => {};
     let entry = this.channels.get(name);
     if (!entry) {
+      const kept = this.leftovers.forget(name);
       entry = {
         listeners: new Set(),
         statusListeners: new Set(),
-        nodeListener: (message: unknown) => this.deliver(name, message),
+        nodeListener: kept ?? ((message: unknown) => this.deliver(name, message)),
         probe,
         confirmed: false,
         nonce: '',
@@ -390,7 +393,6 @@ export class WakeHub {
         linger: undefined,
       };
       this.channels.set(name, entry);
-      this.leftovers?.forget(name);
       entry.listeners.add(listener);
       if (onStatus) entry.statusListeners.add(onStatus);
       this.send(name, true);
@@ -423,8 +425,7 @@ export class WakeHub {
     if (this.channels.get(name) !== entry || entry.listeners.size > 0) return;
     if (entry.timer !== undefined) clearTimeout(entry.timer);
     entry.timer = undefined;
-    if (this.leftovers) this.leftovers.send(name, this.connected());
-    else this.send(name, false);
+    this.leftovers.send(name, this.family === 'ioredis' ? undefined : entry.nodeListener);
     this.channels.delete(name);
     this.unsent.delete(name);
   }
