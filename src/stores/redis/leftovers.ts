@@ -34,6 +34,8 @@ export class Leftovers {
     private readonly wanted: (name: string) => boolean,
     /** Whether an answer now means the client let the channel go (ioredis: the connection is ready). */
     private readonly ready: () => boolean,
+    /** Whether the client was closed for good (its channels are gone with it): retries stop. */
+    private readonly closed: () => boolean = () => false,
   ) {}
 
   /** Sends UNSUBSCRIBE for `name`, kept until answered when sent on a ready connection. */
@@ -87,6 +89,7 @@ export class Leftovers {
     if (this.timer !== undefined) return;
     this.timer = setTimeout(() => {
       this.timer = undefined;
+      if (this.closed()) this.names.clear();
       if (this.names.size === 0) {
         this.wait = RETRY_MIN;
         return;
@@ -102,4 +105,10 @@ export class Leftovers {
   get size(): number {
     return this.names.size;
   }
+}
+
+/** Whether a subscriber client was closed for good: ioredis disconnect()/quit(), node-redis close()/destroy(). */
+export function closedForGood(sub: object, ioredis: boolean): boolean {
+  const s = sub as { status?: unknown; isOpen?: unknown };
+  return ioredis ? s.status === 'end' : s.isOpen === false;
 }

@@ -11,7 +11,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { WakeEvent, WakeStatus } from '../store.js';
-import { Leftovers } from './leftovers.js';
+import { closedForGood, Leftovers } from './leftovers.js';
 
 export type PubSubMode = 'classic' | 'sharded';
 
@@ -73,10 +73,7 @@ interface Channel {
   readonly nodeListener: (message: unknown) => void;
   /** Publishes a probe on the channel (from the store that subscribed it first). */
   readonly probe: Probe | undefined;
-  /**
-   * True once a probe published after the last (re)subscription came back on this connection:
-   * the server delivers the channel. False again when the connection drops.
-   */
+  /** A probe published since the last (re)subscription came back: false when the connection drops. */
   confirmed: boolean;
   /** The message of the probe in flight ('' when none). */
   nonce: string;
@@ -138,6 +135,7 @@ export class WakeHub {
     (name, listener) => this.send(name, false, listener),
     (name) => this.channels.has(name),
     () => this.family !== 'ioredis' || this.connected(), // node-redis: answered is done
+    () => closedForGood(this.sub, this.family === 'ioredis'),
   );
 
   constructor(
