@@ -2,7 +2,8 @@
  * Valves that go idle and are dropped while the subscriber connection is down hold no channel
  * once it is back. ioredis and iovalkey keep their own list of channels and subscribe it again on
  * reconnection, while an UNSUBSCRIBE made meanwhile is rejected (the documented subscriber
- * inherits `maxRetriesPerRequest: 0`); node-redis is the control. The client settings are the
+ * inherits `maxRetriesPerRequest: 0`); node-redis queues it (and is the control there), but it
+ * too subscribes again a channel whose UNSUBSCRIBE the connection cut before the answer. The client settings are the
  * ones of docs/timeouts-and-reconnection.md; the outage is a SIGKILL and restart of the server,
  * or a TCP proxy that resets and refuses the subscriber's connections.
  */
@@ -149,6 +150,48 @@ async function scenario(
   }
 }
 
+/**
+ * A valve goes idle and its channel's UNSUBSCRIBE is sent on a live connection, but the server
+ * stops (SIGSTOP) before answering and is then killed and restarted: the UNSUBSCRIBE is rejected
+ * with the connection, and the client (node-redis too) still counts the channel as subscribed and
+ * subscribes it again on reconnection. Once the subscriber is back, no channel is left.
+ */
+async function unsubscribeCut(family: Family, server: RedisServer) {
+  const { client, subscriber, close } = await connect(family, server.host, server.port);
+  const store = redisStore({ client, subscriber, prefix: 'g', timeout: 300 });
+  const valve = createValve({ id: 'u', store, rules: [{ limit: 100, interval: 1000 }] });
+  const unhandled: unknown[] = [];
+  const onUnhandled = (err: unknown) => unhandled.push(err);
+  process.on('unhandledRejection', onUnhandled);
+  try {
+    let release = () => {};
+    const run = valve.run(() => new Promise<void>((r) => (release = r)));
+    await until(() => store.listening!('u'));
+    expect(await channels(server)).toEqual(['g:{u}:wake']);
+    server.kill('SIGSTOP');
+    release();
+    await run; // idle: the channel lingers, then its UNSUBSCRIBE goes out, unanswered
+    await sleep(CHANNEL_LINGER + 500);
+    server.kill('SIGKILL');
+    await server.exited();
+    await server.restart();
+    // The subscriber reconnects (and the client resubscribes what it still counts) within a few
+    // seconds; the channel must be gone by then and stay gone.
+    await until(
+      async () =>
+        (subscriber as { isReady?: boolean; status?: string }).isReady === true ||
+        (subscriber as { status?: string }).status === 'ready',
+    );
+    await sleep(2000);
+    expect(await channels(server)).toEqual([]);
+    expect(unhandled).toEqual([]);
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+    await valve.close();
+    close();
+  }
+}
+
 describe.each(['ioredis', 'iovalkey', 'redis'] as const)(
   'channels of valves dropped during an outage (%s)',
   (family) => {
@@ -165,6 +208,12 @@ describe.each(['ioredis', 'iovalkey', 'redis'] as const)(
         },
         () => server.restart(),
       );
+    }, 40_000);
+
+    it('an UNSUBSCRIBE cut by the connection (server stopped, killed, restarted): the channel is not subscribed again', async () => {
+      const server = await startRedis();
+      servers.push(server);
+      await unsubscribeCut(family, server);
     }, 40_000);
 
     it('the subscriber cut off by a proxy that refuses it: no channel of a dropped valve stays subscribed', async () => {
