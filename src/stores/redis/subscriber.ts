@@ -12,6 +12,8 @@
 import { randomBytes } from 'node:crypto';
 import type { WakeEvent, WakeStatus } from '../store.js';
 import { closedForGood, Leftovers } from './leftovers.js';
+import { onShardLoss } from './shard-loss.js';
+import { parseWake, text } from './wake-messages.js';
 
 export type PubSubMode = 'classic' | 'sharded';
 
@@ -46,23 +48,6 @@ function call(target: object, name: string, ...args: unknown[]): unknown {
   const fn = (target as Record<string, unknown>)[name];
   if (typeof fn !== 'function') throw new TypeError(`valve: the subscriber has no ${name}()`);
   return (fn as Fn).apply(target, args);
-}
-
-function text(value: unknown): string {
-  if (typeof value === 'string') return value;
-  if (value instanceof Uint8Array) return Buffer.from(value).toString('utf8');
-  return String(value);
-}
-
-/** Parses a wake message; undefined for anything else. */
-export function parseWake(message: string): WakeEvent | undefined {
-  if (message === 'resume') return { type: 'resume' };
-  if (message === 'release') return { type: 'release' };
-  if (message.startsWith('pause:')) {
-    const until = Number(message.slice(6));
-    if (Number.isFinite(until)) return { type: 'pause', until };
-  }
-  return undefined;
 }
 
 interface Channel {
@@ -218,6 +203,19 @@ export class WakeHub {
     };
     // ioredis 'close'; node-redis 'end' and 'reconnecting'.
     for (const event of ['close', 'end', 'reconnecting']) call(this.sub, 'on', event, down);
+    // A cluster stays ready while one shard's subscriber connection is down (shard-loss.ts).
+    if (this.mode === 'sharded') onShardLoss(this.sub, this.family, (isDown) => this.shardLost(isDown));
+  }
+
+  /** A shard's subscriber connection dropped: its channels count as unconfirmed until a probe comes back. */
+  private shardLost(isDown: (name: string) => boolean): void {
+    if (closedForGood(this.sub, this.family === 'ioredis')) return;
+    for (const [name, entry] of this.channels) {
+      if (!entry.confirmed || !isDown(name)) continue;
+      this.unconfirm(entry);
+      entry.wait = PROBE_WAIT_MIN;
+      if (entry.timer === undefined) this.startProbe(name, entry);
+    }
   }
 
   private unconfirm(entry: Channel): void {
