@@ -1,3 +1,4 @@
+import { anySignal } from '../any-signal.js';
 import { describe } from '../duration.js';
 import { ValveError } from '../errors.js';
 import type { FetchRetryEvent } from '../events.js';
@@ -137,7 +138,6 @@ function callerSignal(input: unknown, init: Record<string, unknown> | undefined)
   return undefined;
 }
 
-/** A signal that aborts when either aborts, with the first one's reason. */
 /**
  * An abort for a retry waiting in the valve's queue: aborted by the valve's close() while
  * `waiting()` (the retry has not started), never after. `done()` stops listening.
@@ -151,27 +151,6 @@ function closeAbort(valve: ValveInternals, waiting: () => boolean): { signal: Ab
   };
   waiters?.add(onClose);
   return { signal: controller.signal, done: () => waiters?.delete(onClose) };
-}
-
-export function anySignal(a: AbortSignal, b: AbortSignal | undefined): AbortSignal {
-  if (!b) return a;
-  const any = (AbortSignal as { any?: (signals: AbortSignal[]) => AbortSignal }).any;
-  if (typeof any === 'function') return any.call(AbortSignal, [b, a]);
-  const controller = new AbortController();
-  for (const s of [b, a]) {
-    if (s.aborted) {
-      controller.abort(s.reason);
-      return controller.signal;
-    }
-  }
-  const onAbort = (event: Event) => {
-    controller.abort((event.target as AbortSignal).reason);
-    a.removeEventListener('abort', onAbort);
-    b.removeEventListener('abort', onAbort);
-  };
-  a.addEventListener('abort', onAbort);
-  b.addEventListener('abort', onAbort);
-  return controller.signal;
 }
 
 /** Whether a response carries Retry-After or retry-after-ms (a 503 is retried only then). */

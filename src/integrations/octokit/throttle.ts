@@ -1,6 +1,6 @@
+import { anySignal } from '../../any-signal.js';
 import { describe } from '../../duration.js';
 import { ValveError } from '../../errors.js';
-import { anySignal } from '../../feedback/fetch.js';
 import { feedbackState } from '../../feedback/state.js';
 import type { ValveInternals } from '../../feedback-port.js';
 import { readCloseOptions } from '../../run-options.js';

@@ -1,3 +1,4 @@
+import { onAbort } from '../../any-signal.js';
 import { ValveError } from '../../errors.js';
 import type { ValveInternals } from '../../feedback-port.js';
 import type { Valve } from '../../types.js';
@@ -110,33 +111,10 @@ export class Cut {
 
 /**
  * The waits listening to each caller's signal: one 'abort' listener per signal, however many
- * requests share it (a shutdown signal given to every request), as valve's own queue does
- * (src/signals.ts). The last wait out removes the listener.
+ * requests share it (a shutdown signal given to every request), shared with the signals of the
+ * requests sent (src/any-signal.ts).
  */
-const fans = new WeakMap<AbortSignal, { fns: Set<(reason: unknown) => void>; fire: () => void }>();
-
-/** Calls `fn` with the signal's reason when it aborts; the returned function stops listening. */
-export function onAbort(signal: AbortSignal, fn: (reason: unknown) => void): () => void {
-  let fan = fans.get(signal);
-  if (fan === undefined) {
-    const fns = new Set<(reason: unknown) => void>();
-    const fire = () => {
-      fans.delete(signal);
-      signal.removeEventListener('abort', fire);
-      for (const f of [...fns]) f(signal.reason);
-    };
-    fan = { fns, fire };
-    fans.set(signal, fan);
-    signal.addEventListener('abort', fire);
-  }
-  const own = fan;
-  own.fns.add(fn);
-  return () => {
-    if (!own.fns.delete(fn) || own.fns.size > 0) return;
-    if (fans.get(signal) === own) fans.delete(signal);
-    signal.removeEventListener('abort', own.fire);
-  };
-}
+export { onAbort };
 
 /**
  * An AbortSignal that aborts when the job's signal does (with its reason) or on abort();
