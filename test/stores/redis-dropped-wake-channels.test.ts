@@ -15,6 +15,7 @@ import { createValve, createValveGroup, redisStore } from '../../src/index.js';
 import { CHANNEL_LINGER } from '../../src/stores/redis/subscriber.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
 import { startProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
+import { resumeToStart } from '../helpers/wake-check.js';
 
 type Family = 'ioredis' | 'iovalkey' | 'redis';
 type Client = { on(e: string, f: () => void): unknown; connect(): Promise<unknown> };
@@ -124,17 +125,13 @@ async function scenario(
     expect(await channels(server)).toEqual(['g:{c}:wake']);
     expect(store.listening!('c')).toBe(true);
     // A live valve's wake-ups work: a resume made elsewhere starts its waiting job at once.
-    await remote.pause(60_000);
-    let startedAt = 0;
-    const waiting = group.run('w', () => {
-      startedAt = Date.now();
-    });
-    await until(() => store.listening!('w'));
-    await sleep(50);
-    const resumedAt = Date.now();
-    await remote.resume();
-    await waiting;
-    expect(startedAt - resumedAt).toBeLessThan(500);
+    expect(
+      await resumeToStart(
+        remote,
+        (job) => group.run('w', job),
+        () => store.listening!('w'),
+      ),
+    ).toBeLessThan(500);
     for (const release of hold.splice(0)) release();
     await again;
     await sleep(2500);
