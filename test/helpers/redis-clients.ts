@@ -13,6 +13,7 @@ import IORedis6 from 'ioredis6';
 import Valkey from 'iovalkey';
 import * as nodeRedis from 'redis';
 import * as nodeRedis6 from 'redis6';
+import type { ClusterProxies } from './tcp-proxy.js';
 
 export type ClientFamily = 'ioredis' | 'ioredis6' | 'iovalkey' | 'redis' | 'redis6';
 export const CLIENT_FAMILIES: readonly ClientFamily[] = [
@@ -153,3 +154,72 @@ export async function connectCluster(
   const make = () => (lib.createCluster as (o: object) => NodeCluster)({ rootNodes });
   return pair(family, true, make(), make(), closeNode);
 }
+
+/**
+ * A cluster command client as docs/redis.md and docs/timeouts-and-reconnection.md set it up
+ * for production (no offline queue, bounded retries), straight to `nodes`.
+ */
+export async function documentedClusterClient(
+  family: 'ioredis' | 'node-redis',
+  nodes: readonly { host: string; port: number }[],
+): Promise<{ client: object; close: () => void }> {
+  if (family === 'ioredis') {
+    const c = new IORedis.Cluster(
+      nodes.map((n) => ({ host: n.host, port: n.port })),
+      {
+        lazyConnect: true,
+        enableOfflineQueue: false,
+        retryDelayOnFailover: 0,
+        clusterRetryStrategy: (times) => Math.min(times * 100, 2000),
+        redisOptions: { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 0, connectTimeout: 5000 },
+      },
+    );
+    c.on('error', () => {});
+    await c.connect();
+    return { client: c, close: () => c.disconnect() };
+  }
+  const c = await nodeRedis
+    .createCluster({
+      rootNodes: nodes.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
+      defaults: NODE_DEFAULTS,
+    })
+    .on('error', () => {})
+    .connect();
+  return { client: c, close: () => c.destroy() };
+}
+
+/**
+ * A sharded cluster subscriber as docs/redis.md sets it up, straight to `nodes`, or through
+ * `proxies` (TCP proxies in front of each node, test/helpers/tcp-proxy.ts) when given.
+ */
+export async function documentedClusterSubscriber(
+  family: 'ioredis' | 'node-redis',
+  nodes: readonly { host: string; port: number }[],
+  proxies?: ClusterProxies,
+): Promise<{ sub: object; close: () => void }> {
+  if (family === 'ioredis') {
+    const s = proxies
+      ? new IORedis.Cluster(proxies.seeds, { shardedSubscribers: true, natMap: proxies.natMap })
+      : new IORedis.Cluster(
+          nodes.map((n) => ({ host: n.host, port: n.port })),
+          { shardedSubscribers: true },
+        );
+    s.on('error', () => {});
+    return { sub: s, close: () => s.disconnect() };
+  }
+  const s = await nodeRedis
+    .createCluster({
+      rootNodes: (proxies ? proxies.seeds : nodes).map((n) => ({ url: `redis://${n.host}:${n.port}` })),
+      ...(proxies ? { nodeAddressMap: proxies.natMap } : {}),
+      defaults: NODE_DEFAULTS,
+    })
+    .on('error', () => {})
+    .connect();
+  return { sub: s, close: () => s.destroy() };
+}
+
+/** node-redis cluster defaults of the documented production set-up. */
+const NODE_DEFAULTS = {
+  disableOfflineQueue: true,
+  socket: { connectTimeout: 5000, reconnectStrategy: (r: number) => Math.min(r * 100, 2000) },
+};

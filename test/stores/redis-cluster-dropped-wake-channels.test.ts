@@ -10,17 +10,15 @@
  * on reconnection). The outage is a SIGKILL and restart of the master, or a TCP proxy in front
  * of it that resets and refuses the subscriber's connections.
  */
-import { Cluster } from 'ioredis';
-import * as nodeRedis from 'redis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createValve, createValveGroup, redisStore } from '../../src/index.js';
 import { CHANNEL_LINGER } from '../../src/stores/redis/subscriber.js';
+import { documentedClusterClient, documentedClusterSubscriber } from '../helpers/redis-clients.js';
 import { type RedisCluster, startCluster } from '../helpers/servers.js';
 import { type ClusterProxies, startClusterProxies } from '../helpers/tcp-proxy.js';
 import { resumeToStart } from '../helpers/wake-check.js';
 
 type Family = 'ioredis' | 'redis';
-type Client = object;
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const clusters: RedisCluster[] = [];
@@ -36,61 +34,14 @@ async function until(check: () => Promise<boolean> | boolean, ms = 20_000): Prom
 
 /** A command client straight to the nodes and a subscriber (through `proxies` when given). */
 async function connect(family: Family, cluster: RedisCluster, proxies?: ClusterProxies) {
-  let client: Client;
-  let subscriber: Client;
-  let close: () => Promise<void>;
-  if (family === 'ioredis') {
-    const c = new Cluster(cluster.nodes, {
-      lazyConnect: true,
-      enableOfflineQueue: false,
-      retryDelayOnFailover: 0,
-      clusterRetryStrategy: (times) => Math.min(times * 100, 2000),
-      redisOptions: { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 0, connectTimeout: 5000 },
-    });
-    c.on('error', () => {});
-    await c.connect();
-    const s = proxies
-      ? new Cluster(proxies.seeds, { shardedSubscribers: true, natMap: proxies.natMap })
-      : new Cluster(cluster.nodes, { shardedSubscribers: true });
-    s.on('error', () => {});
-    client = c;
-    subscriber = s;
-    close = async () => {
-      c.disconnect();
-      s.disconnect();
-    };
-  } else {
-    const options = {
-      rootNodes: cluster.nodes.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
-      defaults: {
-        disableOfflineQueue: true,
-        socket: { connectTimeout: 5000, reconnectStrategy: (r: number) => Math.min(r * 100, 2000) },
-      },
-    };
-    const c = await nodeRedis
-      .createCluster(options)
-      .on('error', () => {})
-      .connect();
-    const s = await nodeRedis
-      .createCluster(
-        proxies
-          ? {
-              ...options,
-              rootNodes: proxies.seeds.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
-              nodeAddressMap: proxies.natMap,
-            }
-          : options,
-      )
-      .on('error', () => {})
-      .connect();
-    client = c;
-    subscriber = s;
-    close = async () => {
-      c.destroy();
-      s.destroy();
-    };
-  }
-  return { client, subscriber, close };
+  const kind = family === 'ioredis' ? 'ioredis' : 'node-redis';
+  const c = await documentedClusterClient(kind, cluster.nodes);
+  const s = await documentedClusterSubscriber(kind, cluster.nodes, proxies);
+  const close = async () => {
+    c.close();
+    s.close();
+  };
+  return { client: c.client, subscriber: s.sub, close };
 }
 
 /** The shard channels of prefix `g` on every node, sorted. */

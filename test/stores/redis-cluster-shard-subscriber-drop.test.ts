@@ -12,11 +12,10 @@
  * Only the waiting process's subscriber goes through the TCP proxies; the pausing process and
  * both command clients reach the shared cluster directly.
  */
-import { Cluster } from 'ioredis';
-import * as nodeRedis from 'redis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createValve, redisStore } from '../../src/index.js';
 import { keySlot } from '../../src/stores/redis/adapter.js';
+import { documentedClusterClient, documentedClusterSubscriber } from '../helpers/redis-clients.js';
 import { respCommand } from '../helpers/resp.js';
 import { sharedCluster, uniquePrefix } from '../helpers/shared-servers.js';
 import { type ClusterProxies, startClusterProxies } from '../helpers/tcp-proxy.js';
@@ -32,57 +31,6 @@ afterAll(async () => {
 
 async function until(check: () => boolean, ms: number): Promise<void> {
   for (const end = Date.now() + ms; Date.now() < end && !check(); ) await sleep(50);
-}
-
-/** A command client (docs/timeouts-and-reconnection.md settings), straight to the nodes. */
-async function commandClient(family: Family, nodes: Node[]): Promise<{ client: object; close: () => void }> {
-  if (family === 'ioredis') {
-    const c = new Cluster(nodes, {
-      lazyConnect: true,
-      enableOfflineQueue: false,
-      retryDelayOnFailover: 0,
-      clusterRetryStrategy: (times) => Math.min(times * 100, 2000),
-      redisOptions: { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 0, connectTimeout: 5000 },
-    });
-    c.on('error', () => {});
-    await c.connect();
-    return { client: c, close: () => c.disconnect() };
-  }
-  const c = await nodeRedis
-    .createCluster({
-      rootNodes: nodes.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
-      defaults: {
-        disableOfflineQueue: true,
-        socket: { connectTimeout: 5000, reconnectStrategy: (r: number) => Math.min(r * 100, 2000) },
-      },
-    })
-    .on('error', () => {})
-    .connect();
-  return { client: c, close: () => c.destroy() };
-}
-
-/** A subscriber (docs/redis.md set-up) reaching the nodes through `proxies`. */
-async function subscriber(
-  family: Family,
-  proxies: ClusterProxies,
-): Promise<{ sub: object; close: () => void }> {
-  if (family === 'ioredis') {
-    const s = new Cluster(proxies.seeds, { shardedSubscribers: true, natMap: proxies.natMap });
-    s.on('error', () => {});
-    return { sub: s, close: () => s.disconnect() };
-  }
-  const s = await nodeRedis
-    .createCluster({
-      rootNodes: proxies.seeds.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
-      nodeAddressMap: proxies.natMap,
-      defaults: {
-        disableOfflineQueue: true,
-        socket: { connectTimeout: 5000, reconnectStrategy: (r: number) => Math.min(r * 100, 2000) },
-      },
-    })
-    .on('error', () => {})
-    .connect();
-  return { sub: s, close: () => s.destroy() };
 }
 
 /** The index in `nodes` of the master serving `key`. */
@@ -106,9 +54,9 @@ describe('cluster: the subscriber connection to one master drops while the maste
       const id = 'job';
       const node = await masterOf(nodes, `${prefix}:{${id}}:wake`);
       expect(node).toBeGreaterThanOrEqual(0);
-      const a = await commandClient(family, nodes);
-      const b = await commandClient(family, nodes);
-      const s = await subscriber(family, proxies);
+      const a = await documentedClusterClient(family, nodes);
+      const b = await documentedClusterClient(family, nodes);
+      const s = await documentedClusterSubscriber(family, nodes, proxies);
       const storeB = redisStore({ client: b.client, subscriber: s.sub, prefix });
       const pauser = createValve({ id, store: redisStore({ client: a.client, prefix }) });
       const waiter = createValve({ id, store: storeB });
