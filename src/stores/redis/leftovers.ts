@@ -20,10 +20,10 @@ type NodeListener = (message: unknown) => void;
 
 export class Leftovers {
   /**
-   * Channel → the token of its latest UNSUBSCRIBE (an older answer must not clear a newer one),
+   * Channel → its latest UNSUBSCRIBE (an older answer must not clear a newer one: compared by identity),
    * whether that one is still unanswered, and (node-redis) the listener it removes.
    */
-  private readonly names = new Map<string, { token: object; busy: boolean; listener?: NodeListener }>();
+  private readonly names = new Map<string, { busy: boolean; listener?: NodeListener }>();
   private timer: ReturnType<typeof setTimeout> | undefined = undefined;
   private wait = RETRY_MIN;
 
@@ -40,7 +40,7 @@ export class Leftovers {
 
   /** Sends UNSUBSCRIBE for `name`, kept until answered when sent on a ready connection. */
   send(name: string, listener?: NodeListener): void {
-    const item = { token: {}, busy: true, listener };
+    const item = { busy: true, listener };
     const ready = this.ready();
     this.names.set(name, item);
     this.schedule();
